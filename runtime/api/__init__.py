@@ -1,0 +1,1 @@
+"""The DataStream API: what a job definition uses; nothing here knows where it runs."""

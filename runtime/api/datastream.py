@@ -1,0 +1,178 @@
+"""DataStream, KeyedStream, ConnectedStreams and DataStreamSink, as in PyFlink."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import transformations as T
+from .functions import (
+    CoMapFunction,
+    CoProcessFunction,
+    KeyedProcessFunction,
+    ProcessFunction,
+    as_callable,
+)
+from .transformations import KeySpec, Transformation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .environment import StreamExecutionEnvironment
+
+
+class DataStream:
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation):
+        self._env = env
+        self._t = transformation
+
+    # -- naming -------------------------------------------------------------
+    def name(self, name: str) -> "DataStream":
+        """Operator name shown in progress, metrics and errors."""
+        self._operator_transformation().name = name
+        return self
+
+    def uid(self, uid: str) -> "DataStream":
+        """Stable operator id; state is matched to operators by it on restore."""
+        self._env._claim_uid(uid, self._operator_transformation())
+        return self
+
+    def get_name(self) -> str:
+        return self._t.name
+
+    def _operator_transformation(self) -> Transformation:
+        t = self._t
+        if t.kind in T.VIRTUAL_KINDS:
+            raise ValueError("key_by/union/rebalance create no operator: name or uid the operator before or after it")
+        return t
+
+    # -- transformations ----------------------------------------------------
+    def _one_input(self, kind: str, name: str, fn: Any, **params: Any) -> Transformation:
+        return self._env._add(Transformation(kind, name, [self._t], fn=fn, params=params))
+
+    def map(self, func: Any, output_type: Any = None) -> "DataStream":
+        as_callable(func, "map", "map")
+        return DataStream(self._env, self._one_input(T.MAP, "Map", func))
+
+    def flat_map(self, func: Any, output_type: Any = None) -> "DataStream":
+        as_callable(func, "flat_map", "flat_map")
+        return DataStream(self._env, self._one_input(T.FLAT_MAP, "FlatMap", func))
+
+    def filter(self, func: Any) -> "DataStream":
+        as_callable(func, "filter", "filter")
+        return DataStream(self._env, self._one_input(T.FILTER, "Filter", func))
+
+    def process(self, func: ProcessFunction, output_type: Any = None) -> "DataStream":
+        if isinstance(func, KeyedProcessFunction):
+            raise TypeError("a KeyedProcessFunction needs a keyed stream: call key_by(...) first")
+        as_callable(func, "process_element", "process")
+        return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+
+    def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+        spec = KeySpec.of(key_selector)
+        t = self._env._add(
+            Transformation(T.PARTITION, f"KeyBy({spec.describe()})", [self._t], params={"partitioner": T.HASH, "key": spec})
+        )
+        return KeyedStream(self._env, t, spec)
+
+    def rebalance(self) -> "DataStream":
+        """Round-robin batches over all subtasks of the next operator."""
+        t = self._env._add(Transformation(T.PARTITION, "Rebalance", [self._t], params={"partitioner": T.REBALANCE}))
+        return DataStream(self._env, t)
+
+    def union(self, *streams: "DataStream") -> "DataStream":
+        for s in streams:
+            if s._env is not self._env:
+                raise ValueError("union needs streams of the same StreamExecutionEnvironment")
+        t = self._env._add(Transformation(T.UNION, "Union", [self._t] + [s._t for s in streams]))
+        return DataStream(self._env, t)
+
+    def connect(self, other: "DataStream") -> "ConnectedStreams":
+        if other._env is not self._env:
+            raise ValueError("connect needs streams of the same StreamExecutionEnvironment")
+        return ConnectedStreams(self, other)
+
+    def sink_to(self, sink: Any) -> "DataStreamSink":
+        if not hasattr(sink, "create_writer"):
+            raise TypeError(f"sink_to needs a sink from streamjob.runtime.connectors, got {sink!r}")
+        t = self._one_input(T.SINK, getattr(sink, "default_name", type(sink).__name__), sink)
+        return DataStreamSink(self._env, t)
+
+    def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
+        from ..connectors import PrintSink
+
+        return self.sink_to(PrintSink(sink_identifier))
+
+
+class KeyedStream(DataStream):
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation, key: KeySpec):
+        super().__init__(env, transformation)
+        self._key = key
+
+    def _keyed(self, kind: str, name: str, fn: Any = None, **params: Any) -> Transformation:
+        return self._one_input(kind, name, fn, key=self._key, **params)
+
+    def _aggregate(self, how: str, field: Any) -> DataStream:
+        if not isinstance(field, (str, int)) or isinstance(field, bool):
+            raise TypeError(f"{how}() needs a column name or a tuple position, got {field!r}")
+        return DataStream(self._env, self._keyed(T.KEYED_AGGREGATE, f"{how.capitalize()}({field!r})", how=how, field=field))
+
+    def sum(self, field: str | int = 0) -> DataStream:
+        """Rolling sum: each input is emitted with ``field`` replaced by its key's running sum."""
+        return self._aggregate("sum", field)
+
+    def min(self, field: str | int = 0) -> DataStream:
+        return self._aggregate("min", field)
+
+    def max(self, field: str | int = 0) -> DataStream:
+        return self._aggregate("max", field)
+
+    def reduce(self, func: Any) -> DataStream:
+        as_callable(func, "reduce", "reduce")
+        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, "Reduce", func))
+
+    def process(self, func: KeyedProcessFunction, output_type: Any = None) -> DataStream:  # type: ignore[override]
+        if isinstance(func, ProcessFunction):
+            return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+        as_callable(func, "process_element", "process")
+        return DataStream(self._env, self._keyed(T.KEYED_PROCESS, "KeyedProcess", func))
+
+    def name(self, name: str) -> "KeyedStream":
+        raise ValueError("key_by creates no operator: name the operator before or after it")
+
+    def uid(self, uid: str) -> "KeyedStream":
+        raise ValueError("key_by creates no operator: set the uid of the operator before or after it")
+
+
+class ConnectedStreams:
+    """Two streams into one two-input operator (``process`` or ``map``)."""
+
+    def __init__(self, first: DataStream, second: DataStream):
+        self._first = first
+        self._second = second
+        self._env = first._env
+
+    def _two_input(self, kind: str, name: str, fn: Any) -> DataStream:
+        t = Transformation(kind, name, [self._first._t, self._second._t], fn=fn)
+        return DataStream(self._env, self._env._add(t))
+
+    def process(self, func: CoProcessFunction, output_type: Any = None) -> DataStream:
+        for m in ("process_element1", "process_element2"):
+            as_callable(func, m, "process on connected streams")
+        return self._two_input(T.CO_PROCESS, "CoProcess", func)
+
+    def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:
+        for m in ("map1", "map2"):
+            as_callable(func, m, "map on connected streams")
+        return self._two_input(T.CO_MAP, "CoMap", func)
+
+
+class DataStreamSink:
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation):
+        self._env = env
+        self._t = transformation
+
+    def name(self, name: str) -> "DataStreamSink":
+        self._t.name = name
+        return self
+
+    def uid(self, uid: str) -> "DataStreamSink":
+        self._env._claim_uid(uid, self._t)
+        return self

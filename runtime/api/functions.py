@@ -1,0 +1,136 @@
+"""User function interfaces, named as in PyFlink.
+
+Plain callables work wherever a function object does (``map(lambda r: ...)``);
+the classes are for functions that need ``open``/``close`` or state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+
+class RuntimeContext:
+    """What a function learns about where it runs; given to ``open``."""
+
+    def __init__(self, task_name: str, index: int, parallelism: int, max_parallelism: int, attempt: int = 0,
+                 job_parameters: dict | None = None, printer: Callable[[list[str]], None] | None = None):
+        self._task_name = task_name
+        self._index = index
+        self._parallelism = parallelism
+        self._max_parallelism = max_parallelism
+        self._attempt = attempt
+        self._job_parameters = dict(job_parameters or {})
+        # Where PrintSink output goes: the job manager's console when running on a cluster.
+        self._printer = printer or _print_lines
+
+    def get_task_name(self) -> str:
+        return self._task_name
+
+    def get_index_of_this_subtask(self) -> int:
+        return self._index
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self._parallelism
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self._max_parallelism
+
+    def get_attempt_number(self) -> int:
+        return self._attempt
+
+    def get_job_parameter(self, key: str, default_value: Any = None) -> Any:
+        return self._job_parameters.get(key, default_value)
+
+
+def _print_lines(lines: list[str]) -> None:
+    print("\n".join(lines), flush=True)
+
+
+class Function:
+    def open(self, runtime_context: RuntimeContext) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class MapFunction(Function):
+    def map(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class FlatMapFunction(Function):
+    def flat_map(self, value: Any) -> Iterable[Any]:
+        raise NotImplementedError
+
+
+class FilterFunction(Function):
+    def filter(self, value: Any) -> bool:
+        raise NotImplementedError
+
+
+class ReduceFunction(Function):
+    def reduce(self, value1: Any, value2: Any) -> Any:
+        raise NotImplementedError
+
+
+class KeySelector(Function):
+    def get_key(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class ProcessFunction(Function):
+    """``process_element(value, ctx)`` yields zero or more output records."""
+
+    class Context:
+        def timestamp(self) -> int | None:
+            return None
+
+    def process_element(self, value: Any, ctx: "ProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class KeyedProcessFunction(Function):
+    """Like ``ProcessFunction`` on a keyed stream; ``ctx.get_current_key()``."""
+
+    class Context:
+        def get_current_key(self) -> Any:
+            raise NotImplementedError
+
+        def timestamp(self) -> int | None:
+            return None
+
+    def process_element(self, value: Any, ctx: "KeyedProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class CoProcessFunction(Function):
+    """Two inputs: ``process_element1`` for the first, ``process_element2`` for the second."""
+
+    class Context:
+        def timestamp(self) -> int | None:
+            return None
+
+    def process_element1(self, value: Any, ctx: "CoProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: "CoProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class CoMapFunction(Function):
+    def map1(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def map2(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+def as_callable(fn: Any, method: str, what: str) -> Callable:
+    """The per-record callable of a function object or a plain callable."""
+    bound = getattr(fn, method, None)
+    if bound is not None and callable(bound) and not isinstance(fn, type):
+        return bound
+    if callable(fn) and not isinstance(fn, Function):
+        return fn
+    raise TypeError(f"{what} needs a callable or an object with a {method}() method, got {fn!r}")

@@ -1,0 +1,90 @@
+"""The logical plan: what the DataStream API records, before any graph is built.
+
+A transformation is plain data (kind, function, parameters, inputs) so that the
+plan pickles to the tasks and knows nothing of where it will run. ``partition``
+and ``union`` are virtual, as in Flink: they shape the edges of the job graph
+and become no operator of their own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .functions import KeySelector
+
+# Kinds
+SOURCE = "source"
+MAP = "map"
+FLAT_MAP = "flat_map"
+FILTER = "filter"
+PROCESS = "process"
+KEYED_PROCESS = "keyed_process"
+KEYED_AGGREGATE = "keyed_aggregate"
+KEYED_REDUCE = "keyed_reduce"
+CO_PROCESS = "co_process"
+CO_MAP = "co_map"
+SINK = "sink"
+PARTITION = "partition"
+UNION = "union"
+
+VIRTUAL_KINDS = (PARTITION, UNION)
+
+# Partitioners of PARTITION transformations
+FORWARD = "forward"
+HASH = "hash"
+REBALANCE = "rebalance"
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """How a key is taken from a record: a column name, a tuple position, or a function."""
+
+    column: str | None = None
+    position: int | None = None
+    fn: Callable[[Any], Any] | None = None
+
+    @staticmethod
+    def of(selector: Any) -> "KeySpec":
+        if isinstance(selector, str):
+            return KeySpec(column=selector)
+        if isinstance(selector, bool):
+            raise TypeError("key_by needs a column name, a tuple position or a function, got a bool")
+        if isinstance(selector, int):
+            return KeySpec(position=selector)
+        if isinstance(selector, KeySelector):
+            return KeySpec(fn=selector.get_key)
+        if callable(selector):
+            return KeySpec(fn=selector)
+        raise TypeError(f"key_by needs a column name, a tuple position or a function, got {selector!r}")
+
+    def describe(self) -> str:
+        if self.column is not None:
+            return repr(self.column)
+        if self.position is not None:
+            return f"[{self.position}]"
+        return getattr(self.fn, "__name__", "fn")
+
+    def extractor(self) -> Callable[[Any], Any]:
+        """Per-record key extraction."""
+        if self.fn is not None:
+            return self.fn
+        field_ = self.column if self.column is not None else self.position
+        return lambda record: record[field_]
+
+
+@dataclass(eq=False)
+class Transformation:
+    kind: str
+    name: str
+    inputs: list["Transformation"] = field(default_factory=list)
+    fn: Any = None
+    params: dict = field(default_factory=dict)
+    uid: str | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def __repr__(self) -> str:
+        return f"Transformation({self.id}, {self.kind}, {self.name!r})"

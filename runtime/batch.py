@@ -1,0 +1,123 @@
+"""Batches: the unit records travel in.
+
+A batch is either a ``pyarrow.RecordBatch`` (the columnar fast path, for dict
+rows) or a Python ``list`` of records (any picklable values). Operators that
+need no Python per record work on the Arrow form; per-record functions see
+dicts (``to_rows``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import pyarrow as pa
+
+Batch = Union[pa.RecordBatch, list]
+
+_FLAT = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_boolean,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_timestamp,
+    pa.types.is_date,
+    pa.types.is_time,
+    pa.types.is_duration,
+    pa.types.is_decimal,
+    pa.types.is_null,
+)
+
+
+def num_rows(batch: Batch) -> int:
+    return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+
+def is_columnar(batch: Batch) -> bool:
+    return isinstance(batch, pa.RecordBatch)
+
+
+def to_rows(batch: Batch) -> list:
+    """Records as Python values: Arrow rows become dicts."""
+    return batch.to_pylist() if isinstance(batch, pa.RecordBatch) else batch
+
+
+def _is_flat(schema: pa.Schema) -> bool:
+    return all(any(check(f.type) for check in _FLAT) for f in schema)
+
+
+def try_columnar(rows: list) -> pa.RecordBatch | None:
+    """The Arrow form of a list of dict rows, or None when it would not round-trip.
+
+    Only rows that are all dicts with the same keys and flat values convert:
+    nested values (tuples, lists, dicts) would come back as lists or dicts of a
+    different shape, so they stay Python rows.
+    """
+    if not rows or type(rows[0]) is not dict:
+        return None
+    keys = rows[0].keys()
+    for r in rows:
+        if type(r) is not dict or r.keys() != keys:
+            return None
+    try:
+        batch = pa.RecordBatch.from_pylist(rows)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+    if not _is_flat(batch.schema):
+        return None
+    return batch
+
+
+def concat(batches: list[Batch]) -> Batch:
+    """One batch from several of the same form (and, for Arrow, the same schema)."""
+    if len(batches) == 1:
+        return batches[0]
+    if isinstance(batches[0], pa.RecordBatch):
+        return pa.concat_batches(batches)
+    out: list = []
+    for b in batches:
+        out.extend(b)
+    return out
+
+
+def same_form(a: Batch, b: Batch) -> bool:
+    if isinstance(a, pa.RecordBatch):
+        return isinstance(b, pa.RecordBatch) and a.schema.equals(b.schema)
+    return not isinstance(b, pa.RecordBatch)
+
+
+def empty_like(batch: Batch) -> Batch:
+    return batch.slice(0, 0) if isinstance(batch, pa.RecordBatch) else []
+
+
+def describe(batch: Any) -> str:
+    if isinstance(batch, pa.RecordBatch):
+        return f"RecordBatch({batch.num_rows} rows, {batch.schema.names})"
+    return f"list({len(batch)} records)"
+
+
+def extract_keys(batch: Batch, key: Any) -> Any:
+    """The key of every record of ``batch`` under ``key`` (a ``KeySpec``).
+
+    An integer key column without nulls comes back as a numpy array (for the
+    vectorised hash); everything else as a list of Python values.
+    """
+    if isinstance(batch, pa.RecordBatch) and key.column is not None:
+        idx = batch.schema.get_field_index(key.column)
+        if idx < 0:
+            raise KeyError(f"key column {key.column!r} is not in the records; columns: {batch.schema.names}")
+        col = batch.column(idx)
+        if pa.types.is_integer(col.type) and col.null_count == 0:
+            return col.to_numpy(zero_copy_only=False)
+        return col.to_pylist()
+    rows = to_rows(batch)
+    if key.fn is not None:
+        fn = key.fn
+        return [fn(r) for r in rows]
+    field = key.column if key.column is not None else key.position
+    try:
+        return [r[field] for r in rows]
+    except (KeyError, IndexError, TypeError) as e:
+        raise KeyError(f"cannot take key {key.describe()} from a record: {type(e).__name__}: {e}") from e

@@ -1,0 +1,129 @@
+"""The control channel between tasks and the job manager: JSON lines over TCP.
+
+Task -> job manager: ``register``, ``metrics``, ``print``, ``failed``, ``finished``.
+Job manager -> task: ``stop`` (graceful: sources end, everything drains, sinks finish).
+
+JSON, not pickle: the job manager never unpickles what arrives on its port.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+from collections import deque
+from typing import Any
+
+REGISTER = "register"
+METRICS = "metrics"
+PRINT = "print"
+FAILED = "failed"
+FINISHED = "finished"
+STOP = "stop"
+
+
+def encode(msg: dict) -> bytes:
+    return (json.dumps(msg, separators=(",", ":"), default=str) + "\n").encode()
+
+
+class ControlClient:
+    """Task side. Non-blocking once connected; polled by the slot's loop."""
+
+    def __init__(self, address: tuple[str, int], slot: int, attempt: int, timeout: float = 30.0):
+        self.slot = slot
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._out = bytearray()
+        self._in = bytearray()
+        self.inbox: deque[dict] = deque()
+        self.closed = False
+        self._selector: selectors.BaseSelector | None = None
+        self.send({"type": REGISTER, "slot": slot, "attempt": attempt})
+        self.sock.setblocking(False)
+
+    def attach(self, selector: selectors.BaseSelector) -> None:
+        self._selector = selector
+        selector.register(self.sock, selectors.EVENT_READ, self)
+
+    def detach(self) -> None:
+        """Leave the slot's selector (before the slot closes it); sends then block briefly."""
+        if self._selector is not None:
+            try:
+                self._selector.unregister(self.sock)
+            except (KeyError, ValueError):
+                pass
+            self._selector = None
+
+    def send(self, msg: dict) -> None:
+        if self.closed:
+            return
+        self._out += encode(msg)
+        self.try_write()
+
+    def backlog(self) -> int:
+        return len(self._out)
+
+    def try_write(self) -> None:
+        while self._out:
+            try:
+                n = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.closed = True
+                return
+            del self._out[:n]
+        if self._selector is not None and not self.closed:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self._out else 0)
+            self._selector.modify(self.sock, events, self)
+
+    def on_readable(self) -> bool:
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+            if self._selector is not None:
+                self._selector.unregister(self.sock)
+            self.inbox.append({"type": "job_manager_lost"})
+            return True
+        self._in += data
+        while True:
+            nl = self._in.find(b"\n")
+            if nl < 0:
+                break
+            line = bytes(self._in[:nl])
+            del self._in[: nl + 1]
+            if line.strip():
+                self.inbox.append(json.loads(line))
+        return True
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Block until queued messages are out (used at the end of a task)."""
+        if self.closed or not self._out:
+            return
+        self.sock.setblocking(True)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.sendall(bytes(self._out))
+            self._out.clear()
+        except OSError:
+            self.closed = True
+        finally:
+            try:
+                self.sock.setblocking(False)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.flush()
+        self.closed = True
+        self.detach()
+        self.sock.close()
+
+
+def message(kind: str, **fields: Any) -> dict:
+    return {"type": kind, **fields}

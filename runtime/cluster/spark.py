@@ -1,0 +1,190 @@
+"""Running a job as one long-lived Spark barrier stage. The only module that imports pyspark.
+
+One barrier task per slot; each runs one subtask of every operator
+(``task.slot.SlotRuntime``). Tasks exchange their data addresses once with
+``allGather`` (it costs about a second; never per checkpoint), then talk over
+TCP, and report to the job manager over the control channel.
+
+Facts of PySpark barrier mode this module designs around (see the design page):
+Spark kills Python tasks with SIGKILL, so graceful stop goes over the control
+channel; a barrier stage needing more slots than exist would wait ~10 minutes,
+so the slot check is made fast and its error explained; workers must run the
+driver's interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+from importlib import resources
+from typing import Any
+
+
+class ClusterError(RuntimeError):
+    """The job could not be deployed; the message says what is missing."""
+
+
+class NotEnoughSlotsError(ClusterError):
+    pass
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
+        return
+    if shutil.which("java"):
+        return
+    raise ClusterError(
+        "Java was not found: streamjob runs jobs on Spark, which needs Java 17 or 21.\n"
+        "Install it (Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless; "
+        "macOS: brew install openjdk@17) or set JAVA_HOME to a Java installation."
+    )
+
+
+def _local_slots(master: str) -> int | None:
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if not m:
+        return None
+    n = m.group(1)
+    if n is None:
+        return 1
+    return os.cpu_count() or 1 if n == "*" else int(n)
+
+
+def is_local(master: str) -> bool:
+    return master.strip().startswith("local")
+
+
+class SparkDeployment:
+    """The SparkSession a job runs on, created (or reused) for the job's parallelism."""
+
+    def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
+        self.parallelism = parallelism
+        self._spark = None
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        conf = dict(spark_conf)
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None and "spark.master" not in conf:
+            self._spark = active
+            self.master = active.sparkContext.master
+        else:
+            self.master = conf.pop("spark.master", None) or f"local[{parallelism}]"
+        self.local = is_local(self.master)
+        slots = _local_slots(self.master)
+        if slots is not None and slots < parallelism:
+            raise NotEnoughSlotsError(
+                f"the job needs {parallelism} slots (parallelism {parallelism}), but master {self.master} "
+                f"has {slots}; use --master local[{parallelism}] or lower the parallelism"
+            )
+        if self._spark is None:
+            check_java()
+            self._spark = self._create(conf, app_name)
+
+    def _create(self, conf: dict[str, str], app_name: str) -> Any:
+        from pyspark.sql import SparkSession
+
+        defaults = {
+            # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
+            "spark.ui.showConsoleProgress": "false",
+            # The job manager owns failover; Spark must not retry tasks itself.
+            "spark.task.maxFailures": "1",
+            "spark.stage.maxConsecutiveAttempts": "1",
+            "spark.python.worker.reuse": "true",
+        }
+        if self.local:
+            log4j = resources.files("streamjob.runtime.cluster").joinpath("log4j2-local.properties")
+            defaults.update(
+                {
+                    "spark.ui.enabled": "false",
+                    "spark.driver.host": "127.0.0.1",
+                    "spark.driver.bindAddress": "127.0.0.1",
+                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+                }
+            )
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = SparkSession.builder.master(self.master).appName(app_name)
+        for k, v in {**defaults, **conf}.items():
+            builder = builder.config(k, v)
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:  # py4j / JVM launch problems
+            raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+        if self.local:
+            spark.sparkContext.setLogLevel("ERROR")
+        return spark
+
+    @property
+    def spark_context(self) -> Any:
+        return self._spark.sparkContext
+
+    def driver_host(self) -> str:
+        if self.local:
+            return "127.0.0.1"
+        host = self.spark_context.getConf().get("spark.driver.host")
+        return host or socket.gethostbyname(socket.gethostname())
+
+    def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int]) -> list[str]:
+        """Run the barrier stage until every task returns (or the stage fails)."""
+        sc = self.spark_context
+        p = self.parallelism
+        sc.setJobGroup(job_id, description, interruptOnCancel=True)
+        local = self.local
+
+        def run_partition(_: Any) -> Any:
+            return _task_entry(graph_payload, jm_address, local)
+
+        rdd = sc.parallelize(range(p), p).barrier().mapPartitions(run_partition)
+        try:
+            return rdd.collect()
+        except Exception as e:
+            text = str(e)
+            if "BarrierJobSlotsNumberCheckFailed" in text or "SPARK-24819" in text:
+                raise NotEnoughSlotsError(
+                    f"the job needs {p} slots (parallelism {p}), but Spark master {self.master} "
+                    f"offers fewer (default parallelism {sc.defaultParallelism}); add executors/cores or lower the parallelism"
+                ) from None
+            raise
+
+    def cancel(self, job_id: str) -> None:
+        try:
+            self.spark_context.cancelJobGroup(job_id)
+        except Exception:
+            pass
+
+
+def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) -> Any:
+    """Body of one barrier task, in a Spark Python worker."""
+    import cloudpickle
+    from pyspark import BarrierTaskContext
+
+    from ..task.slot import SlotRuntime
+    from .control import ControlClient
+
+    ctx = BarrierTaskContext.get()
+    subtask = ctx.partitionId()
+    attempt = ctx.attemptNumber()
+    control = ControlClient(tuple(jm_address), subtask, attempt)
+    try:
+        graph = cloudpickle.loads(graph_payload)
+        host = "127.0.0.1" if local else socket.gethostbyname(socket.gethostname())
+        slot = SlotRuntime(graph, subtask, host=host, attempt=attempt, control=control)
+    except BaseException as e:
+        import traceback
+
+        control.send({"type": "failed", "slot": subtask, "operator": None, "error_type": type(e).__name__,
+                      "error": f"could not set up the task: {e}", "traceback": traceback.format_exc(), "cause": "task"})
+        control.close()
+        raise
+    addresses = ctx.allGather(json.dumps(list(slot.address)))
+    slot.connect([tuple(json.loads(a)) for a in addresses])
+    slot.run()
+    yield json.dumps({"slot": subtask, "operators": slot.operator_metrics()})

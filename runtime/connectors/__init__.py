@@ -1,0 +1,31 @@
+"""Sources and sinks.
+
+========================  =========================================
+``DataGenSource``         row ``i`` is ``fn(i)``; bounded or not, rate-limited or not
+``FileSource``            parquet / csv / jsonl files of a directory, bounded or monitored
+``FileSink``              parquet / jsonl part files
+``PrintSink``             prints records (to the job manager's console)
+``DiscardingSink``        drops records
+========================  =========================================
+"""
+
+from .base import END, Sink, SinkWriter, Source, SourceReader
+from .collection import CollectionSource
+from .datagen import DataGenSource
+from .files import FileFormatError, FileSink, FileSource
+from .sinks import DiscardingSink, PrintSink
+
+__all__ = [
+    "END",
+    "CollectionSource",
+    "DataGenSource",
+    "DiscardingSink",
+    "FileFormatError",
+    "FileSink",
+    "FileSource",
+    "PrintSink",
+    "Sink",
+    "SinkWriter",
+    "Source",
+    "SourceReader",
+]

@@ -1,0 +1,71 @@
+"""DataGenSource: row ``i`` is ``fn(i)``; deterministic, split across subtasks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .base import END, Source, SourceReader, batch_size_of, share
+
+
+class DataGenSource(Source):
+    """Rows ``fn(0), fn(1), ...`` (``count`` of them, or without end).
+
+    Subtask ``k`` of ``p`` generates the indices ``k, k + p, k + 2p, ...``.
+    ``rows_per_second`` limits the rate of the whole source (shared evenly).
+    """
+
+    default_name = "DataGen"
+
+    def __init__(self, fn: Callable[[int], Any], count: int | None = None, rows_per_second: float | None = None):
+        if not callable(fn):
+            raise TypeError(f"DataGenSource needs a function of the row index, got {fn!r}")
+        if count is not None and (not isinstance(count, int) or count < 0):
+            raise ValueError(f"DataGenSource count must be a non-negative int or None, got {count!r}")
+        if rows_per_second is not None and rows_per_second <= 0:
+            raise ValueError(f"DataGenSource rows_per_second must be > 0, got {rows_per_second!r}")
+        self.fn = fn
+        self.count = count
+        self.rows_per_second = rows_per_second
+
+    def create_reader(self, ctx) -> "DataGenReader":
+        k, p = share(ctx)
+        return DataGenReader(self, k, p, batch_size_of(ctx))
+
+
+class DataGenReader(SourceReader):
+    def __init__(self, source: DataGenSource, subtask: int, parallelism: int, batch_size: int):
+        self.fn = source.fn
+        self.stride = parallelism
+        self.next_index = subtask  # the position: next index this subtask emits
+        self.stop = source.count
+        self.batch_size = batch_size
+        self.rate = source.rows_per_second / parallelism if source.rows_per_second else None
+        self.emitted = 0
+        self.started = time.monotonic()
+
+    def _due(self, now: float) -> int:
+        return int((now - self.started) * self.rate) - self.emitted + 1
+
+    def poll(self):
+        n = self.batch_size
+        if self.rate is not None:
+            n = min(n, self._due(time.monotonic()))
+            if n <= 0:
+                return None
+        start, stride = self.next_index, self.stride
+        stop = start + n * stride
+        if self.stop is not None:
+            stop = min(stop, self.stop)
+            if start >= self.stop:
+                return END
+        fn = self.fn
+        rows = [fn(i) for i in range(start, stop, stride)]
+        self.next_index = start + len(rows) * stride
+        self.emitted += len(rows)
+        return rows
+
+    def wakeup_at(self, now: float) -> float:
+        if self.rate is None:
+            return now
+        return self.started + self.emitted / self.rate

@@ -1,0 +1,1 @@
+"""Logical plan -> job graph (operators, edges, chains)."""

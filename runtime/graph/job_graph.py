@@ -1,0 +1,179 @@
+"""Logical plan -> job graph: operators, edges, and chains (tasks).
+
+Virtual transformations (``key_by``, ``rebalance``, ``union``) become edge
+properties. An operator is chained to its input (runs in the same task, called
+directly, no channel) when it has exactly one input and that input is a
+forward edge; every other edge becomes a channel edge between tasks. All
+operators run at the job's parallelism, one subtask of each per slot (Flink's
+slot sharing), so forward edges never leave the slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api import transformations as T
+from ..api.transformations import KeySpec, Transformation
+from ..config import Configuration, Options
+from ..state.keygroups import check_max_parallelism
+
+
+class JobDefinitionError(ValueError):
+    """The job as written cannot run; the message says what to change."""
+
+
+@dataclass
+class Edge:
+    id: int
+    source: int  # operator id
+    target: int  # operator id
+    partitioner: str  # T.FORWARD / T.HASH / T.REBALANCE
+    key: KeySpec | None = None
+    input_index: int = 0  # 0 or 1 for two-input operators
+
+
+@dataclass
+class OperatorNode:
+    id: int
+    kind: str
+    name: str
+    uid: str | None
+    fn: Any
+    params: dict
+    inputs: list[int] = field(default_factory=list)  # edge ids
+    outputs: list[int] = field(default_factory=list)  # edge ids
+    chained_outputs: list[int] = field(default_factory=list)  # operator ids (forward, same task)
+    channel_outputs: list[int] = field(default_factory=list)  # edge ids leaving the task
+
+    @property
+    def is_source(self) -> bool:
+        return self.kind == T.SOURCE
+
+    @property
+    def is_sink(self) -> bool:
+        return self.kind == T.SINK
+
+
+@dataclass
+class TaskVertex:
+    """A chain of operators run together in one subtask."""
+
+    id: int
+    head: int
+    operators: list[int]  # topological order, head first
+    input_edges: list[int]  # channel edges into the head
+
+    def name(self, graph: "JobGraph") -> str:
+        return " -> ".join(graph.operators[o].name for o in self.operators)
+
+
+@dataclass
+class JobGraph:
+    job_name: str
+    parallelism: int
+    max_parallelism: int
+    operators: dict[int, OperatorNode]
+    edges: dict[int, Edge]
+    tasks: list[TaskVertex]
+    config: dict[str, Any]
+
+    def operator_order(self) -> list[int]:
+        return [o for t in self.tasks for o in t.operators]
+
+    def describe(self) -> str:
+        lines = [f"Job {self.job_name!r}: parallelism {self.parallelism}, max parallelism {self.max_parallelism}"]
+        for task in self.tasks:
+            ins = ", ".join(
+                f"{self.operators[self.edges[e].source].name} ={self.edges[e].partitioner}=>" for e in task.input_edges
+            )
+            lines.append(f"  task {task.id}: {(ins + ' ') if ins else ''}{task.name(self)}")
+        return "\n".join(lines)
+
+
+def _display_names(nodes: list[Transformation]) -> dict[int, str]:
+    prefix = {T.SOURCE: "Source: ", T.SINK: "Sink: "}
+    names: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for t in nodes:
+        base = t.name if t.name.startswith(("Source:", "Sink:")) else prefix.get(t.kind, "") + t.name
+        n = seen.get(base, 0) + 1
+        seen[base] = n
+        names[t.id] = base if n == 1 else f"{base} ({n})"
+    return names
+
+
+def build_job_graph(transformations: list[Transformation], config: Configuration, job_name: str) -> JobGraph:
+    parallelism = config.get_int(Options.PARALLELISM)
+    max_parallelism = config.get_int(Options.MAX_PARALLELISM)
+    if parallelism < 1:
+        raise JobDefinitionError(f"parallelism must be >= 1, got {parallelism}")
+    try:
+        check_max_parallelism(max_parallelism, parallelism)
+    except ValueError as e:
+        raise JobDefinitionError(str(e)) from None
+
+    real = [t for t in transformations if t.kind not in T.VIRTUAL_KINDS]
+    if not any(t.kind == T.SOURCE for t in real):
+        raise JobDefinitionError("the job has no source: add one with env.from_source(...)")
+    if not any(t.kind == T.SINK for t in real):
+        raise JobDefinitionError("the job has no sink: add one with stream.sink_to(...) or stream.print()")
+    names = _display_names(real)
+    operators = {
+        t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params)) for t in real
+    }
+
+    # Resolve virtual nodes into (upstream operator, partitioner, key) triples.
+    def upstreams(t: Transformation, partitioner: str, key: KeySpec | None) -> list[tuple[int, str, KeySpec | None]]:
+        if t.kind == T.UNION:
+            return [u for i in t.inputs for u in upstreams(i, partitioner, key)]
+        if t.kind == T.PARTITION:
+            # The partitioning nearest to the consumer wins, as in Flink.
+            if partitioner == T.FORWARD:
+                partitioner, key = t.params["partitioner"], t.params.get("key")
+            return upstreams(t.inputs[0], partitioner, key)
+        return [(t.id, partitioner, key)]
+
+    edges: dict[int, Edge] = {}
+    for t in real:
+        for input_index, inp in enumerate(t.inputs):
+            for src, partitioner, key in upstreams(inp, T.FORWARD, None):
+                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index)
+                edges[e.id] = e
+                operators[t.id].inputs.append(e.id)
+                operators[src].outputs.append(e.id)
+
+    # Chaining.
+    chained_into: dict[int, int] = {}
+    for op in operators.values():
+        if len(op.inputs) == 1 and not op.is_source:
+            e = edges[op.inputs[0]]
+            if e.partitioner == T.FORWARD and op.kind not in (T.CO_PROCESS, T.CO_MAP):
+                chained_into[op.id] = e.source
+    for op in operators.values():
+        for eid in op.outputs:
+            e = edges[eid]
+            if chained_into.get(e.target) == op.id:
+                op.chained_outputs.append(e.target)
+            else:
+                op.channel_outputs.append(eid)
+
+    tasks: list[TaskVertex] = []
+    for op in operators.values():  # in creation order: sources first, heads in plan order
+        if op.id in chained_into:
+            continue
+        members: list[int] = []
+        stack = [op.id]
+        while stack:
+            o = stack.pop(0)
+            members.append(o)
+            stack.extend(operators[o].chained_outputs)
+        tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs)))
+
+    for op in operators.values():
+        if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE):
+            e = edges[op.inputs[0]]
+            if e.partitioner != T.HASH:
+                raise JobDefinitionError(f"operator {op.name!r} needs a keyed input (key_by)")
+
+    return JobGraph(job_name, parallelism, max_parallelism, operators, edges, tasks, config.to_dict())

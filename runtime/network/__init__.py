@@ -1,0 +1,1 @@
+"""Channels between subtasks: batching, credit-based flow control, events in order with data."""

@@ -1,0 +1,174 @@
+"""Channels between subtasks, with credit-based flow control.
+
+An output channel batches records until ``batch_size`` records or the buffer
+timeout, then delivers the batch when the receiver has granted a credit. A
+receiver grants ``buffers_per_channel`` credits up front and one more each time
+it consumes a batch, so every channel holds a bounded number of batches however
+slow its consumer: a slow sink slows the sources instead of filling memory.
+Because credit is per channel, one blocked channel (barrier alignment) stops
+only its own sender while the other channels on the same connection flow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, Callable
+
+from ..batch import Batch, concat, num_rows, same_form
+from .events import RuntimeEvent
+
+
+class OutputChannel:
+    def __init__(self, deliver: Callable[[Any, bool], None], batch_size: int, buffer_timeout_ms: int, max_pending: int = 1):
+        self._deliver = deliver
+        self.batch_size = max(1, batch_size)
+        self.buffer_timeout = buffer_timeout_ms / 1000.0
+        self.max_pending = max_pending
+        self.credits = 0
+        self._buf: list[Batch] = []
+        self._buf_rows = 0
+        self._buf_since = 0.0
+        self._pending: deque[tuple[Any, bool]] = deque()
+        self.closed = False  # EndOfPartition sent
+        self.batches_sent = 0
+
+    def emit(self, batch: Batch) -> None:
+        n = num_rows(batch)
+        if n == 0:
+            return
+        if self._buf and not same_form(self._buf[0], batch):
+            self._seal()
+        if not self._buf:
+            self._buf_since = time.monotonic()
+        self._buf.append(batch)
+        self._buf_rows += n
+        if self._buf_rows >= self.batch_size or self.buffer_timeout == 0:
+            self._seal()
+
+    def send_event(self, event: RuntimeEvent) -> None:
+        self._seal()
+        self._pending.append((event, False))
+        self._drain()
+
+    def flush(self) -> None:
+        self._seal()
+
+    def flush_if_due(self, now: float) -> float | None:
+        """Seal a partly filled batch whose timeout passed; return the next deadline."""
+        if not self._buf:
+            return None
+        deadline = self._buf_since + self.buffer_timeout
+        if now >= deadline:
+            self._seal()
+            return None
+        return deadline
+
+    def add_credits(self, n: int) -> None:
+        self.credits += n
+        self._drain()
+
+    def is_available(self) -> bool:
+        """True while the sender may produce more: few batches wait for credit."""
+        return len(self._pending) <= self.max_pending
+
+    def is_idle(self) -> bool:
+        return not self._buf and not self._pending
+
+    def _seal(self) -> None:
+        if not self._buf:
+            return
+        batch = concat(self._buf)
+        self._buf = []
+        self._buf_rows = 0
+        self._pending.append((batch, True))
+        self._drain()
+
+    def _drain(self) -> None:
+        pending = self._pending
+        while pending:
+            item, is_data = pending[0]
+            if is_data:
+                if self.credits <= 0:
+                    return
+                self.credits -= 1
+                self.batches_sent += 1
+            pending.popleft()
+            self._deliver(item, is_data)
+
+
+class InputChannel:
+    """Batches and events from one upstream subtask on one edge, in order."""
+
+    def __init__(self, edge: int, source_subtask: int, input_index: int):
+        self.edge = edge
+        self.source_subtask = source_subtask
+        self.input_index = input_index
+        self.queue: deque[Any] = deque()
+        self.finished = False  # EndOfPartition consumed
+        self.return_credit: Callable[[int], None] = lambda n: None
+
+    def push(self, item: Any) -> None:
+        self.queue.append(item)
+
+    def poll(self) -> Any:
+        item = self.queue.popleft()
+        if not isinstance(item, RuntimeEvent):
+            self.return_credit(1)
+        return item
+
+    def __repr__(self) -> str:
+        return f"InputChannel(edge={self.edge}, from={self.source_subtask}, queued={len(self.queue)})"
+
+
+class InputGate:
+    """All input channels of one task; any single channel can be blocked.
+
+    ``poll`` takes the next item round-robin from the channels that are not
+    blocked and have data, so a blocked channel (barrier alignment) never
+    stalls the others.
+    """
+
+    def __init__(self, channels: list[InputChannel]):
+        self.channels = channels
+        self._blocked: set[int] = set()
+        self._next = 0
+
+    def poll(self) -> tuple[int, Any] | None:
+        channels = self.channels
+        n = len(channels)
+        start = self._next
+        for k in range(n):
+            i = (start + k) % n
+            ch = channels[i]
+            if ch.queue and i not in self._blocked:
+                self._next = i + 1
+                return i, ch.poll()
+        return None
+
+    def block(self, index: int) -> None:
+        self._blocked.add(index)
+
+    def unblock(self, index: int) -> None:
+        self._blocked.discard(index)
+
+    def unblock_all(self) -> None:
+        self._blocked.clear()
+
+    def is_blocked(self, index: int) -> bool:
+        return index in self._blocked
+
+    def all_finished(self) -> bool:
+        return all(ch.finished for ch in self.channels)
+
+    def has_available(self) -> bool:
+        return any(ch.queue and i not in self._blocked for i, ch in enumerate(self.channels))
+
+
+def local_pair(edge: int, subtask: int, input_index: int, batch_size: int, buffer_timeout_ms: int, credits: int) -> tuple[OutputChannel, InputChannel]:
+    """An in-process channel (same slot): objects are handed over, not serialised."""
+    inp = InputChannel(edge, subtask, input_index)
+    out = OutputChannel(lambda item, is_data: inp.push(item), batch_size, buffer_timeout_ms)
+    inp.return_credit = out.add_credits
+    out.add_credits(credits)
+    return out, inp

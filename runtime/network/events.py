@@ -1,0 +1,34 @@
+"""Control events that travel on data channels, in order with the batches.
+
+Events take no credit: they are small, and a barrier must never wait behind a
+credit that only consuming the data before it can return. They still queue
+behind the batches emitted before them, so order per channel is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeEvent:
+    pass
+
+
+@dataclass(frozen=True)
+class EndOfPartition(RuntimeEvent):
+    """The sender's subtask has emitted its last record on this channel."""
+
+
+@dataclass(frozen=True)
+class CheckpointBarrier(RuntimeEvent):
+    """Barrier ``checkpoint_id``: everything before it belongs to that snapshot."""
+
+    checkpoint_id: int
+    timestamp_ms: int
+    unaligned: bool = False
+
+
+@dataclass(frozen=True)
+class Watermark(RuntimeEvent):
+    timestamp_ms: int

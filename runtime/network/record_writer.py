@@ -1,0 +1,127 @@
+"""Record writers: split each batch over the channels of one edge.
+
+* forward: subtask i -> subtask i, one in-process channel;
+* hash: by key group (``state.keygroups``), vectorised for key columns;
+* rebalance: whole batches round-robin.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from ..api.transformations import FORWARD, HASH, REBALANCE, KeySpec
+from ..batch import Batch, extract_keys, num_rows, try_columnar
+from ..state.keygroups import assign_key_groups, key_hashes, operator_index_for_key_group
+from .channels import OutputChannel
+from .events import RuntimeEvent
+
+
+class KeyExtractionError(Exception):
+    """A key could not be taken from a record; the message names the key."""
+
+
+class RecordWriter:
+    def __init__(self, edge: int, partitioner: str, channels: list[OutputChannel], subtask: int,
+                 key: KeySpec | None = None, max_parallelism: int = 128):
+        self.edge = edge
+        self.channels = channels
+        self._emit: Callable[[Batch], None]
+        if partitioner == FORWARD:
+            self._emit = channels[0].emit
+        elif partitioner == REBALANCE:
+            self._next = subtask % len(channels)
+            self._emit = self._rebalance
+        elif partitioner == HASH:
+            assert key is not None
+            self._key = key
+            self._max_parallelism = max_parallelism
+            self._emit = self._hash if len(channels) > 1 else self._hash_single
+        else:
+            raise ValueError(f"unknown partitioner {partitioner!r}")
+
+    def emit(self, batch: Batch) -> None:
+        if num_rows(batch):
+            self._emit(batch)
+
+    def broadcast_event(self, event: RuntimeEvent) -> None:
+        for ch in self.channels:
+            ch.send_event(event)
+
+    def is_available(self) -> bool:
+        for ch in self.channels:
+            if not ch.is_available():
+                return False
+        return True
+
+    def flush(self) -> None:
+        for ch in self.channels:
+            ch.flush()
+
+    def flush_if_due(self, now: float) -> float | None:
+        deadline = None
+        for ch in self.channels:
+            d = ch.flush_if_due(now)
+            if d is not None and (deadline is None or d < deadline):
+                deadline = d
+        return deadline
+
+    # -- partitioners -------------------------------------------------------
+    def _rebalance(self, batch: Batch) -> None:
+        ch = self.channels[self._next]
+        self._next = (self._next + 1) % len(self.channels)
+        ch.emit(batch)
+
+    def _columnar(self, batch: Batch) -> Batch:
+        # Dict rows keyed by a column take the columnar path from here on.
+        if self._key.column is not None and not isinstance(batch, pa.RecordBatch):
+            converted = try_columnar(batch)
+            if converted is not None:
+                return converted
+        return batch
+
+    def _hash_single(self, batch: Batch) -> None:
+        self.channels[0].emit(self._columnar(batch))
+
+    def _hash(self, batch: Batch) -> None:
+        batch = self._columnar(batch)
+        targets = operator_index_for_key_group(
+            self._max_parallelism, len(self.channels), assign_key_groups(self.keys_of(batch), self._max_parallelism)
+        )
+        split(batch, targets, self.channels)
+
+    def keys_of(self, batch: Batch) -> Any:
+        try:
+            return extract_keys(batch, self._key)
+        except KeyError as e:
+            if self._key.fn is not None:
+                raise
+            raise KeyExtractionError(e.args[0]) from e
+
+
+def split(batch: Batch, targets: np.ndarray, channels: list[OutputChannel]) -> None:
+    """Send row ``i`` of ``batch`` to ``channels[targets[i]]``, keeping row order per channel."""
+    p = len(channels)
+    if isinstance(batch, pa.RecordBatch):
+        order = np.argsort(targets, kind="stable")
+        counts = np.bincount(targets, minlength=p)
+        taken = batch.take(pa.array(order))
+        offset = 0
+        for i in range(p):
+            c = int(counts[i])
+            if c:
+                channels[i].emit(taken.slice(offset, c))
+                offset += c
+        return
+    parts: list[list] = [[] for _ in range(p)]
+    appends = [part.append for part in parts]
+    for record, t in zip(batch, targets.tolist()):
+        appends[t](record)
+    for i, part in enumerate(parts):
+        if part:
+            channels[i].emit(part)
+
+
+__all__ = ["RecordWriter", "KeyExtractionError", "split", "key_hashes"]

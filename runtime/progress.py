@@ -1,0 +1,95 @@
+"""Live progress (records in/out per second per operator) and the end-of-job summary, on stderr.
+
+PrintSink output goes to stdout, above the live table, so a job's output can be
+piped while its progress stays on the terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def _rate(n: float) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M/s"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k/s"
+    return f"{n:.0f}/s"
+
+
+class ProgressDisplay:
+    def __init__(self, graph: Any, live: bool | None, summary: bool = True):
+        self.graph = graph
+        self.err = Console(stderr=True)
+        self.out = Console(soft_wrap=True, highlight=False)
+        self.live_enabled = self.err.is_terminal if live is None else live
+        self.summary_enabled = summary
+        self._live: Live | None = None
+        self._last: dict[str, list[int]] = {}
+        self._last_t = time.monotonic()
+        self._rates: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self.started = time.time()
+
+    def start(self) -> None:
+        if self.live_enabled:
+            self._live = Live(self._table({}), console=self.err, refresh_per_second=4, transient=True)
+            self._live.start()
+
+    def print_lines(self, lines: list[str]) -> None:
+        with self._lock:
+            text = "\n".join(lines)
+            if self._live is not None:
+                self._live.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            else:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+
+    def update(self, totals: dict[str, list[int]]) -> None:
+        now = time.monotonic()
+        dt = now - self._last_t
+        if dt >= 0.5:
+            for op, (rin, rout) in totals.items():
+                prev = self._last.get(op, [0, 0])
+                self._rates[op] = ((rin - prev[0]) / dt, (rout - prev[1]) / dt)
+            self._last = {k: list(v) for k, v in totals.items()}
+            self._last_t = now
+        if self._live is not None:
+            self._live.update(self._table(totals))
+
+    def _table(self, totals: dict[str, list[int]], final: bool = False, seconds: float | None = None) -> Table:
+        title = f"{self.graph.job_name}  parallelism {self.graph.parallelism}"
+        if seconds is not None:
+            title += f"  {seconds:.1f}s"
+        table = Table(title=title, title_justify="left", expand=False)
+        table.add_column("operator")
+        table.add_column("records in", justify="right")
+        table.add_column("in/s" if not final else "avg in/s", justify="right")
+        table.add_column("records out", justify="right")
+        table.add_column("out/s" if not final else "avg out/s", justify="right")
+        for op_id in self.graph.operator_order():
+            name = self.graph.operators[op_id].name
+            rin, rout = totals.get(str(op_id), [0, 0])
+            if final:
+                secs = max(seconds or 0.0, 1e-9)
+                r_in, r_out = rin / secs, rout / secs
+            else:
+                r_in, r_out = self._rates.get(str(op_id), (0.0, 0.0))
+            table.add_row(name, f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out))
+        return table
+
+    def close(self, totals: dict[str, list[int]], status: str, seconds: float, extra: str = "") -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self.summary_enabled:
+            self.err.print(self._table(totals, final=True, seconds=seconds))
+            style = "green" if status == "FINISHED" else "red"
+            self.err.print(f"[{style}]Job {self.graph.job_name!r} {status.lower()}[/] in {seconds:.1f}s{extra}")

@@ -1,0 +1,1 @@
+"""Key groups and state."""

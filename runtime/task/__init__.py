@@ -1,0 +1,1 @@
+"""Subtasks: the slot loop, operator chains, operators."""

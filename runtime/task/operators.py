@@ -1,0 +1,446 @@
+"""Stream operators: what runs inside a task, batch by batch.
+
+Each operator gets a batch (Arrow or Python rows), does its work, and hands
+results to its ``Output`` (chained operators and record writers). Built-ins
+that need no Python per record stay columnar; per-record functions see dicts.
+
+Failures inside an operator's own work become ``OperatorFailure`` naming the
+operator; failures of operators downstream pass through untouched, so the job
+reports the operator whose code raised.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..api import transformations as T
+from ..api.functions import RuntimeContext, as_callable
+from ..batch import Batch, extract_keys, num_rows, to_rows
+from ..graph.job_graph import OperatorNode
+
+
+class OperatorFailure(Exception):
+    """An exception raised by an operator (usually by user code), with its name and traceback."""
+
+    def __init__(self, operator: str, subtask: int, parallelism: int, error: BaseException):
+        self.operator = operator
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self.error_type = type(error).__name__
+        self.error = str(error)
+        self.traceback = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        super().__init__(f"operator {operator!r} (subtask {subtask + 1}/{parallelism}) raised {self.error_type}: {error}")
+
+
+class Output:
+    """Fan-out of one operator: chained operators first, then channel edges."""
+
+    def __init__(self) -> None:
+        self.targets: list[Callable[[Batch], None]] = []
+        self.records_out = 0
+
+    def emit(self, batch: Batch) -> None:
+        n = num_rows(batch)
+        if not n:
+            return
+        self.records_out += n
+        for t in self.targets:
+            t(batch)
+
+
+class StreamOperator:
+    def __init__(self, node: OperatorNode, ctx: RuntimeContext):
+        self.node = node
+        self.name = node.name
+        self.ctx = ctx
+        self.output = Output()
+        self.records_in = 0
+
+    # lifecycle --------------------------------------------------------------
+    def open(self) -> None:
+        self._guard(self.setup)
+
+    def setup(self) -> None:
+        fn = self.node.fn
+        if hasattr(fn, "open") and callable(fn.open):
+            fn.open(self.ctx)
+
+    def process_batch(self, batch: Batch, input_index: int = 0) -> None:
+        self.records_in += num_rows(batch)
+        try:
+            self.process(batch, input_index)
+        except OperatorFailure:
+            raise
+        except Exception as e:
+            raise self.failure(e) from e
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        raise NotImplementedError
+
+    def end_input(self, input_index: int) -> None:
+        """All channels of ``input_index`` delivered EndOfPartition."""
+
+    def finish(self) -> None:
+        """No more input: emit what is left (before downstream operators finish)."""
+        self._guard(self.on_finish)
+
+    def on_finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        fn = self.node.fn
+        if hasattr(fn, "close") and callable(fn.close):
+            self._guard(fn.close)
+
+    # helpers ----------------------------------------------------------------
+    def failure(self, e: BaseException) -> OperatorFailure:
+        return OperatorFailure(self.name, self.ctx.get_index_of_this_subtask(), self.ctx.get_number_of_parallel_subtasks(), e)
+
+    def _guard(self, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except OperatorFailure:
+            raise
+        except Exception as e:
+            raise self.failure(e) from e
+
+
+class MapOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "map", "map")
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn = self._fn
+        self.output.emit([fn(r) for r in to_rows(batch)])
+
+
+class FlatMapOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "flat_map", "flat_map")
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn = self._fn
+        out: list = []
+        extend = out.extend
+        for r in to_rows(batch):
+            result = fn(r)
+            if result is not None:
+                extend(result)
+        self.output.emit(out)
+
+
+class FilterOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "filter", "filter")
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn = self._fn
+        if isinstance(batch, pa.RecordBatch):
+            # Keep the columnar form: only the predicate sees rows.
+            mask = [bool(fn(r)) for r in batch.to_pylist()]
+            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())))
+        else:
+            self.output.emit([r for r in batch if fn(r)])
+
+
+class _Context:
+    """The ``ctx`` handed to process functions."""
+
+    __slots__ = ("current_key",)
+
+    def __init__(self) -> None:
+        self.current_key = None
+
+    def get_current_key(self) -> Any:
+        return self.current_key
+
+    def timestamp(self) -> None:
+        return None
+
+
+class ProcessOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "process_element", "process")
+        self._ctx = _Context()
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, ctx = self._fn, self._ctx
+        out: list = []
+        extend = out.extend
+        for r in to_rows(batch):
+            result = fn(r, ctx)
+            if result is not None:
+                extend(result)
+        self.output.emit(out)
+
+
+class KeyedProcessOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "process_element", "process")
+        self._ctx = _Context()
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, ctx = self._fn, self._ctx
+        keys = extract_keys(batch, self.node.params["key"])
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
+        out: list = []
+        extend = out.extend
+        for key, r in zip(keys, to_rows(batch)):
+            ctx.current_key = key
+            result = fn(r, ctx)
+            if result is not None:
+                extend(result)
+        self.output.emit(out)
+
+
+class KeyedReduceOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        self._fn = as_callable(self.node.fn, "reduce", "reduce")
+        self._state: dict[Any, Any] = {}
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, state = self._fn, self._state
+        keys = extract_keys(batch, self.node.params["key"])
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
+        out = []
+        missing = object()
+        for key, r in zip(keys, to_rows(batch)):
+            current = state.get(key, missing)
+            value = r if current is missing else fn(current, r)
+            state[key] = value
+            out.append(value)
+        self.output.emit(out)
+
+
+class RollingAggregator:
+    """Per-key running sum/min/max over numpy arrays.
+
+    Keys map to slots through a dict (one lookup per record, ~20M/s); the
+    accumulators live in one numpy array indexed by slot; within a batch the
+    running values come from one grouped cumulative kernel.
+    """
+
+    def __init__(self, how: str):
+        self.how = how
+        self.slot_of: dict[Any, int] = {}
+        self.acc = np.zeros(0, dtype=np.int64)
+
+    def slots(self, keys: list) -> np.ndarray:
+        get = self.slot_of.get
+        found = [get(k) for k in keys]
+        if None in found:
+            slot_of = self.slot_of
+            for i, s in enumerate(found):
+                if s is None:
+                    k = keys[i]
+                    s = slot_of.get(k)
+                    if s is None:
+                        s = slot_of[k] = len(slot_of)
+                    found[i] = s
+        return np.asarray(found, dtype=np.int64)
+
+    def update(self, keys: list, values: np.ndarray) -> np.ndarray:
+        before = len(self.slot_of)
+        s = self.slots(keys)
+        n_slots = len(self.slot_of)
+        if values.dtype.kind == "b":
+            values = values.astype(np.int64)
+        if values.dtype.kind not in "iuf":
+            raise TypeError(f"{self.how}() needs numeric values, got {values.dtype}")
+        if values.dtype.kind == "u":
+            values = values.astype(np.int64)
+        if values.dtype.kind == "f" and self.acc.dtype.kind != "f":
+            self.acc = self.acc.astype(np.float64)
+        if values.dtype.kind == "i" and values.dtype != np.int64:
+            values = values.astype(np.int64)
+        if n_slots > len(self.acc):
+            grown = np.zeros(max(n_slots, 2 * len(self.acc), 1024), dtype=self.acc.dtype)
+            grown[: len(self.acc)] = self.acc
+            self.acc = grown
+        series = pd.Series(values, copy=False).groupby(s, sort=False)
+        if n_slots > before and self.how != "sum":
+            # A new key starts from its first value (there is no identity for min/max).
+            new = s >= before
+            first_slots, first_idx = np.unique(s[new], return_index=True)
+            self.acc[first_slots] = values[np.flatnonzero(new)[first_idx]]
+        prior = self.acc[s]
+        if self.how == "sum":
+            result = prior + series.cumsum().to_numpy()
+        elif self.how == "min":
+            result = np.minimum(prior, series.cummin().to_numpy())
+        else:
+            result = np.maximum(prior, series.cummax().to_numpy())
+        result = result.astype(self.acc.dtype, copy=False)
+        rev_slots, rev_idx = np.unique(s[::-1], return_index=True)
+        self.acc[rev_slots] = result[len(s) - 1 - rev_idx]
+        return result
+
+
+class KeyedAggregateOperator(StreamOperator):
+    """Rolling sum/min/max: each input is emitted with ``field`` set to its key's aggregate."""
+
+    def setup(self) -> None:
+        self._how = self.node.params["how"]
+        self._field = self.node.params["field"]
+        self._key = self.node.params["key"]
+        self._agg = RollingAggregator(self._how)
+        self._objects: dict[Any, Any] = {}  # keys whose values are not numeric (min/max of str, Decimal...)
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        keys = extract_keys(batch, self._key)
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
+        field = self._field
+        if isinstance(batch, pa.RecordBatch):
+            idx = batch.schema.get_field_index(field) if isinstance(field, str) else -1
+            if idx < 0:
+                raise KeyError(f"{self._how}({field!r}): no such column; columns: {batch.schema.names}")
+            col = batch.column(idx)
+            if col.null_count:
+                raise ValueError(f"{self._how}({field!r}): a record has no value (null) in {field!r}")
+            if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
+                result = self._agg.update(keys, col.to_numpy(zero_copy_only=False))
+                self.output.emit(batch.set_column(idx, field, pa.array(result)))
+                return
+            batch = batch.to_pylist()
+        rows = batch
+        try:
+            values = [r[field] for r in rows]
+        except (KeyError, IndexError, TypeError) as e:
+            raise KeyError(f"{self._how}({field!r}): cannot read {field!r} from a record: {type(e).__name__}: {e}") from e
+        arr = np.asarray(values) if values else np.zeros(0, dtype=np.int64)
+        if arr.dtype.kind in "biuf" and all(type(v) in (int, float, bool) for v in values[:1]):
+            results = self._agg.update(keys, arr).tolist()
+        else:
+            results = self._object_update(keys, values)
+        self.output.emit([_replace(r, field, v) for r, v in zip(rows, results)])
+
+    def _object_update(self, keys: list, values: list) -> list:
+        state, how, out = self._objects, self._how, []
+        missing = object()
+        for k, v in zip(keys, values):
+            if v is None:
+                raise ValueError(f"{how}({self._field!r}): a record has no value (None)")
+            cur = state.get(k, missing)
+            if cur is missing:
+                new = v
+            elif how == "sum":
+                new = cur + v
+            elif how == "min":
+                new = v if v < cur else cur
+            else:
+                new = v if v > cur else cur
+            state[k] = new
+            out.append(new)
+        return out
+
+
+def _replace(record: Any, field: Any, value: Any) -> Any:
+    if type(record) is dict:
+        out = dict(record)
+        out[field] = value
+        return out
+    if isinstance(record, tuple):
+        if hasattr(record, "_replace") and isinstance(field, str):  # namedtuple by name
+            return record._replace(**{field: value})
+        return record[:field] + (value,) + record[field + 1 :]
+    if isinstance(record, list):
+        out = list(record)
+        out[field] = value
+        return out
+    if isinstance(record, dict):
+        out = dict(record)
+        out[field] = value
+        return out
+    raise TypeError(f"rolling aggregation needs dict, tuple or list records, got {type(record).__name__}")
+
+
+class CoProcessOperator(StreamOperator):
+    def setup(self) -> None:
+        super().setup()
+        fn = self.node.fn
+        if self.node.kind == T.CO_MAP:
+            m1, m2 = as_callable(fn, "map1", "map"), as_callable(fn, "map2", "map")
+            self._fns = (lambda r, ctx: (m1(r),), lambda r, ctx: (m2(r),))
+        else:
+            self._fns = (as_callable(fn, "process_element1", "process"), as_callable(fn, "process_element2", "process"))
+        self._ctx = _Context()
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, ctx = self._fns[input_index], self._ctx
+        out: list = []
+        for r in to_rows(batch):
+            result = fn(r, ctx)
+            if result is not None:
+                out.extend(result)
+        self.output.emit(out)
+
+
+class SinkOperator(StreamOperator):
+    def setup(self) -> None:
+        self._writer = self.node.fn.create_writer(self.ctx)
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        self._writer.write(batch)
+
+    def on_finish(self) -> None:
+        self._writer.finish()
+
+    def close(self) -> None:
+        self._guard(self._writer.close)
+
+
+class SourceOperator(StreamOperator):
+    """Head of a source task; the task polls its reader and calls ``emit``."""
+
+    def setup(self) -> None:
+        self.reader = self.node.fn.create_reader(self.ctx)
+
+    def poll(self) -> Any:
+        """The reader's next batch, None (nothing yet) or END."""
+        try:
+            return self.reader.poll()
+        except Exception as e:
+            raise self.failure(e) from e
+
+    def emit(self, batch: Batch) -> None:
+        self.records_in += num_rows(batch)
+        self.output.emit(batch)
+
+    def process(self, batch: Batch, input_index: int) -> None:  # pragma: no cover - sources have no input
+        raise RuntimeError("a source has no input")
+
+    def close(self) -> None:
+        self._guard(self.reader.close)
+
+
+OPERATORS: dict[str, type[StreamOperator]] = {
+    T.SOURCE: SourceOperator,
+    T.MAP: MapOperator,
+    T.FLAT_MAP: FlatMapOperator,
+    T.FILTER: FilterOperator,
+    T.PROCESS: ProcessOperator,
+    T.KEYED_PROCESS: KeyedProcessOperator,
+    T.KEYED_AGGREGATE: KeyedAggregateOperator,
+    T.KEYED_REDUCE: KeyedReduceOperator,
+    T.CO_PROCESS: CoProcessOperator,
+    T.CO_MAP: CoProcessOperator,
+    T.SINK: SinkOperator,
+}
+
+
+def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
+    return OPERATORS[node.kind](node, ctx)

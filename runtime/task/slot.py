@@ -1,0 +1,307 @@
+"""One slot: a subtask of every operator, run by a single-threaded loop.
+
+The loop (Flink's mailbox, without threads: Python has one core per process
+anyway) repeatedly lets each task take a few batches from its input gate or
+source, moves bytes on the network, seals batches whose buffer timeout passed,
+reports metrics and reads control messages. A task only takes input while all
+of its record writers are available, which is how backpressure reaches the
+sources.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+from ..api import transformations as T
+from ..api.functions import RuntimeContext
+from ..config import Options
+from ..graph.job_graph import JobGraph, TaskVertex
+from ..network.channels import InputGate, OutputChannel, local_pair
+from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
+from ..network.record_writer import RecordWriter
+from ..network.transport import PeerLost, Transport
+from ..connectors.base import END
+from .operators import OperatorFailure, SourceOperator, StreamOperator, create_operator
+
+ITEMS_PER_STEP = 4
+IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking control
+
+
+class Task:
+    def __init__(self, vertex: TaskVertex, operators: list[StreamOperator], writers: list[RecordWriter],
+                 gate: InputGate | None, channel_writers: list[RecordWriter]):
+        self.vertex = vertex
+        self.operators = operators
+        self.head = operators[0]
+        self.writers = writers  # every record writer of the chain (backpressure)
+        self.channel_writers = channel_writers
+        self.gate = gate
+        self.finished = False
+        self.stop_requested = False
+        self.wakeup_at = 0.0
+        self._inputs_open: dict[int, int] = {}
+        if gate is not None:
+            for ch in gate.channels:
+                self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
+
+    def writers_available(self) -> bool:
+        for w in self.writers:
+            if not w.is_available():
+                return False
+        return True
+
+    def step(self, now: float) -> bool:
+        if self.finished:
+            return False
+        if self.gate is None:
+            return self._step_source(now)
+        progressed = False
+        gate = self.gate
+        for _ in range(ITEMS_PER_STEP):
+            if not self.writers_available():
+                break
+            polled = gate.poll()
+            if polled is None:
+                break
+            progressed = True
+            index, item = polled
+            if isinstance(item, RuntimeEvent):
+                self._on_event(index, item)
+                if self.finished:
+                    break
+            else:
+                self.head.process_batch(item, gate.channels[index].input_index)
+        return progressed
+
+    def _step_source(self, now: float) -> bool:
+        head: SourceOperator = self.head  # type: ignore[assignment]
+        if self.stop_requested:
+            self.finish()
+            return True
+        if now < self.wakeup_at or not self.writers_available():
+            return False
+        batch = head.poll()
+        if batch is None:
+            self.wakeup_at = head.reader.wakeup_at(now)
+            return False
+        if batch is END:
+            self.finish()
+            return True
+        head.emit(batch)
+        return True
+
+    def _on_event(self, index: int, event: RuntimeEvent) -> None:
+        ch = self.gate.channels[index]
+        if isinstance(event, EndOfPartition):
+            ch.finished = True
+            self.gate.block(index)
+            left = self._inputs_open[ch.input_index] = self._inputs_open[ch.input_index] - 1
+            if left == 0:
+                self.head.end_input(ch.input_index)
+            if self.gate.all_finished():
+                self.finish()
+        elif isinstance(event, CheckpointBarrier):
+            pass  # checkpoints arrive with the checkpoint coordinator
+
+    def finish(self) -> None:
+        for op in self.operators:
+            op.finish()
+        for w in self.channel_writers:
+            w.flush()
+            w.broadcast_event(EndOfPartition())
+            for ch in w.channels:
+                ch.closed = True
+        self.finished = True
+
+    def next_deadline(self, now: float) -> float | None:
+        deadline = None
+        for w in self.channel_writers:
+            d = w.flush_if_due(now)
+            if d is not None and (deadline is None or d < deadline):
+                deadline = d
+        if self.gate is None and not self.finished and self.wakeup_at > now:
+            deadline = self.wakeup_at if deadline is None else min(deadline, self.wakeup_at)
+        return deadline
+
+
+class SlotRuntime:
+    def __init__(self, graph: JobGraph, subtask: int, host: str = "127.0.0.1", attempt: int = 0,
+                 control: Any = None):
+        self.graph = graph
+        self.subtask = subtask
+        self.parallelism = graph.parallelism
+        self.attempt = attempt
+        self.control = control
+        conf = graph.config
+        get = lambda key: int(conf.get(key, _defaults()[key]))  # noqa: E731
+        self.batch_size = get(Options.BATCH_SIZE)
+        self.buffer_timeout = get(Options.BUFFER_TIMEOUT)
+        self.credits = get(Options.BUFFERS_PER_CHANNEL)
+        self.metrics_interval = get(Options.METRICS_INTERVAL) / 1000.0
+        self.transport = Transport(subtask, host, self.credits)
+        self.operators: dict[int, StreamOperator] = {}
+        self.tasks: list[Task] = []
+        self._build()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.transport.address
+
+    # -- wiring ------------------------------------------------------------------
+    def _build(self) -> None:
+        g, i, p = self.graph, self.subtask, self.parallelism
+        for op_id in g.operator_order():
+            node = g.operators[op_id]
+            ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
+                                 printer=self._print if self.control is not None else None)
+            self.operators[op_id] = create_operator(node, ctx)
+        local_inputs: dict[tuple[int, int], Any] = {}
+        writers_of: dict[int, RecordWriter] = {}
+        for e in g.edges.values():
+            src_node = g.operators[e.source]
+            if e.target in src_node.chained_outputs:
+                continue
+            targets = [i] if e.partitioner == T.FORWARD else list(range(p))
+            channels: list[OutputChannel] = []
+            for j in targets:
+                if j == i:
+                    out, inp = local_pair(e.id, i, e.input_index, self.batch_size, self.buffer_timeout, self.credits)
+                    local_inputs[(e.id, i)] = inp
+                else:
+                    out = self.transport.output_channel(e.id, j, self.batch_size, self.buffer_timeout)
+                channels.append(out)
+            writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, g.max_parallelism)
+        for op_id, op in self.operators.items():
+            node = g.operators[op_id]
+            for target in node.chained_outputs:
+                op.output.targets.append(self.operators[target].process_batch)
+            for eid in node.channel_outputs:
+                op.output.targets.append(writers_of[eid].emit)
+        for vertex in g.tasks:
+            ops = [self.operators[o] for o in vertex.operators]
+            channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
+            gate = None
+            if vertex.input_edges:
+                inputs = []
+                for eid in vertex.input_edges:
+                    e = g.edges[eid]
+                    sources = [i] if e.partitioner == T.FORWARD else list(range(p))
+                    for s in sources:
+                        if s == i:
+                            inputs.append(local_inputs[(eid, i)])
+                        else:
+                            inputs.append(self.transport.input_channel(eid, s, e.input_index))
+                gate = InputGate(inputs)
+            self.tasks.append(Task(vertex, ops, channel_writers, gate, channel_writers))
+
+    def _print(self, lines: list[str]) -> None:
+        control = self.control
+        control.send({"type": "print", "slot": self.subtask, "lines": lines})
+        if control.backlog() > (1 << 20):
+            control.flush()  # a fast PrintSink waits for the job manager's console
+
+    def connect(self, addresses: list[tuple[str, int]]) -> None:
+        self.transport.connect(addresses)
+        if self.control is not None:
+            self.control.attach(self.transport.selector)
+
+    # -- running -----------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            for task in self.tasks:
+                for op in reversed(task.operators):
+                    op.open()
+            self._loop()
+            for task in self.tasks:
+                for op in task.operators:
+                    op.close()
+            self._report_metrics()
+            if self.control is not None:
+                self.control.detach()
+            self.transport.finish(timeout=30.0)
+            if self.control is not None:
+                self.control.send({"type": "finished", "slot": self.subtask})
+                self.control.close()
+        except BaseException as e:
+            self._report_failure(e)
+            raise
+        finally:
+            try:
+                self.transport.close()
+            except Exception:
+                pass
+
+    def _loop(self) -> None:
+        tasks = self.tasks
+        next_metrics = time.monotonic() + self.metrics_interval
+        while True:
+            now = time.monotonic()
+            progressed = False
+            for task in tasks:
+                if task.step(now):
+                    progressed = True
+            if all(t.finished for t in tasks):
+                break
+            now = time.monotonic()
+            deadline = None
+            for task in tasks:
+                d = task.next_deadline(now)
+                if d is not None and (deadline is None or d < deadline):
+                    deadline = d
+            self._handle_control()
+            if now >= next_metrics:
+                self._report_metrics()
+                next_metrics = now + self.metrics_interval
+            if progressed:
+                timeout = 0.0
+            else:
+                timeout = IDLE_WAIT if deadline is None else max(0.0, min(IDLE_WAIT, deadline - now))
+            self.transport.poll(timeout)
+
+    def _handle_control(self) -> None:
+        control = self.control
+        if control is None:
+            return
+        while control.inbox:
+            msg = control.inbox.popleft()
+            kind = msg.get("type")
+            if kind == "stop":
+                self.request_stop()
+            elif kind == "job_manager_lost":
+                raise ConnectionError("lost the connection to the job manager")
+
+    def request_stop(self) -> None:
+        """Graceful stop: sources end their input; everything downstream drains and finishes."""
+        for task in self.tasks:
+            if task.gate is None:
+                task.stop_requested = True
+
+    def operator_metrics(self) -> dict[str, list[int]]:
+        return {str(op_id): [op.records_in, op.output.records_out] for op_id, op in self.operators.items()}
+
+    def _report_metrics(self) -> None:
+        if self.control is not None:
+            self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics()})
+
+    def _report_failure(self, e: BaseException) -> None:
+        if self.control is None or self.control.closed:
+            return
+        if isinstance(e, OperatorFailure):
+            msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
+                   "cause": "operator"}
+        else:
+            msg = {"operator": None, "error_type": type(e).__name__, "error": str(e),
+                   "traceback": traceback.format_exc(), "cause": "peer" if isinstance(e, PeerLost) else "task"}
+        self.control.send({"type": "failed", "slot": self.subtask, **msg})
+        self.control.flush()
+
+
+def _defaults() -> dict:
+    from ..config import DEFAULTS
+
+    return DEFAULTS
+
+
+__all__ = ["SlotRuntime", "Task"]
