@@ -19,6 +19,9 @@ class JobExecutionResult:
     job_name: str
     net_runtime_ms: int
     operators: dict[str, dict[str, int]]
+    # From the first task starting to process to the last one finishing:
+    # the net runtime less deployment (Spark stage start, address exchange).
+    running_time_ms: int | None = None
 
     def get_job_id(self) -> str:
         return self.job_id

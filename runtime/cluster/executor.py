@@ -141,7 +141,9 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
         jm.status.state = "FINISHED"
         display.close(totals, "FINISHED", seconds)
         named = {graph.operators[int(k)].name: {"records_in": v[0], "records_out": v[1]} for k, v in totals.items()}
-        return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named)
+        running = jm.running_seconds()
+        return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named,
+                                  None if running is None else int(running * 1000))
     finally:
         jm.shutdown()
 

@@ -49,6 +49,7 @@ class JobManager:
         self.on_print = on_print or (lambda lines: print("\n".join(lines), flush=True))
         self.status = JobStatus()
         self.metrics: dict[int, dict[str, list[int]]] = {}
+        self.windows: dict[int, tuple[float | None, float | None]] = {}  # slot -> (loop start, loop end)
         self.registered: set[int] = set()
         self.finished: set[int] = set()
         self.failures: list[TaskFailure] = []
@@ -121,6 +122,15 @@ class JobManager:
                     t[1] += rout
             return totals
 
+    def running_seconds(self) -> float | None:
+        """From the first slot starting its loop to the last one finishing (deployment excluded)."""
+        with self._lock:
+            starts = [w[0] for w in self.windows.values() if w[0]]
+            ends = [w[1] for w in self.windows.values() if w[1]]
+            if not starts or len(ends) < self.parallelism:
+                return None
+            return max(ends) - min(starts)
+
     def root_failure(self) -> TaskFailure | None:
         with self._lock:
             for cause in ("operator", "task", "peer"):
@@ -149,6 +159,7 @@ class JobManager:
                 elif kind == C.METRICS:
                     with self._lock:
                         self.metrics[int(msg["slot"])] = msg["ops"]
+                        self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                 elif kind == C.PRINT:
                     if self.first_record_at is None:
                         self.first_record_at = time.time()

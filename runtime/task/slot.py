@@ -143,6 +143,8 @@ class SlotRuntime:
         self.transport = Transport(subtask, host, self.credits)
         self.operators: dict[int, StreamOperator] = {}
         self.tasks: list[Task] = []
+        self.started_at: float | None = None  # wall clock, first loop iteration
+        self.ended_at: float | None = None  # wall clock, every task finished
         self._build()
 
     @property
@@ -213,7 +215,9 @@ class SlotRuntime:
             for task in self.tasks:
                 for op in reversed(task.operators):
                     op.open()
+            self.started_at = time.time()
             self._loop()
+            self.ended_at = time.time()
             for task in self.tasks:
                 for op in task.operators:
                     op.close()
@@ -283,7 +287,8 @@ class SlotRuntime:
 
     def _report_metrics(self) -> None:
         if self.control is not None:
-            self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics()})
+            self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
+                               "started": self.started_at, "ended": self.ended_at})
 
     def _report_failure(self, e: BaseException) -> None:
         if self.control is None or self.control.closed:

@@ -1,0 +1,36 @@
+import os
+import sys
+
+import pytest
+
+from streamjob.runtime.api.environment import execution_context
+
+SPARK_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def spark_slots():
+    """One real local Spark for the whole run (JVM start is the slow part), with 4 slots."""
+    from streamjob.runtime.cluster.spark import SparkDeployment
+
+    deployment = SparkDeployment({"spark.master": f"local[{SPARK_SLOTS}]"}, SPARK_SLOTS, "streamjob-tests")
+    yield SPARK_SLOTS
+    deployment.spark_context.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_execution_context():
+    execution_context.reset()
+    execution_context.show_progress = False
+    yield
+    execution_context.reset()
+
+
+def run_cli(*args, env=None, timeout=180):
+    import subprocess
+
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "streamjob.runtime.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env,
+    )
