@@ -52,6 +52,10 @@ class ProgressDisplay:
                 sys.stdout.write(text + "\n")
                 sys.stdout.flush()
 
+    def note(self, text: str) -> None:
+        """A status line for the person at the terminal (stderr, not the job's output)."""
+        self.err.print(text, markup=False, highlight=False)
+
     def update(self, totals: dict[str, list[int]]) -> None:
         now = time.monotonic()
         dt = now - self._last_t

@@ -110,7 +110,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             except KeyboardInterrupt:
                 interrupts += 1
                 if interrupts == 1:
-                    display.print_lines(["Stopping: sources end, in-flight records drain (Ctrl-C again to cancel)"])
+                    display.note("Stopping: sources end, in-flight records drain (Ctrl-C again to cancel)")
                     jm.stop()
                 else:
                     jm.status.state = "CANCELED"
@@ -122,6 +122,9 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             # The failure report may still be on its way from the task.
             jm.failure_event.wait(2.0)
             failure = jm.root_failure()
+        if error is None and failure is None:
+            # Final metrics travel before each task's "finished" on its control connection.
+            jm.wait_finished(timeout=5.0)
         totals = jm.operator_totals()
         if failure is not None or error is not None:
             state = "CANCELED" if jm.status.state == "CANCELED" else "FAILED"

@@ -122,6 +122,12 @@ class JobManager:
                     t[1] += rout
             return totals
 
+    def wait_finished(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while len(self.finished) < self.parallelism and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(self.finished) >= self.parallelism
+
     def running_seconds(self) -> float | None:
         """From the first slot starting its loop to the last one finishing (deployment excluded)."""
         with self._lock:
