@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from conftest import run_cli
-from streamjob.runtime import CoMapFunction, KeyedProcessFunction, StreamExecutionEnvironment
+from streamjob.runtime import CoMapFunction, StreamExecutionEnvironment
 from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.cluster.spark import NotEnoughSlotsError
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink, FileSink

@@ -4,7 +4,6 @@ import threading
 import time
 
 import pyarrow as pa
-import pytest
 
 from streamjob.runtime.network.channels import InputGate, local_pair
 from streamjob.runtime.network.events import CheckpointBarrier, EndOfPartition

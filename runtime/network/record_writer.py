@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..api.transformations import FORWARD, HASH, REBALANCE, KeySpec
 from ..batch import Batch, extract_keys, num_rows, try_columnar
-from ..state.keygroups import assign_key_groups, key_hashes, operator_index_for_key_group
+from ..state.keygroups import assign_key_groups, operator_index_for_key_group
 from .channels import OutputChannel
 from .events import RuntimeEvent
 
@@ -124,4 +124,4 @@ def split(batch: Batch, targets: np.ndarray, channels: list[OutputChannel]) -> N
             channels[i].emit(part)
 
 
-__all__ = ["RecordWriter", "KeyExtractionError", "split", "key_hashes"]
+__all__ = ["RecordWriter", "KeyExtractionError", "split"]

@@ -16,7 +16,6 @@ from collections import deque
 from typing import Any
 
 from .channels import InputChannel, OutputChannel
-from .events import RuntimeEvent
 from .wire import ARROW, CREDIT, CREDIT_GRANT, EVENT, HEADER, HELLO, PICKLE, decode, encode_batch, encode_event, frame
 
 _RECV_SIZE = 1 << 20

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..api import transformations as T
 from ..api.functions import RuntimeContext
-from ..config import Options
+from ..config import Configuration, Options
 from ..graph.job_graph import JobGraph, TaskVertex
 from ..network.channels import InputGate, OutputChannel, local_pair
 from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
@@ -31,12 +31,11 @@ IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking c
 
 class Task:
     def __init__(self, vertex: TaskVertex, operators: list[StreamOperator], writers: list[RecordWriter],
-                 gate: InputGate | None, channel_writers: list[RecordWriter]):
+                 gate: InputGate | None):
         self.vertex = vertex
         self.operators = operators
         self.head = operators[0]
-        self.writers = writers  # every record writer of the chain (backpressure)
-        self.channel_writers = channel_writers
+        self.writers = writers  # every record writer of the chain: all must have room before input is taken
         self.gate = gate
         self.finished = False
         self.stop_requested = False
@@ -108,7 +107,7 @@ class Task:
     def finish(self) -> None:
         for op in self.operators:
             op.finish()
-        for w in self.channel_writers:
+        for w in self.writers:
             w.flush()
             w.broadcast_event(EndOfPartition())
             for ch in w.channels:
@@ -117,7 +116,7 @@ class Task:
 
     def next_deadline(self, now: float) -> float | None:
         deadline = None
-        for w in self.channel_writers:
+        for w in self.writers:
             d = w.flush_if_due(now)
             if d is not None and (deadline is None or d < deadline):
                 deadline = d
@@ -134,12 +133,11 @@ class SlotRuntime:
         self.parallelism = graph.parallelism
         self.attempt = attempt
         self.control = control
-        conf = graph.config
-        get = lambda key: int(conf.get(key, _defaults()[key]))  # noqa: E731
-        self.batch_size = get(Options.BATCH_SIZE)
-        self.buffer_timeout = get(Options.BUFFER_TIMEOUT)
-        self.credits = get(Options.BUFFERS_PER_CHANNEL)
-        self.metrics_interval = get(Options.METRICS_INTERVAL) / 1000.0
+        conf = Configuration(graph.config)
+        self.batch_size = conf.get_int(Options.BATCH_SIZE)
+        self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
+        self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
+        self.metrics_interval = conf.get_int(Options.METRICS_INTERVAL) / 1000.0
         self.transport = Transport(subtask, host, self.credits)
         self.operators: dict[int, StreamOperator] = {}
         self.tasks: list[Task] = []
@@ -196,7 +194,7 @@ class SlotRuntime:
                         else:
                             inputs.append(self.transport.input_channel(eid, s, e.input_index))
                 gate = InputGate(inputs)
-            self.tasks.append(Task(vertex, ops, channel_writers, gate, channel_writers))
+            self.tasks.append(Task(vertex, ops, channel_writers, gate))
 
     def _print(self, lines: list[str]) -> None:
         control = self.control
@@ -301,12 +299,6 @@ class SlotRuntime:
                    "traceback": traceback.format_exc(), "cause": "peer" if isinstance(e, PeerLost) else "task"}
         self.control.send({"type": "failed", "slot": self.subtask, **msg})
         self.control.flush()
-
-
-def _defaults() -> dict:
-    from ..config import DEFAULTS
-
-    return DEFAULTS
 
 
 __all__ = ["SlotRuntime", "Task"]

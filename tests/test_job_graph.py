@@ -1,0 +1,59 @@
+"""Logical plan -> job graph, without Spark: chaining, edges, definition errors."""
+
+import pytest
+
+from streamjob.runtime import JobDefinitionError, StreamExecutionEnvironment
+from streamjob.runtime.api import transformations as T
+from streamjob.runtime.connectors import DiscardingSink
+from streamjob.runtime.graph.job_graph import build_job_graph
+
+
+def graph_of(env):
+    return build_job_graph(env._transformations, env.get_config(), "test")
+
+
+def test_forward_operators_chain_and_key_by_cuts_the_chain():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_collection([1]).map(lambda x: x).filter(bool).key_by(lambda x: x).sum(0).sink_to(DiscardingSink())
+    g = graph_of(env)
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection -> Map -> Filter", "Sum(0) -> Sink: Discard"]
+    (edge,) = [g.edges[e] for e in g.tasks[1].input_edges]
+    assert edge.partitioner == T.HASH and edge.key.fn is not None
+
+
+def test_union_gives_one_operator_several_input_edges():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    a, b = env.from_collection([1]), env.from_collection([2])
+    a.union(b).map(lambda x: x).sink_to(DiscardingSink())
+    g = graph_of(env)
+    map_task = next(t for t in g.tasks if "Map" in t.name(g))
+    assert len(map_task.input_edges) == 2
+    assert all(g.edges[e].partitioner == T.FORWARD for e in map_task.input_edges)
+
+
+def test_duplicate_names_are_told_apart():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).map(str).map(str).sink_to(DiscardingSink())
+    names = [op.name for op in graph_of(env).operators.values()]
+    assert "Map" in names and "Map (2)" in names
+
+
+def test_definition_errors_say_what_to_change():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).map(str)
+    with pytest.raises(JobDefinitionError, match="no sink"):
+        graph_of(env)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(200)
+    env.from_collection([1]).sink_to(DiscardingSink())
+    with pytest.raises(JobDefinitionError, match="exceeds max parallelism 128"):
+        graph_of(env)
+    with pytest.raises(TypeError, match="key_by needs"):
+        env.from_collection([1]).key_by(3.5)
+    with pytest.raises(ValueError, match="already used"):
+        env.from_collection([1]).uid("a").map(str).uid("a")
+    with pytest.raises(TypeError, match="needs a keyed stream"):
+        from streamjob.runtime import KeyedProcessFunction
+
+        env.from_collection([1]).process(KeyedProcessFunction())
