@@ -57,3 +57,24 @@ def test_definition_errors_say_what_to_change():
         from streamjob.runtime import KeyedProcessFunction
 
         env.from_collection([1]).process(KeyedProcessFunction())
+
+
+def test_project_keeps_columns_on_arrow_batches_and_positions_on_tuples():
+    import pyarrow as pa
+
+    from streamjob.runtime.api.functions import RuntimeContext
+    from streamjob.runtime.task.operators import create_operator
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).project("b", "a").sink_to(DiscardingSink())
+    node = next(op for op in graph_of(env).operators.values() if op.kind == T.PROJECT)
+    op = create_operator(node, RuntimeContext("p", 0, 1, 128))
+    out = []
+    op.output.targets.append(out.append)
+    op.open()
+    op.process_batch(pa.RecordBatch.from_pylist([{"a": 1, "b": 2, "c": 3}]))
+    assert isinstance(out[0], pa.RecordBatch) and out[0].to_pylist() == [{"b": 2, "a": 1}]
+    node.params["fields"] = (1, 0)
+    op.open()
+    op.process_batch([(1, 2, 3)])
+    assert out[1] == [(2, 1)]

@@ -59,6 +59,15 @@ class DataStream:
         as_callable(func, "filter", "filter")
         return DataStream(self._env, self._one_input(T.FILTER, "Filter", func))
 
+    def project(self, *fields: str | int) -> "DataStream":
+        """Keep only ``fields``: column names of dict records (columnar, no Python per
+        record on Arrow batches) or positions of tuple records, as Flink's ``project``."""
+        if not fields or not all(isinstance(f, str) for f in fields) and not all(
+            isinstance(f, int) and not isinstance(f, bool) for f in fields
+        ):
+            raise TypeError(f"project needs column names or tuple positions, got {fields!r}")
+        return DataStream(self._env, self._one_input(T.PROJECT, f"Project{fields!r}", None, fields=fields))
+
     def process(self, func: ProcessFunction, output_type: Any = None) -> "DataStream":
         if isinstance(func, KeyedProcessFunction):
             raise TypeError("a KeyedProcessFunction needs a keyed stream: call key_by(...) first")

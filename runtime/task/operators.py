@@ -151,6 +151,23 @@ class FilterOperator(StreamOperator):
             self.output.emit([r for r in batch if fn(r)])
 
 
+class ProjectOperator(StreamOperator):
+    def setup(self) -> None:
+        self._fields = self.node.params["fields"]
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fields = self._fields
+        if isinstance(batch, pa.RecordBatch):
+            missing = [f for f in fields if f not in batch.schema.names]
+            if missing:
+                raise KeyError(f"project: no column {missing[0]!r}; columns: {batch.schema.names}")
+            self.output.emit(batch.select(list(fields)))
+        elif isinstance(fields[0], str):
+            self.output.emit([{f: r[f] for f in fields} for r in batch])
+        else:
+            self.output.emit([tuple(r[f] for f in fields) for r in batch])
+
+
 class _Context:
     """The ``ctx`` handed to process functions."""
 
@@ -432,6 +449,7 @@ OPERATORS: dict[str, type[StreamOperator]] = {
     T.MAP: MapOperator,
     T.FLAT_MAP: FlatMapOperator,
     T.FILTER: FilterOperator,
+    T.PROJECT: ProjectOperator,
     T.PROCESS: ProcessOperator,
     T.KEYED_PROCESS: KeyedProcessOperator,
     T.KEYED_AGGREGATE: KeyedAggregateOperator,
