@@ -69,13 +69,6 @@ class KeySpec:
             return f"[{self.position}]"
         return getattr(self.fn, "__name__", "fn")
 
-    def extractor(self) -> Callable[[Any], Any]:
-        """Per-record key extraction."""
-        if self.fn is not None:
-            return self.fn
-        field_ = self.column if self.column is not None else self.position
-        return lambda record: record[field_]
-
 
 @dataclass(eq=False)
 class Transformation:

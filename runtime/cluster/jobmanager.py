@@ -53,7 +53,6 @@ class JobManager:
         self.registered: set[int] = set()
         self.finished: set[int] = set()
         self.failures: list[TaskFailure] = []
-        self.first_record_at: float | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -167,8 +166,6 @@ class JobManager:
                         self.metrics[int(msg["slot"])] = msg["ops"]
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                 elif kind == C.PRINT:
-                    if self.first_record_at is None:
-                        self.first_record_at = time.time()
                     self.on_print(msg["lines"])
                 elif kind == C.FAILED:
                     with self._lock:
