@@ -1,8 +1,15 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
 from .api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
-from .api.environment import JobExecutionResult, StreamExecutionEnvironment
+from .api.checkpointing import (
+    CheckpointConfig,
+    CheckpointingMode,
+    ExternalizedCheckpointCleanup,
+    ExternalizedCheckpointRetention,
+)
+from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
 from .api.functions import (
+    AggregateFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
@@ -14,10 +21,35 @@ from .api.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from .api.restart import RestartStrategies, RestartStrategyConfiguration
+from .api.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
+    "AggregateFunction",
+    "AggregatingStateDescriptor",
+    "CheckpointConfig",
+    "CheckpointFormatError",
+    "CheckpointingMode",
+    "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention",
+    "JobClient",
+    "ListStateDescriptor",
+    "MapStateDescriptor",
+    "ReducingStateDescriptor",
+    "RestartStrategies",
+    "RestartStrategyConfiguration",
+    "StateDescriptor",
+    "ValueStateDescriptor",
     "CoMapFunction",
     "CoProcessFunction",
     "Configuration",

@@ -31,14 +31,17 @@ def main() -> None:
 @click.option("-p", "--parallelism", type=click.IntRange(min=1), help="Default parallelism of the job's operators.")
 @click.option("--master", help="Spark master: local[N] (default, N = parallelism), spark://..., k8s://...")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
+@click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
+              help="Resume from a retained checkpoint: a chk-<n> directory, or a job's checkpoint directory (newest).")
 @click.option("--no-progress", is_flag=True, help="No live progress table; the summary is still printed.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple[str, ...], no_progress: bool,
-        job_args: tuple[str, ...]) -> None:
+def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple[str, ...], from_checkpoint: str | None,
+        no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute()."""
     from .api.environment import execution_context
     from .cluster.executor import JobExecutionError
     from .cluster.spark import ClusterError
+    from .checkpoint.metadata import CheckpointFormatError
     from .graph.job_graph import JobDefinitionError
 
     if not os.path.exists(job_file):
@@ -51,6 +54,15 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
         conf.set(Options.PARALLELISM, parallelism)
     if master:
         conf.set(Options.SPARK_MASTER, master)
+    if from_checkpoint:
+        from .checkpoint.metadata import CheckpointFormatError
+        from .checkpoint.storage import find_checkpoints
+
+        try:
+            find_checkpoints(from_checkpoint)
+        except (CheckpointFormatError, ValueError) as e:
+            _fail(f"--from-checkpoint: {e}")
+        conf.set(Options.RECOVERY_PATH, from_checkpoint)
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
@@ -60,7 +72,7 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
         runpy.run_path(job_file, run_name="__main__")
     except JobExecutionError as e:
         _fail(str(e))
-    except (JobDefinitionError, ClusterError, ConfigError) as e:
+    except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
         _fail(f"{job_file}: {e}")
     except SystemExit:
         raise

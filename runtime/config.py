@@ -7,6 +7,7 @@ parsed by the typed getters, which name the key when a value does not parse.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping
 
 
@@ -18,6 +19,22 @@ class Options:
     BUFFERS_PER_CHANNEL = "taskmanager.network.memory.buffers-per-channel"
     METRICS_INTERVAL = "metrics.reporter.interval"
     SPARK_MASTER = "spark.master"
+    # checkpointing (Flink 2 key names)
+    CHECKPOINTING_INTERVAL = "execution.checkpointing.interval"  # ms; 0 = off
+    CHECKPOINTING_MODE = "execution.checkpointing.mode"
+    CHECKPOINTING_TIMEOUT = "execution.checkpointing.timeout"
+    CHECKPOINTING_MIN_PAUSE = "execution.checkpointing.min-pause"
+    CHECKPOINTING_MAX_CONCURRENT = "execution.checkpointing.max-concurrent-checkpoints"
+    CHECKPOINTING_TOLERABLE_FAILURES = "execution.checkpointing.tolerable-failed-checkpoints"
+    CHECKPOINTING_NUM_RETAINED = "execution.checkpointing.num-retained"
+    CHECKPOINTING_RETENTION = "execution.checkpointing.externalized-checkpoint-retention"
+    CHECKPOINTING_DIR = "execution.checkpointing.dir"
+    MEMORY_STORAGE_MAX_STATE = "execution.checkpointing.memory.max-state-size"  # bytes per task, memory://
+    INLINE_STATE_THRESHOLD = "execution.checkpointing.file-state-threshold"  # bytes kept inside _metadata
+    STATE_BACKEND = "state.backend.type"
+    RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
+    # restart strategy
+    RESTART_STRATEGY = "restart-strategy.type"
 
 
 DEFAULTS: dict[str, Any] = {
@@ -27,11 +44,29 @@ DEFAULTS: dict[str, Any] = {
     Options.BATCH_SIZE: 8192,  # records per network batch
     Options.BUFFERS_PER_CHANNEL: 2,  # credits: batches in flight per input channel
     Options.METRICS_INTERVAL: 500,  # ms between task metric reports
+    Options.CHECKPOINTING_INTERVAL: 0,
+    Options.CHECKPOINTING_MODE: "EXACTLY_ONCE",
+    Options.CHECKPOINTING_TIMEOUT: 600_000,  # 10 min, as Flink
+    Options.CHECKPOINTING_MIN_PAUSE: 0,
+    Options.CHECKPOINTING_MAX_CONCURRENT: 1,
+    Options.CHECKPOINTING_TOLERABLE_FAILURES: 0,
+    Options.CHECKPOINTING_NUM_RETAINED: 1,
+    Options.CHECKPOINTING_RETENTION: "NO_EXTERNALIZED_CHECKPOINTS",
+    Options.CHECKPOINTING_DIR: "memory://streamjob-checkpoints",
+    Options.MEMORY_STORAGE_MAX_STATE: 5 << 20,  # as Flink's job manager storage
+    Options.INLINE_STATE_THRESHOLD: 20 << 10,  # as Flink's state.storage.fs.memory-threshold
+    Options.STATE_BACKEND: "hashmap",
 }
 
 
 class ConfigError(ValueError):
     pass
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|milli|millis|s|sec|secs|second|seconds|min|mins|minute|minutes|h|hour|hours|d|day|days)?")
+_UNITS = {"ms": 1, "milli": 1, "millis": 1, "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+          "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000,
+          "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
 
 
 class Configuration:
@@ -80,6 +115,23 @@ class Configuration:
             return int(str(value).strip()) if isinstance(value, str) else int(value)
         except (TypeError, ValueError):
             raise ConfigError(f"configuration {key}: expected an integer, got {value!r}") from None
+
+    def get_float(self, key: str, default: float | None = None) -> float:
+        value = self.get(key, default)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"configuration {key}: expected a number, got {value!r}") from None
+
+    def get_duration_ms(self, key: str, default: Any = None) -> int:
+        """A duration as Flink writes it (``500 ms``, ``1 s``, ``2 min``, ``1 h``) or plain milliseconds."""
+        value = self.get(key, default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+        m = _DURATION.fullmatch(str(value).strip().lower())
+        if not m:
+            raise ConfigError(f"configuration {key}: expected a duration such as 500 ms, 1 s or 2 min, got {value!r}")
+        return int(float(m.group(1)) * _UNITS[m.group(2) or "ms"])
 
     def get_bool(self, key: str, default: bool = False) -> bool:
         value = self.get(key, default)

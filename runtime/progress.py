@@ -24,6 +24,14 @@ def _rate(n: float) -> str:
     return f"{n:.0f}/s"
 
 
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
 class ProgressDisplay:
     def __init__(self, graph: Any, live: bool | None, summary: bool = True):
         self.graph = graph
@@ -37,6 +45,7 @@ class ProgressDisplay:
         self._rates: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self.started = time.time()
+        self.coordinator: Any = None  # the checkpoint coordinator, when checkpointing is on
 
     def start(self) -> None:
         if self.live_enabled:
@@ -87,6 +96,39 @@ class ProgressDisplay:
             else:
                 r_in, r_out = self._rates.get(str(op_id), (0.0, 0.0))
             table.add_row(name, f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out))
+        line = self.checkpoint_line()
+        if line:
+            table.caption = line
+            table.caption_justify = "left"
+        return table
+
+    def checkpoint_line(self) -> str:
+        cc = self.coordinator
+        if cc is None:
+            return ""
+        history = list(cc.history)
+        done = [s for s in history if s.status == "COMPLETED"]
+        text = f"checkpoints: {cc.counts['COMPLETED']} completed, {cc.counts['FAILED']} failed, {len(cc.pending)} in progress"
+        if done:
+            s = done[-1].summary()
+            text += (f"; last #{s['id']}: {_bytes(s['state_size'])} in {s['duration_ms']:.0f} ms "
+                     f"(sync ≤{s['max_sync_ms']:.1f} ms, async ≤{s['max_async_ms']:.0f} ms, "
+                     f"alignment ≤{s['max_alignment_ms']:.0f} ms)")
+        return text
+
+    def checkpoint_table(self) -> Table | None:
+        cc = self.coordinator
+        if cc is None or not cc.history:
+            return None
+        table = Table(title="checkpoints (newest 10)", title_justify="left")
+        for col in ("id", "status", "trigger", "duration", "state size", "sync max", "async max", "alignment max"):
+            table.add_column(col, justify="right" if col not in ("status", "trigger") else "left")
+        for st in list(cc.history)[-10:]:
+            s = st.summary()
+            dur = "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f} ms"
+            table.add_row(str(s["id"]), s["status"] + (f" ({s['failure']})" if s["failure"] else ""),
+                          time.strftime("%H:%M:%S", time.localtime(s["trigger_time"])), dur, _bytes(s["state_size"]),
+                          f"{s['max_sync_ms']:.1f} ms", f"{s['max_async_ms']:.0f} ms", f"{s['max_alignment_ms']:.0f} ms")
         return table
 
     def close(self, totals: dict[str, list[int]], status: str, seconds: float, extra: str = "") -> None:
@@ -95,5 +137,8 @@ class ProgressDisplay:
             self._live = None
         if self.summary_enabled:
             self.err.print(self._table(totals, final=True, seconds=seconds))
+            cp = self.checkpoint_table()
+            if cp is not None:
+                self.err.print(cp)
             style = "green" if status == "FINISHED" else "red"
             self.err.print(f"[{style}]Job {self.graph.job_name!r} {status.lower()}[/] in {seconds:.1f}s{extra}")

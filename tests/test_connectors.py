@@ -66,7 +66,7 @@ def test_file_sink_commits_part_files_and_hides_in_progress_ones(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part-0-0.jsonl"]
     writer.write(pa.RecordBatch.from_pylist([{"a": 4}]))
     assert any(p.name.startswith(".") for p in tmp_path.iterdir())  # in progress, hidden
-    writer.finish()
+    FileSink.jsonl(str(tmp_path)).commit(writer.prepare_commit())  # end of input, no checkpointing
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["part-0-0.jsonl", "part-0-1.jsonl"]
     rows = [json.loads(line) for n in names for line in (tmp_path / n).read_text().splitlines()]

@@ -70,10 +70,11 @@ class SlowWriter(SinkWriter):
         if self.slow:
             time.sleep(0.004)
 
-    def finish(self):
+    def prepare_commit(self):  # end of input
         with open(self.path, "w") as f:
             json.dump({"records": self.records, "ages": self.ages, "rss": self.rss,
                        "seconds": time.monotonic() - self.started}, f)
+        return []
 
 
 def test_slow_sink_slows_the_sources_and_memory_stays_flat(spark_slots, tmp_path):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+import uuid
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Configuration, Options
+from .checkpointing import CheckpointConfig, CheckpointingMode
+from .restart import RestartStrategyConfiguration
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from . import transformations as T
 from .datastream import DataStream
@@ -22,12 +26,60 @@ class JobExecutionResult:
     # From the first task starting to process to the last one finishing:
     # the net runtime less deployment (Spark stage start, address exchange).
     running_time_ms: int | None = None
+    checkpoints: list[dict] = field(default_factory=list)  # statistics of each checkpoint, oldest first
+    restarts: int = 0
 
     def get_job_id(self) -> str:
         return self.job_id
 
     def get_net_runtime(self) -> int:
         return self.net_runtime_ms
+
+
+class JobClient:
+    """A job started with ``execute_async``: its id, status, cancellation and result."""
+
+    def __init__(self, job_id: str, job_name: str):
+        self.job_id = job_id
+        self.job_name = job_name
+        self.job_manager: Any = None  # set once the job manager runs (tests use it to find task processes)
+        self._cancel_requested = False
+        self._state = "CREATED"
+        self._result: JobExecutionResult | None = None
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+        self._attached = threading.Event()
+
+    def get_job_id(self) -> str:
+        return self.job_id
+
+    def get_job_status(self) -> str:
+        if self._finished.is_set():
+            return self._state
+        jm = self.job_manager
+        return jm.status.state if jm is not None else self._state
+
+    def cancel(self) -> None:
+        """Cancel the job (no final checkpoint; retained checkpoints follow the retention setting)."""
+        self._cancel_requested = True
+
+    def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"job {self.job_name!r} did not end within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
+
+    def wait_until_running(self, timeout: float = 60.0) -> bool:
+        return self._attached.wait(timeout)
+
+    # called by the executor
+    def _attach(self, job_manager: Any) -> None:
+        self.job_manager = job_manager
+        self._attached.set()
+
+    def _done(self, state: str) -> None:
+        self._state = state
 
 
 class _ExecutionContext:
@@ -94,6 +146,31 @@ class StreamExecutionEnvironment:
     def get_buffer_timeout(self) -> int:
         return self._config.get_int(Options.BUFFER_TIMEOUT)
 
+    # -- fault tolerance ------------------------------------------------------
+    def enable_checkpointing(self, interval: Any, mode: CheckpointingMode | None = None) -> "StreamExecutionEnvironment":
+        """Take a checkpoint every ``interval`` ms (int or timedelta); EXACTLY_ONCE unless ``mode`` says otherwise."""
+        config = self.get_checkpoint_config()
+        config.set_checkpoint_interval(interval)
+        if mode is not None:
+            config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        return CheckpointConfig(self._config)
+
+    def get_checkpoint_interval(self) -> int:
+        return self.get_checkpoint_config().get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self.get_checkpoint_config().get_checkpointing_mode()
+
+    def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> "StreamExecutionEnvironment":
+        if not isinstance(restart_strategy_configuration, RestartStrategyConfiguration):
+            raise TypeError(f"set_restart_strategy needs RestartStrategies.<...>(), got {restart_strategy_configuration!r}")
+        for key, value in restart_strategy_configuration.settings().items():
+            self._config.set(key, value)
+        return self
+
     # -- sources ------------------------------------------------------------
     def from_source(
         self, source: Any, watermark_strategy: Any = None, source_name: str | None = None, name: str | None = None
@@ -111,6 +188,31 @@ class StreamExecutionEnvironment:
     # -- execution ----------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         from ..cluster.executor import execute_job  # lazily: the API does not know where it runs
+
+        graph = self._build(job_name)
+        return execute_job(graph, self._config, show_progress=execution_context.show_progress)
+
+    def execute_async(self, job_name: str | None = None) -> JobClient:
+        """Start the job and return at once; the job runs in a background thread of this process."""
+        from ..cluster.executor import execute_job
+
+        graph = self._build(job_name)
+        client = JobClient(uuid.uuid4().hex, graph.job_name)
+
+        def run() -> None:
+            try:
+                client._result = execute_job(graph, self._config, show_progress=False, job_id=client.job_id,
+                                             client=client)
+            except BaseException as e:  # noqa: BLE001 - handed to get_job_execution_result
+                client._error = e
+            finally:
+                client._finished.set()
+                client._attached.set()
+
+        threading.Thread(target=run, name=f"job-{graph.job_name}", daemon=True).start()
+        return client
+
+    def _build(self, job_name: str | None) -> Any:
         from ..graph.job_graph import build_job_graph
 
         if self._executed:
@@ -119,8 +221,7 @@ class StreamExecutionEnvironment:
             raise ValueError("the job has no operators: add a source with env.from_source(...) and a sink")
         self._executed = True
         name = job_name or os.path.splitext(os.path.basename(_main_file() or "streamjob"))[0]
-        graph = build_job_graph(self._transformations, self._config, name)
-        return execute_job(graph, self._config, show_progress=execution_context.show_progress)
+        return build_job_graph(self._transformations, self._config, name)
 
     def get_execution_plan(self) -> str:
         from ..graph.job_graph import build_job_graph

@@ -41,6 +41,31 @@ class RuntimeContext:
     def get_job_parameter(self, key: str, default_value: Any = None) -> Any:
         return self._job_parameters.get(key, default_value)
 
+    # -- keyed state (on a keyed stream only; scoped to the key of the current record) --
+    def get_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_state(state_descriptor)
+
+    def get_list_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_list_state(state_descriptor)
+
+    def get_map_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_map_state(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_reducing_state(state_descriptor)
+
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        return self._keyed().get_aggregating_state(state_descriptor)
+
+    def _keyed(self) -> Any:
+        backend = getattr(self, "_keyed_backend", None)
+        if backend is None:
+            raise RuntimeError(
+                f"operator {self._task_name!r}: keyed state is only available on a keyed stream "
+                "(stream.key_by(...).process(KeyedProcessFunction))"
+            )
+        return backend
+
 
 def _print_lines(lines: list[str]) -> None:
     print("\n".join(lines), flush=True)
@@ -134,3 +159,19 @@ def as_callable(fn: Any, method: str, what: str) -> Callable:
     if callable(fn) and not isinstance(fn, Function):
         return fn
     raise TypeError(f"{what} needs a callable or an object with a {method}() method, got {fn!r}")
+
+
+class AggregateFunction(Function):
+    """Incremental aggregation for ``AggregatingState``: accumulator in, result out."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        raise NotImplementedError

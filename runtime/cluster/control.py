@@ -1,7 +1,11 @@
 """The control channel between tasks and the job manager: JSON lines over TCP.
 
-Task -> job manager: ``register``, ``metrics``, ``print``, ``failed``, ``finished``.
-Job manager -> task: ``stop`` (graceful: sources end, everything drains, sinks finish).
+Task -> job manager: ``register`` (answered by ``deploy``: the attempt and what to
+restore), ``running``, ``metrics``, ``print``, ``ack`` / ``decline`` (checkpoint n,
+with state handles and timings), ``end_of_data``, ``failed``, ``finished``.
+Job manager -> task: ``deploy``, ``trigger`` (checkpoint n), ``complete`` (n is
+durable: sinks may commit), ``abort`` (n is given up), ``stop`` (graceful: sources
+end, everything drains, sinks finish).
 
 JSON, not pickle: the job manager never unpickles what arrives on its port.
 """
@@ -9,7 +13,10 @@ JSON, not pickle: the job manager never unpickles what arrives on its port.
 from __future__ import annotations
 
 import json
+import os
+import select
 import selectors
+import time
 import socket
 from collections import deque
 from typing import Any
@@ -20,6 +27,14 @@ PRINT = "print"
 FAILED = "failed"
 FINISHED = "finished"
 STOP = "stop"
+DEPLOY = "deploy"
+RUNNING = "running"
+ACK = "ack"
+DECLINE = "decline"
+END_OF_DATA = "end_of_data"
+TRIGGER = "trigger"
+COMPLETE = "complete"
+ABORT = "abort"
 
 
 def encode(msg: dict) -> bytes:
@@ -38,8 +53,23 @@ class ControlClient:
         self.inbox: deque[dict] = deque()
         self.closed = False
         self._selector: selectors.BaseSelector | None = None
-        self.send({"type": REGISTER, "slot": slot, "attempt": attempt})
+        self.send({"type": REGISTER, "slot": slot, "attempt": attempt, "pid": os.getpid()})
         self.sock.setblocking(False)
+
+    def wait_for(self, kind: str, timeout: float = 60.0) -> dict:
+        """Block until the job manager sends a message of ``kind`` (before the slot's loop runs)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, msg in enumerate(self.inbox):
+                if msg.get("type") == kind:
+                    del self.inbox[i]
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closed:
+                raise ConnectionError(f"the job manager did not send {kind!r} within {timeout:.0f} s")
+            self.try_write()
+            select.select([self.sock], [], [], min(left, 0.5))
+            self.on_readable()
 
     def attach(self, selector: selectors.BaseSelector) -> None:
         self._selector = selector

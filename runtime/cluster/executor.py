@@ -18,9 +18,13 @@ from typing import Any
 import cloudpickle
 
 from ..api.environment import JobExecutionResult
-from ..config import Configuration
+from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
+from ..checkpoint.metadata import CheckpointFormatError
+from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint
+from ..config import Configuration, Options
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
+from . import failover
 from .jobmanager import JobManager
 
 
@@ -71,84 +75,227 @@ def serialize_graph(graph: JobGraph) -> bytes:
         raise
 
 
-def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None) -> JobExecutionResult:
+class _Attempt:
+    """One deployment of the job as a Spark barrier stage, run by a thread of its own."""
+
+    def __init__(self, deployment: Any, job_id: str, attempt: int, name: str, payload: bytes, jm_address: Any):
+        self.group = f"{job_id}-{attempt}"
+        self.error: BaseException | None = None
+        self.deployment = deployment
+
+        def run() -> None:
+            try:
+                deployment.run_stage(self.group, name, payload, jm_address)
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name=f"spark-stage-{attempt}", daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def cancel(self) -> None:
+        self.deployment.cancel(self.group)
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+
+def _verify(checkpoint: CompletedCheckpoint) -> None:
+    """Fail fast on a checkpoint whose state files are gone (the job manager's side of "corrupt")."""
+    location = StateLocation(checkpoint.url.rsplit("/", 1)[0])
+    for rel in checkpoint.metadata.files():
+        if not location.fs.exists(location.path(rel)):
+            raise CheckpointFormatError(f"checkpoint {checkpoint.url} is missing its state file {rel}")
+
+
+def _initial_restore(path: str, note: Any) -> CompletedCheckpoint:
+    """The checkpoint ``--from-checkpoint`` names: newest valid one at or before it."""
+    candidates = find_checkpoints(path)
+    if len(candidates) == 1 and candidates[0].rstrip("/").split("/")[-1].startswith("chk-"):
+        parent = candidates[0].rsplit("/", 1)[0]
+        asked = int(candidates[0].rsplit("chk-", 1)[1])
+        try:
+            older = [u for u in find_checkpoints(parent) if int(u.rsplit("chk-", 1)[1]) < asked]
+        except CheckpointFormatError:
+            older = []
+        candidates += older
+    errors = []
+    for url in candidates:
+        try:
+            _, meta = load_checkpoint(url)
+            checkpoint = CompletedCheckpoint(meta.checkpoint_id, url, meta)
+            _verify(checkpoint)
+            if errors:
+                note(f"Restoring from {url} instead")
+            return checkpoint
+        except CheckpointFormatError as e:
+            errors.append(str(e))
+            note(f"Cannot restore {url}: {e}")
+    raise CheckpointFormatError("no usable checkpoint: " + "; ".join(errors))
+
+
+def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
+                job_id: str | None = None, client: Any = None) -> JobExecutionResult:
     from .spark import SparkDeployment
 
-    job_id = uuid.uuid4().hex
+    job_id = job_id or uuid.uuid4().hex
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
-    deployment = SparkDeployment(config.spark_conf(), graph.parallelism, graph.job_name)
+    settings = CheckpointSettings.from_configuration(config)
+    strategy = failover.from_configuration(config)
     display = ProgressDisplay(graph, live=show_progress, summary=show_progress is not False)
-    jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(), on_print=display.print_lines)
+    recovery_path = config.get_string(Options.RECOVERY_PATH)
+    initial = _initial_restore(recovery_path, display.note) if recovery_path else None
+    if initial is not None:
+        display.note(f"Restoring from checkpoint {initial.checkpoint_id} at {initial.url}")
+    deployment = SparkDeployment(config.spark_conf(), graph.parallelism, graph.job_name)
+    coordinator = None
+    if settings.enabled:
+        storage = CheckpointStorage(config.get_string(Options.CHECKPOINTING_DIR), job_id,
+                                    config.get_int(Options.INLINE_STATE_THRESHOLD),
+                                    config.get_int(Options.MEMORY_STORAGE_MAX_STATE))
+        storage.initialize()
+        coordinator = CheckpointCoordinator(
+            settings, storage, job_id=job_id, job_name=graph.job_name, parallelism=graph.parallelism,
+            max_parallelism=graph.max_parallelism,
+            operators={n.state_key: n.name for n in graph.operators.values()},
+            tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
+    display.coordinator = coordinator
+    jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(),
+                    on_print=display.print_lines, coordinator=coordinator)
+    if client is not None:
+        client._attach(jm)
     jm_address = jm.start()
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = deployment.run_stage(job_id, f"streamjob {graph.job_name}", payload, jm_address)
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            outcome["error"] = e
-
     started = time.monotonic()
-    stage = threading.Thread(target=run, name="spark-stage", daemon=True)
     display.start()
-    stage.start()
+    attempt_no = 0
+    restore = initial
+    final_state = "FAILED"
     interrupts = 0
-    cancel_at: float | None = None
     try:
-        while stage.is_alive():
-            try:
-                stage.join(0.25)
-                display.update(jm.operator_totals())
-                if jm.failure_event.is_set() and cancel_at is None:
-                    cancel_at = time.monotonic() + 2.0
-                if cancel_at is not None and time.monotonic() >= cancel_at:
-                    # Spark aborts a barrier stage when one task fails; this only
-                    # covers tasks that hang instead of failing.
-                    deployment.cancel(job_id)
-                    cancel_at = float("inf")
-            except KeyboardInterrupt:
-                interrupts += 1
-                if interrupts == 1:
-                    display.note("Stopping: sources end, in-flight records drain (Ctrl-C again to cancel)")
-                    jm.stop()
-                else:
-                    jm.status.state = "CANCELED"
-                    deployment.cancel(job_id)
-        seconds = time.monotonic() - started
-        error = outcome.get("error")
-        failure = jm.root_failure()
-        if error is not None and failure is None:
-            # The failure report may still be on its way from the task.
-            jm.failure_event.wait(2.0)
+        while True:
+            jm.begin_attempt(attempt_no, restore)
+            attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
+            cancel_at: float | None = None
+            while attempt.alive():
+                try:
+                    attempt.join(0.25)
+                    display.update(jm.operator_totals())
+                    if client is not None and client._cancel_requested and jm.status.state != "CANCELED":
+                        jm.status.state = "CANCELED"
+                        attempt.cancel()
+                    if jm.failure_event.is_set() and cancel_at is None:
+                        # Failover: never wait for Spark to notice; the job manager owns restarts.
+                        jm.status.state = "RESTARTING" if jm.status.state == "RUNNING" else jm.status.state
+                        cancel_at = time.monotonic()
+                        attempt.cancel()
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    if interrupts == 1:
+                        display.note("Stopping: sources end, in-flight records drain (Ctrl-C again to cancel)")
+                        jm.stop()
+                    else:
+                        jm.status.state = "CANCELED"
+                        attempt.cancel()
+            error = attempt.error
             failure = jm.root_failure()
-        if error is None and failure is None:
-            # Final metrics travel before each task's "finished" on its control connection.
-            jm.wait_finished(timeout=5.0)
-        totals = jm.operator_totals()
-        if failure is not None or error is not None:
-            state = "CANCELED" if jm.status.state == "CANCELED" else "FAILED"
-            jm.status.state = state
-            display.close(totals, state, seconds)
-            if state == "CANCELED":
+            if error is not None and failure is None and jm.status.state != "CANCELED":
+                jm.failure_event.wait(2.0)  # the failure report may still be on its way
+                failure = jm.root_failure()
+            if jm.status.state == "CANCELED":
+                final_state = "CANCELED"
                 raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) was canceled")
-            if failure is not None:
-                raise JobExecutionError(
-                    f"Job {graph.job_name!r} ({job_id}) failed: {failure.summary(graph.parallelism)}\n\n{failure.traceback}",
-                    operator=failure.operator,
-                    python_traceback=failure.traceback,
-                )
-            if isinstance(error, Exception) and type(error).__name__.endswith("SlotsError"):
-                raise error
-            raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark: {_first_line(error)}") from error
+            if error is None and failure is None:
+                jm.wait_finished(timeout=5.0)  # final metrics travel before each task's "finished"
+                final_state = "FINISHED"
+                break
+            # -- the attempt failed: restart or give up -------------------------------------------
+            lost_checkpoints = False
+            if failure is not None and failure.cause == "restore":
+                bad = failure.checkpoint
+                display.note(f"Checkpoint {bad} cannot be restored: {failure.error}")
+                if initial is not None and initial.checkpoint_id == bad and (coordinator is None or not coordinator.completed):
+                    _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
+                                   extra=f"the checkpoint to resume from, {initial.url}, cannot be restored")
+                if coordinator is not None:
+                    coordinator.drop_corrupt(bad)
+                    lost_checkpoints = True
+            delay = strategy.next_delay_ms(int(time.time() * 1000))
+            if delay is None:
+                _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
+            if coordinator is not None:
+                coordinator.abort_all(f"restarting after a failure of attempt {attempt_no}", time.monotonic())
+            restore, skipped = _pick_restore(coordinator, initial)
+            for msg in skipped:
+                display.note(msg)
+            if restore is None and (lost_checkpoints or skipped):
+                # Starting over would repeat output that completed checkpoints already committed.
+                _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
+                               extra="no completed checkpoint is left to restore from")
+            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"
+            display.note(f"Attempt {attempt_no + 1} failed: {what}. Restarting from {where} in {delay} ms ({strategy.describe()})")
+            jm.restarts += 1
+            attempt_no += 1
+            time.sleep(delay / 1000.0)
+        seconds = time.monotonic() - started
+        totals = jm.operator_totals()
         jm.status.state = "FINISHED"
         display.close(totals, "FINISHED", seconds)
         named = {graph.operators[int(k)].name: {"records_in": v[0], "records_out": v[1]} for k, v in totals.items()}
         running = jm.running_seconds()
         return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named,
-                                  None if running is None else int(running * 1000))
+                                  None if running is None else int(running * 1000),
+                                  checkpoints=_checkpoint_summaries(coordinator), restarts=jm.restarts)
+    except BaseException:
+        if jm.status.state not in ("CANCELED",):
+            jm.status.state = final_state
+        display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
+        raise
     finally:
+        if coordinator is not None:
+            try:
+                coordinator.shutdown(jm.status.state)
+            except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
+                display.note(f"Could not clean up checkpoints: {e}")
         jm.shutdown()
+        if client is not None:
+            client._done(jm.status.state)
+
+
+def _pick_restore(coordinator: CheckpointCoordinator | None,
+                  initial: CompletedCheckpoint | None) -> tuple[CompletedCheckpoint | None, list[str]]:
+    """Newest completed checkpoint whose files are all there (else the one before), else what the job resumed from."""
+    skipped: list[str] = []
+    if coordinator is not None:
+        while coordinator.completed:
+            candidate = coordinator.completed[-1]
+            try:
+                _verify(candidate)
+                return candidate, skipped
+            except CheckpointFormatError as e:
+                skipped.append(f"Skipping checkpoint {candidate.checkpoint_id}: {e}")
+                coordinator.drop_corrupt(candidate.checkpoint_id)
+    return initial, skipped
+
+
+def _checkpoint_summaries(coordinator: CheckpointCoordinator | None) -> list[dict]:
+    return [] if coordinator is None else [s.summary() for s in coordinator.history]
+
+
+def _raise_failure(graph: JobGraph, job_id: str, failure: Any, error: BaseException | None, strategy: Any,
+                   attempts: int, extra: str = "") -> None:
+    why = f" ({extra})" if extra else (f" (restart strategy {strategy.describe()} gave up after {attempts} restarts)"
+                                       if attempts else "")
+    if failure is not None:
+        raise JobExecutionError(
+            f"Job {graph.job_name!r} ({job_id}) failed{why}: {failure.summary(graph.parallelism)}\n\n{failure.traceback}",
+            operator=failure.operator, python_traceback=failure.traceback)
+    if isinstance(error, Exception) and type(error).__name__.endswith("SlotsError"):
+        raise error
+    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark{why}: {_first_line(error)}") from error
 
 
 def _first_line(error: BaseException | None) -> str:

@@ -1,9 +1,11 @@
 """The job manager: runs in the Spark driver, talks to every task over the control channel.
 
-It owns the job's status, collects metrics and printed lines, records the first
-failure (the root cause), and tells tasks to stop gracefully. Its asyncio loop
-runs in a thread of its own so the driver's main thread stays free for Spark
-and the console.
+It owns the job's status, collects metrics and printed lines, records
+failures (the root cause first), hosts the checkpoint coordinator (triggers,
+acknowledgements, completion notices) and tells tasks what to restore when an
+attempt is deployed. Its asyncio loop runs in a thread of its own so the
+driver's main thread stays free for Spark and the console. The executor owns
+the attempts (restart strategy) and asks the job manager for what it needs.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
+from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint, TaskCheckpointStats
 from . import control as C
+
+CAUSE_PRIORITY = ("operator", "task", "restore", "checkpoint", "lost", "peer")
+TICK = 0.01  # s between checkpoint coordinator ticks
 
 
 @dataclass
@@ -25,54 +31,70 @@ class TaskFailure:
     error_type: str
     error: str
     traceback: str
-    cause: str  # "operator" (user code), "task" (runtime), "peer" (lost another slot)
+    cause: str  # "operator" (user code), "task" (runtime), "restore", "checkpoint", "lost" (process gone), "peer"
+    attempt: int = 0
+    checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
+    at: float = field(default_factory=time.time)
 
     def summary(self, parallelism: int) -> str:
-        where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})" if self.operator else f"slot {self.slot + 1}/{parallelism}"
+        if self.operator:
+            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})"
+        elif self.slot >= 0:
+            where = f"slot {self.slot + 1}/{parallelism}"
+        else:
+            where = "the job manager"
         return f"{where} raised {self.error_type}: {self.error}"
 
 
 @dataclass
 class JobStatus:
-    state: str = "CREATED"  # CREATED, RUNNING, FINISHED, FAILED, CANCELED
+    state: str = "CREATED"  # CREATED, RUNNING, RESTARTING, FINISHED, FAILED, CANCELED
     started: float = field(default_factory=time.time)
     ended: float | None = None
 
 
 class JobManager:
     def __init__(self, job_id: str, job_name: str, parallelism: int, host: str = "127.0.0.1",
-                 on_print: Callable[[list[str]], None] | None = None):
+                 on_print: Callable[[list[str]], None] | None = None,
+                 coordinator: CheckpointCoordinator | None = None):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
         self.host = host
         self.on_print = on_print or (lambda lines: print("\n".join(lines), flush=True))
+        self.coordinator = coordinator
         self.status = JobStatus()
+        self.attempt = 0
+        self.restore: CompletedCheckpoint | None = None
         self.metrics: dict[int, dict[str, list[int]]] = {}
         self.windows: dict[int, tuple[float | None, float | None]] = {}  # slot -> (loop start, loop end)
         self.registered: set[int] = set()
+        self.running: set[int] = set()
+        self.end_of_data: set[int] = set()
         self.finished: set[int] = set()
+        self.pids: dict[int, int] = {}
         self.failures: list[TaskFailure] = []
+        self.all_failures: list[TaskFailure] = []
+        self.restarts = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="job-manager", daemon=True)
         self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.Task | None = None
         self.address: tuple[str, int] | None = None
         self.failure_event = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> tuple[str, int]:
-        ready = threading.Event()
-
         async def serve() -> None:
             self._server = await asyncio.start_server(self._handle, self.host, 0)
             self.address = self._server.sockets[0].getsockname()[:2]
-            ready.set()
+            if self.coordinator is not None:
+                self._ticker = asyncio.ensure_future(self._tick_forever())
 
         self._thread.start()
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)
-        ready.wait(10)
         self.status.state = "RUNNING"
         return self.address  # type: ignore[return-value]
 
@@ -82,6 +104,8 @@ class JobManager:
 
     def shutdown(self) -> None:
         async def close() -> None:
+            if self._ticker is not None:
+                self._ticker.cancel()
             for w in list(self._writers.values()):
                 w.close()
             if self._server is not None:
@@ -94,6 +118,22 @@ class JobManager:
                 pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+
+    def begin_attempt(self, attempt: int, restore: CompletedCheckpoint | None) -> None:
+        """A new deployment of every task; messages of earlier attempts are ignored from now on."""
+        with self._lock:
+            self.attempt = attempt
+            self.restore = restore
+            self.registered.clear()
+            self.running.clear()
+            self.end_of_data.clear()
+            self.finished.clear()
+            self.pids.clear()
+            self.metrics.clear()
+            self.windows.clear()
+            self.failures = []
+            self.failure_event.clear()
+            self.status.state = "RUNNING"
 
     # -- commands ----------------------------------------------------------------
     def stop(self) -> None:
@@ -108,7 +148,64 @@ class JobManager:
                 if not w.is_closing():
                     w.write(data)
 
-        self._loop.call_soon_threadsafe(send)
+        if threading.current_thread() is self._thread:
+            send()
+        else:
+            self._loop.call_soon_threadsafe(send)
+
+    # -- checkpoints ---------------------------------------------------------------
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            try:
+                self._tick(time.monotonic())
+            except Exception as e:  # noqa: BLE001 - a coordinator bug must fail the job, visibly
+                import traceback
+
+                self._fail(TaskFailure(-1, None, type(e).__name__, f"checkpoint coordinator: {e}",
+                                       traceback.format_exc(), "checkpoint", self.attempt))
+
+    def _tick(self, now: float) -> None:
+        cc = self.coordinator
+        with self._lock:
+            if cc is None or self.failures or len(self.running) < self.parallelism:
+                return
+            for n in cc.expire(now):
+                self._broadcast({"type": C.ABORT, "id": n})
+            if cc.failures_exceeded():
+                self._fail(TaskFailure(-1, None, "CheckpointFailure",
+                                       f"{cc.consecutive_failures} checkpoints in a row failed, more than the "
+                                       f"{cc.settings.tolerable_failures} tolerated; last: {cc.history[-1].failure}",
+                                       "", "checkpoint", self.attempt))
+                cc.consecutive_failures = 0
+                return
+            if cc.should_trigger(now):
+                n, ts, _ = cc.trigger(now)
+                self._broadcast({"type": C.TRIGGER, "id": n, "ts": ts})
+
+    def _on_ack(self, msg: dict) -> None:
+        cc = self.coordinator
+        if cc is None:
+            return
+        stats = TaskCheckpointStats(str(msg.get("name", msg["task"])), int(msg["slot"]), float(msg["sync_ms"]),
+                                    float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]))
+        with self._lock:
+            if int(msg.get("attempt", -1)) != self.attempt:
+                cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
+                return
+            now = time.monotonic()
+            done = cc.acknowledge(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {}, stats, now)
+            if done is not None:
+                final = cc.history and any(s.final and s.checkpoint_id == done.checkpoint_id for s in cc.history)
+                self._broadcast({"type": C.COMPLETE, "id": done.checkpoint_id, "final": bool(final)})
+
+    def _on_decline(self, msg: dict) -> None:
+        cc = self.coordinator
+        with self._lock:
+            if cc is None or int(msg.get("attempt", -1)) != self.attempt:
+                return
+            cc.decline(int(msg["id"]), str(msg.get("reason", "declined")), time.monotonic())
+            self._broadcast({"type": C.ABORT, "id": int(msg["id"])})
 
     # -- observation ---------------------------------------------------------------
     def operator_totals(self) -> dict[str, list[int]]:
@@ -120,6 +217,15 @@ class JobManager:
                     t[0] += rin
                     t[1] += rout
             return totals
+
+    def task_pids(self) -> dict[int, int]:
+        """slot -> process id of the task running it (current attempt)."""
+        with self._lock:
+            return dict(self.pids)
+
+    def all_running(self) -> bool:
+        with self._lock:
+            return len(self.running) >= self.parallelism and not self.failures
 
     def wait_finished(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -138,15 +244,31 @@ class JobManager:
 
     def root_failure(self) -> TaskFailure | None:
         with self._lock:
-            for cause in ("operator", "task", "peer"):
+            for cause in CAUSE_PRIORITY:
                 for f in self.failures:
                     if f.cause == cause:
                         return f
         return None
 
+    def _fail(self, failure: TaskFailure) -> None:
+        with self._lock:
+            self.failures.append(failure)
+            self.all_failures.append(failure)
+        self.failure_event.set()
+
     # -- protocol ----------------------------------------------------------------
+    def _deployment(self, slot: int) -> dict:
+        restore = None
+        if self.restore is not None:
+            r = self.restore
+            restore = {"id": r.checkpoint_id, "url": r.url, "root": r.url.rsplit("/", 1)[0],
+                       "parallelism": r.metadata.parallelism, "operators": r.metadata.operators}
+        return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore}
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         slot = None
+        attempt = None
+        finished = False
         try:
             while True:
                 line = await reader.readline()
@@ -159,22 +281,39 @@ class JobManager:
                 kind = msg.get("type")
                 if kind == C.REGISTER:
                     slot = int(msg["slot"])
-                    self._writers[slot] = writer
-                    self.registered.add(slot)
-                elif kind == C.METRICS:
+                    with self._lock:
+                        attempt = self.attempt
+                        self._writers[slot] = writer
+                        self.registered.add(slot)
+                        if "pid" in msg:
+                            self.pids[slot] = int(msg["pid"])
+                    writer.write(C.encode(self._deployment(slot)))
+                    continue
+                if kind in (C.ACK, C.DECLINE):
+                    (self._on_ack if kind == C.ACK else self._on_decline)(msg)
+                    continue
+                if attempt != self.attempt:
+                    continue  # a straggler of an earlier attempt
+                if kind == C.METRICS:
                     with self._lock:
                         self.metrics[int(msg["slot"])] = msg["ops"]
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                 elif kind == C.PRINT:
                     self.on_print(msg["lines"])
-                elif kind == C.FAILED:
+                elif kind == C.RUNNING:
                     with self._lock:
-                        self.failures.append(
-                            TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
-                                        msg.get("error", ""), msg.get("traceback", ""), msg.get("cause", "task"))
-                        )
-                    self.failure_event.set()
+                        self.running.add(int(msg["slot"]))
+                elif kind == C.END_OF_DATA:
+                    with self._lock:
+                        self.end_of_data.add(int(msg["slot"]))
+                        if len(self.end_of_data) >= self.parallelism and self.coordinator is not None:
+                            self.coordinator.request_final()
+                elif kind == C.FAILED:
+                    self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
+                                           msg.get("error", ""), msg.get("traceback", ""), msg.get("cause", "task"),
+                                           attempt or 0, msg.get("checkpoint")))
                 elif kind == C.FINISHED:
+                    finished = True
                     self.finished.add(int(msg["slot"]))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -182,3 +321,7 @@ class JobManager:
             if slot is not None and self._writers.get(slot) is writer:
                 del self._writers[slot]
             writer.close()
+            if slot is not None and not finished and attempt == self.attempt and self.status.state == "RUNNING":
+                self._fail(TaskFailure(slot, None, "TaskLost",
+                                       f"the task process of slot {slot + 1} exited without reporting (killed, or out of memory?)",
+                                       "", "lost", attempt or 0))

@@ -171,17 +171,26 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
 
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
-    attempt = ctx.attemptNumber()
-    control = ControlClient(tuple(jm_address), subtask, attempt)
+    control = ControlClient(tuple(jm_address), subtask, ctx.attemptNumber())
+    attempt = 0
     try:
+        # The job manager answers with the attempt number and what to restore.
+        deployment = control.wait_for("deploy")
+        attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
         host = "127.0.0.1" if local else socket.gethostbyname(socket.gethostname())
-        slot = SlotRuntime(graph, subtask, host=host, attempt=attempt, control=control)
+        slot = SlotRuntime(graph, subtask, host=host, attempt=attempt, control=control, deployment=deployment)
     except BaseException as e:
         import traceback
 
-        control.send({"type": "failed", "slot": subtask, "operator": None, "error_type": type(e).__name__,
-                      "error": f"could not set up the task: {e}", "traceback": traceback.format_exc(), "cause": "task"})
+        from ..task.slot import RestoreError
+
+        restore = isinstance(e, RestoreError)
+        control.send({"type": "failed", "slot": subtask, "attempt": attempt, "operator": None,
+                      "error_type": type(e).__name__,
+                      "error": str(e) if restore else f"could not set up the task: {e}",
+                      "traceback": traceback.format_exc(), "cause": "restore" if restore else "task",
+                      "checkpoint": ((locals().get("deployment") or {}).get("restore") or {}).get("id")})
         control.close()
         raise
     addresses = ctx.allGather(json.dumps(list(slot.address)))

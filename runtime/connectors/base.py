@@ -3,7 +3,16 @@
 A source is a picklable description; each subtask asks it for a reader of its
 share (``create_reader``). A reader's ``poll`` returns a batch, ``None`` when
 nothing is there yet (``wakeup_at`` says when to ask again), or ``END`` when
-its share is exhausted. A sink likewise hands each subtask a writer.
+its share is exhausted. For exactly-once a reader is *replayable*: its
+``snapshot_state`` returns its splits with their positions (small, picklable
+values), and ``restore_state`` puts a fresh reader back at them.
+
+A sink hands each subtask a writer. A two-phase-commit sink's writer makes
+what it wrote so far ready but invisible in ``prepare_commit`` (at each
+checkpoint barrier and at the end of input) and returns *committables*; the
+sink's ``commit`` makes them visible once the checkpoint that holds them is
+complete. ``commit`` must be idempotent: after a failure the committables of
+the restored checkpoint are committed again.
 """
 
 from __future__ import annotations
@@ -34,6 +43,13 @@ class SourceReader:
     def poll(self) -> Batch | None | _End:
         raise NotImplementedError
 
+    def snapshot_state(self) -> list | None:
+        """The reader's splits and positions; None if the source cannot replay (at-most-once)."""
+        return None
+
+    def restore_state(self, splits: list) -> None:
+        """Continue from positions a ``snapshot_state`` returned (of this or other subtasks)."""
+
     def wakeup_at(self, now: float) -> float:
         return now + 0.01
 
@@ -43,17 +59,28 @@ class SourceReader:
 
 class Sink:
     default_name = "Sink"
+    exactly_once = False  # True for two-phase-commit sinks
 
     def create_writer(self, ctx: RuntimeContext) -> "SinkWriter":
         raise NotImplementedError
+
+    def commit(self, committables: list) -> None:
+        """Make prepared output visible. Idempotent."""
 
 
 class SinkWriter:
     def write(self, batch: Batch) -> None:
         raise NotImplementedError
 
-    def finish(self) -> None:
-        """End of input: make everything written so far visible."""
+    def prepare_commit(self) -> list:
+        """Checkpoint barrier or end of input: flush, return committables (none if output is already visible)."""
+        return []
+
+    def snapshot_state(self) -> list:
+        return []
+
+    def restore_state(self, state: list) -> None:
+        """After a restore (and after the restored committables were committed)."""
 
     def close(self) -> None:
         pass

@@ -15,18 +15,30 @@ class CollectionSource(Source):
 
     def create_reader(self, ctx) -> "CollectionReader":
         k, p = share(ctx)
-        return CollectionReader(self.items[k::p], batch_size_of(ctx))
+        return CollectionReader(self.items, k, p, batch_size_of(ctx))
 
 
 class CollectionReader(SourceReader):
-    def __init__(self, items: list[Any], batch_size: int):
-        self.items = items
-        self.offset = 0
+    """Split ``k`` of ``p`` is ``items[k::p]``; its position is the offset into that slice."""
+
+    def __init__(self, items: list[Any], subtask: int, parallelism: int, batch_size: int):
+        self.all_items = items
+        self.splits: list[list[int]] = [[subtask, parallelism, 0]]  # [start, stride, offset]
         self.batch_size = batch_size
 
     def poll(self):
-        if self.offset >= len(self.items):
-            return END
-        batch = self.items[self.offset : self.offset + self.batch_size]
-        self.offset += len(batch)
-        return batch
+        while self.splits:
+            start, stride, offset = self.splits[0]
+            begin = start + offset * stride
+            batch = self.all_items[begin : begin + self.batch_size * stride : stride]
+            if batch:
+                self.splits[0][2] += len(batch)
+                return batch
+            self.splits.pop(0)
+        return END
+
+    def snapshot_state(self) -> list:
+        return [list(s) for s in self.splits]
+
+    def restore_state(self, splits: list) -> None:
+        self.splits = [[int(a), int(b), int(c)] for a, b, c in splits]

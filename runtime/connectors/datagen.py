@@ -1,4 +1,4 @@
-"""DataGenSource: row ``i`` is ``fn(i)``; deterministic, split across subtasks."""
+"""DataGenSource: row ``i`` is ``fn(i)``; deterministic, split across subtasks, replayable."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from .base import END, Source, SourceReader, batch_size_of, share
 class DataGenSource(Source):
     """Rows ``fn(0), fn(1), ...`` (``count`` of them, or without end).
 
-    Subtask ``k`` of ``p`` generates the indices ``k, k + p, k + 2p, ...``.
+    Split ``k`` of ``p`` is the indices ``k, k + p, k + 2p, ...``; subtask ``k``
+    starts with split ``k``. Its position is the next index, so a restored
+    reader continues exactly where the checkpoint was taken.
     ``rows_per_second`` limits the rate of the whole source (shared evenly).
     """
 
@@ -36,8 +38,8 @@ class DataGenSource(Source):
 class DataGenReader(SourceReader):
     def __init__(self, source: DataGenSource, subtask: int, parallelism: int, batch_size: int):
         self.fn = source.fn
-        self.stride = parallelism
-        self.next_index = subtask  # the position: next index this subtask emits
+        self.splits: list[list[int]] = [[subtask, parallelism]]  # [next index, stride]
+        self.turn = 0
         self.stop = source.count
         self.batch_size = batch_size
         self.rate = source.rows_per_second / parallelism if source.rows_per_second else None
@@ -53,15 +55,19 @@ class DataGenReader(SourceReader):
             n = min(n, self._due(time.monotonic()))
             if n <= 0:
                 return None
-        start, stride = self.next_index, self.stride
+        if self.stop is not None:
+            self.splits = [s for s in self.splits if s[0] < self.stop]
+        if not self.splits:
+            return END
+        self.turn = (self.turn + 1) % len(self.splits)
+        split = self.splits[self.turn]
+        start, stride = split
         stop = start + n * stride
         if self.stop is not None:
             stop = min(stop, self.stop)
-            if start >= self.stop:
-                return END
         fn = self.fn
         rows = [fn(i) for i in range(start, stop, stride)]
-        self.next_index = start + len(rows) * stride
+        split[0] = start + len(rows) * stride
         self.emitted += len(rows)
         return rows
 
@@ -69,3 +75,10 @@ class DataGenReader(SourceReader):
         if self.rate is None:
             return now
         return self.started + self.emitted / self.rate
+
+    def snapshot_state(self) -> list:
+        return [list(s) for s in self.splits]
+
+    def restore_state(self, splits: list) -> None:
+        self.splits = [[int(s[0]), int(s[1])] for s in splits]
+        self.turn = 0

@@ -21,6 +21,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from ..batch import to_rows, try_columnar
+from ..config import Options
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -88,9 +89,8 @@ class FileSourceReader(SourceReader):
         if not self.fs.exists(self.root):
             raise FileNotFoundError(f"FileSource: no such file or directory: {source.path}")
         self.seen: set[str] = set()
-        self.queue: list[str] = []
+        self.queue: list[list] = []  # [path, records already read], the current file first
         self.current: Iterator[pa.RecordBatch] | None = None
-        self.current_path: str | None = None
         self.next_listing = 0.0
         self._list(initial=True)
 
@@ -109,42 +109,50 @@ class FileSourceReader(SourceReader):
             # computes alike without talking to the others.
             owner = index % self.parallelism if initial else zlib.crc32(f.encode()) % self.parallelism
             if owner == self.subtask:
-                self.queue.append(f)
+                self.queue.append([f, 0])
         if self.source.monitor_interval:
             self.next_listing = time.monotonic() + self.source.monitor_interval
 
-    def _open(self, path: str) -> Iterator[pa.RecordBatch]:
+    def _open(self, path: str, skip: int) -> Iterator[pa.RecordBatch]:
         fmt = self.source.format
         f = self.fs.open(path, "rb")
         try:
             if fmt == "parquet":
-                yield from pq.ParquetFile(f).iter_batches(batch_size=self.batch_size)
+                batches = pq.ParquetFile(f).iter_batches(batch_size=self.batch_size)
             elif fmt == "csv":
-                reader = pa_csv.open_csv(f, **self.source.options)
-                for batch in reader:
-                    yield batch
+                batches = iter(pa_csv.open_csv(f, **self.source.options))
             else:
-                table = pa_json.read_json(f)
-                yield from table.to_batches(max_chunksize=self.batch_size)
+                batches = iter(pa_json.read_json(f).to_batches(max_chunksize=self.batch_size))
+            for batch in batches:
+                if skip >= batch.num_rows:  # read before the checkpoint this reader restored
+                    skip -= batch.num_rows
+                    continue
+                if skip:
+                    batch = batch.slice(skip)
+                    skip = 0
+                yield batch
         finally:
             f.close()
 
     def poll(self):
         while True:
             if self.current is not None:
+                entry = self.queue[0]
                 try:
                     batch = next(self.current)
                 except StopIteration:
                     self.current = None
+                    self.queue.pop(0)
                     continue
                 except (pa.ArrowException, OSError, ValueError) as e:
-                    raise FileFormatError(f"cannot read {self.source.format} file {self.current_path}: {e}") from e
+                    raise FileFormatError(f"cannot read {self.source.format} file {entry[0]}: {e}") from e
                 if batch.num_rows:
+                    entry[1] += batch.num_rows
                     return batch
                 continue
             if self.queue:
-                self.current_path = self.queue.pop(0)
-                self.current = self._open(self.current_path)
+                path, skip = self.queue[0]
+                self.current = self._open(path, skip)
                 continue
             if self.source.monitor_interval is None:
                 return END
@@ -157,14 +165,29 @@ class FileSourceReader(SourceReader):
     def wakeup_at(self, now: float) -> float:
         return max(now, self.next_listing)
 
+    def snapshot_state(self) -> list:
+        # One element per subtask: the files it still has to read (with positions) and
+        # every file it has listed, so a restored reader neither rereads nor skips.
+        return [{"queue": [list(e) for e in self.queue], "seen": sorted(self.seen)}]
+
+    def restore_state(self, splits: list) -> None:
+        self.current = None
+        self.queue = [[str(p), int(n)] for s in splits for p, n in s["queue"]]
+        self.seen = {str(p) for s in splits for p in s["seen"]} | {p for p, _ in self.queue}
+
 
 class FileSink(Sink):
-    """Part files ``part-<subtask>-<n>.<ext>`` in a directory.
+    """Part files ``part-<subtask>-<n>.<ext>`` in a directory; exactly-once with checkpointing.
 
-    A part file is written hidden (``.part-...inprogress``) and renamed to its
-    final name when it is complete (rolled or at the end of input), so readers
-    never see half a file.
+    A part file is written hidden (``.part-...inprogress``). Two-phase commit:
+    at a checkpoint barrier (or when the file rolls, or at the end of input) it
+    is closed, still hidden (pre-commit); when the checkpoint is complete it is
+    renamed to its final name (commit). After a failure the files the restored
+    checkpoint pre-committed are committed, every other hidden file of the
+    subtask is deleted, and numbering continues from the checkpoint.
     """
+
+    exactly_once = True
 
     def __init__(self, path: str, fmt: str, max_rows_per_file: int | None = None):
         if fmt not in ("parquet", "jsonl"):
@@ -185,17 +208,33 @@ class FileSink(Sink):
         return FileSink(path, "jsonl", max_rows_per_file)
 
     def create_writer(self, ctx) -> "FileSinkWriter":
-        return FileSinkWriter(self, ctx.get_index_of_this_subtask())
+        # Without checkpoints nothing would ever complete a two-phase commit: files are published when they roll.
+        two_phase = int(ctx.get_job_parameter(Options.CHECKPOINTING_INTERVAL, 0) or 0) > 0
+        return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase)
+
+    def commit(self, committables: list) -> None:
+        fs, _ = fsspec.core.url_to_fs(self.path)
+        for c in committables:
+            tmp, final = c["pending"], c["final"]
+            if fs.exists(tmp):
+                fs.mv(tmp, final)
+            elif not fs.exists(final):
+                raise FileFormatError(
+                    f"FileSink({self.path}): cannot commit {final}: its pending file {tmp} is gone "
+                    "(deleted by someone else?); the records in it are lost"
+                )
 
 
 class FileSinkWriter(SinkWriter):
-    def __init__(self, sink: FileSink, subtask: int):
+    def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False):
         self.sink = sink
+        self.two_phase = two_phase
         self.subtask = subtask
         self.fs, self.root = fsspec.core.url_to_fs(sink.path)
         self.fs.makedirs(self.root, exist_ok=True)
         self.counter = 0
         self.part: _PartFile | None = None
+        self.prepared: list[dict] = []  # closed part files (rolled) waiting for the next prepare_commit
 
     def _next_name(self) -> str:
         ext = self.sink.format
@@ -215,11 +254,33 @@ class FileSinkWriter(SinkWriter):
 
     def _roll(self) -> None:
         if self.part is not None:
-            self.part.commit()
+            committable = self.part.close()
             self.part = None
+            if self.two_phase:
+                self.prepared.append(committable)
+            else:
+                self.sink.commit([committable])
 
-    def finish(self) -> None:
+    def prepare_commit(self) -> list:
         self._roll()
+        out, self.prepared = self.prepared, []
+        return out
+
+    def snapshot_state(self) -> list:
+        return [{"counter": self.counter}]
+
+    def restore_state(self, state: list) -> None:
+        if state:
+            self.counter = max(int(s.get("counter", 0)) for s in state)
+        # Drop what the failed attempt wrote after the checkpoint: every hidden part file of this subtask.
+        prefix = f".part-{self.subtask}-"
+        try:
+            names = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return
+        for path in names:
+            if posixpath.basename(path).startswith(prefix):
+                self.fs.rm(path)
 
     def close(self) -> None:
         if self.part is not None:
@@ -261,11 +322,12 @@ class _PartFile:
         self.writer.write_batch(batch)
         self.rows += batch.num_rows
 
-    def commit(self) -> None:
+    def close(self) -> dict:
+        """Pre-commit: complete the file, still hidden; the committable says how to publish it."""
         if self.writer is not None:
             self.writer.close()
         self.file.close()
-        self.fs.mv(self.tmp, self.final)
+        return {"pending": self.tmp, "final": self.final}
 
     def abort(self) -> None:
         try:

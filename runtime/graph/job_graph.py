@@ -47,6 +47,11 @@ class OperatorNode:
     channel_outputs: list[int] = field(default_factory=list)  # edge ids leaving the task
 
     @property
+    def state_key(self) -> str:
+        """Identity in checkpoints: the uid when set, else the operator's place in the graph."""
+        return self.uid or f"op{self.id}"
+
+    @property
     def is_source(self) -> bool:
         return self.kind == T.SOURCE
 

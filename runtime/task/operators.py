@@ -22,6 +22,12 @@ from ..api import transformations as T
 from ..api.functions import RuntimeContext, as_callable
 from ..batch import Batch, extract_keys, num_rows, to_rows
 from ..graph.job_graph import OperatorNode
+from ..state.heap import HashMapKeyedStateBackend
+from ..state.keygroups import key_group_range
+from ..state.operator_state import OperatorStateStore
+from ..state.snapshot import SnapshotFormatError, read_keyed, read_operator
+from ..state.tables import AccumulatorTable
+from ..checkpoint.storage import StateLocation
 
 
 class OperatorFailure(Exception):
@@ -53,13 +59,85 @@ class Output:
             t(batch)
 
 
+class OperatorSnapshot:
+    """What the synchronous phase captured of one operator subtask: frozen keyed tables
+    and a copy of its operator state. Written by the snapshot writer thread."""
+
+    def __init__(self, operator: "StreamOperator", keyed: dict | None, operator_state: dict | None):
+        self.operator = operator
+        self.key = operator.key
+        self.keyed = keyed
+        self.backend = operator.keyed_backend if keyed else None
+        self.operator_state = operator_state
+        self.max_parallelism = operator.ctx.get_max_number_of_parallel_subtasks()
+
+    def done(self) -> None:
+        """Back on the task's loop after the write: fold copy-on-write layers into the tables."""
+        if self.backend is not None:
+            self.backend.thaw()
+        self.operator.snapshot_in_flight = False
+
+
 class StreamOperator:
+    keyed = False  # operators on a keyed stream get a keyed state backend
+
     def __init__(self, node: OperatorNode, ctx: RuntimeContext):
         self.node = node
         self.name = node.name
         self.ctx = ctx
         self.output = Output()
         self.records_in = 0
+        self.key = node.state_key
+        self.operator_state = OperatorStateStore()
+        self.keyed_backend: HashMapKeyedStateBackend | None = None
+        self.snapshot_in_flight = False  # its tables are frozen until the snapshot writer is done
+        if self.keyed:
+            i, p, maxp = ctx.get_index_of_this_subtask(), ctx.get_number_of_parallel_subtasks(), ctx.get_max_number_of_parallel_subtasks()
+            self.keyed_backend = HashMapKeyedStateBackend(node.name, maxp, key_group_range(maxp, p, i))
+            ctx._keyed_backend = self.keyed_backend
+
+    # state --------------------------------------------------------------------
+    def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot | None:
+        """Synchronous phase: capture state as of the barrier (cheap: freeze, copy small lists)."""
+        self._guard(lambda: self.prepare_snapshot(checkpoint_id))
+        keyed = None
+        backend = self.keyed_backend
+        if backend is not None and backend.tables:
+            keyed = backend.freeze()
+        operator = self.operator_state.snapshot()
+        if not keyed and not operator:
+            return None
+        self.snapshot_in_flight = True
+        return OperatorSnapshot(self, keyed, operator or None)
+
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        """Hook: put positions / pending commits into operator state before it is copied."""
+
+    def initialize_state(self, handles: list[dict | None], location: StateLocation) -> None:
+        """Restore from the handles of every subtask of the snapshot (any parallelism)."""
+        i, p = self.ctx.get_index_of_this_subtask(), self.ctx.get_number_of_parallel_subtasks()
+        backend = self.keyed_backend
+        per_subtask: list[dict] = []
+        for old, handle in enumerate(handles):
+            if handle is None:
+                per_subtask.append({})
+                continue
+            where = f"state of operator {self.name!r} (subtask {old + 1}/{len(handles)}) in {location.url}"
+            index = handle["index"]
+            keyed = index.get("keyed") or {}
+            wanted = backend is not None and any(
+                int(kg) in backend.key_groups for t in keyed.values() for kg in t.get("groups", {}))
+            if keyed and backend is None:
+                raise SnapshotFormatError(f"{where}: holds keyed state, but operator {self.name!r} is not keyed")
+            data = location.read(handle) if wanted or "operator" in index else b""
+            if wanted:
+                for name, kind, chunk in read_keyed(data, index, backend.key_groups, where):  # type: ignore[union-attr]
+                    backend.restore_chunk(name, kind, chunk)  # type: ignore[union-attr]
+            per_subtask.append(read_operator(data, index, where) if "operator" in index else {})
+        self.operator_state.restore(per_subtask, i, p)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Hook: checkpoint n is complete (its _metadata is durable)."""
 
     # lifecycle --------------------------------------------------------------
     def open(self) -> None:
@@ -201,20 +279,22 @@ class ProcessOperator(StreamOperator):
 
 
 class KeyedProcessOperator(StreamOperator):
+    keyed = True
+
     def setup(self) -> None:
         super().setup()
         self._fn = as_callable(self.node.fn, "process_element", "process")
         self._ctx = _Context()
 
     def process(self, batch: Batch, input_index: int) -> None:
-        fn, ctx = self._fn, self._ctx
+        fn, ctx, backend = self._fn, self._ctx, self.keyed_backend
         keys = extract_keys(batch, self.node.params["key"])
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
         out: list = []
         extend = out.extend
         for key, r in zip(keys, to_rows(batch)):
-            ctx.current_key = key
+            ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
             result = fn(r, ctx)
             if result is not None:
                 extend(result)
@@ -222,10 +302,12 @@ class KeyedProcessOperator(StreamOperator):
 
 
 class KeyedReduceOperator(StreamOperator):
+    keyed = True
+
     def setup(self) -> None:
         super().setup()
         self._fn = as_callable(self.node.fn, "reduce", "reduce")
-        self._state: dict[Any, Any] = {}
+        self._state = self.keyed_backend.raw_table("reduce")  # type: ignore[union-attr]
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, state = self._fn, self._state
@@ -237,84 +319,70 @@ class KeyedReduceOperator(StreamOperator):
         for key, r in zip(keys, to_rows(batch)):
             current = state.get(key, missing)
             value = r if current is missing else fn(current, r)
-            state[key] = value
+            state.put(key, value)
             out.append(value)
         self.output.emit(out)
 
 
 class RollingAggregator:
-    """Per-key running sum/min/max over numpy arrays.
+    """Per-key running sum/min/max over numpy arrays, kept in the state backend.
 
     Keys map to slots through a dict (one lookup per record, ~20M/s); the
-    accumulators live in one numpy array indexed by slot; within a batch the
-    running values come from one grouped cumulative kernel.
+    accumulators live in one numpy array indexed by slot (``AccumulatorTable``);
+    within a batch the running values come from one grouped cumulative kernel.
     """
 
-    def __init__(self, how: str):
+    def __init__(self, how: str, table: AccumulatorTable | None = None):
         self.how = how
-        self.slot_of: dict[Any, int] = {}
-        self.acc = np.zeros(0, dtype=np.int64)
-
-    def slots(self, keys: list) -> np.ndarray:
-        get = self.slot_of.get
-        found = [get(k) for k in keys]
-        if None in found:
-            slot_of = self.slot_of
-            for i, s in enumerate(found):
-                if s is None:
-                    k = keys[i]
-                    s = slot_of.get(k)
-                    if s is None:
-                        s = slot_of[k] = len(slot_of)
-                    found[i] = s
-        return np.asarray(found, dtype=np.int64)
+        self.table = table if table is not None else AccumulatorTable()
 
     def update(self, keys: list, values: np.ndarray) -> np.ndarray:
-        before = len(self.slot_of)
-        s = self.slots(keys)
-        n_slots = len(self.slot_of)
+        table = self.table
+        before = len(table)
+        s = table.slots(keys)
+        n_slots = len(table)
         if values.dtype.kind == "b":
             values = values.astype(np.int64)
         if values.dtype.kind not in "iuf":
             raise TypeError(f"{self.how}() needs numeric values, got {values.dtype}")
         if values.dtype.kind == "u":
             values = values.astype(np.int64)
-        if values.dtype.kind == "f" and self.acc.dtype.kind != "f":
-            self.acc = self.acc.astype(np.float64)
         if values.dtype.kind == "i" and values.dtype != np.int64:
             values = values.astype(np.int64)
-        if n_slots > len(self.acc):
-            grown = np.zeros(max(n_slots, 2 * len(self.acc), 1024), dtype=self.acc.dtype)
-            grown[: len(self.acc)] = self.acc
-            self.acc = grown
+        table.ensure_capacity(n_slots, values.dtype.kind)
         series = pd.Series(values, copy=False).groupby(s, sort=False)
+        acc = table.acc
         if n_slots > before and self.how != "sum":
             # A new key starts from its first value (there is no identity for min/max).
             new = s >= before
             first_slots, first_idx = np.unique(s[new], return_index=True)
-            self.acc[first_slots] = values[np.flatnonzero(new)[first_idx]]
-        prior = self.acc[s]
+            acc[first_slots] = values[np.flatnonzero(new)[first_idx]]
+        prior = acc[s]
         if self.how == "sum":
             result = prior + series.cumsum().to_numpy()
         elif self.how == "min":
             result = np.minimum(prior, series.cummin().to_numpy())
         else:
             result = np.maximum(prior, series.cummax().to_numpy())
-        result = result.astype(self.acc.dtype, copy=False)
+        result = result.astype(acc.dtype, copy=False)
         rev_slots, rev_idx = np.unique(s[::-1], return_index=True)
-        self.acc[rev_slots] = result[len(s) - 1 - rev_idx]
+        acc[rev_slots] = result[len(s) - 1 - rev_idx]
         return result
 
 
 class KeyedAggregateOperator(StreamOperator):
     """Rolling sum/min/max: each input is emitted with ``field`` set to its key's aggregate."""
 
+    keyed = True
+
     def setup(self) -> None:
         self._how = self.node.params["how"]
         self._field = self.node.params["field"]
         self._key = self.node.params["key"]
-        self._agg = RollingAggregator(self._how)
-        self._objects: dict[Any, Any] = {}  # keys whose values are not numeric (min/max of str, Decimal...)
+        backend = self.keyed_backend
+        self._agg = RollingAggregator(self._how, backend.accumulators(f"{self._how}-numeric"))  # type: ignore[union-attr]
+        # keys whose values are not numeric (min/max of str, Decimal...)
+        self._objects = backend.raw_table(f"{self._how}-objects")  # type: ignore[union-attr]
 
     def process(self, batch: Batch, input_index: int) -> None:
         keys = extract_keys(batch, self._key)
@@ -360,7 +428,7 @@ class KeyedAggregateOperator(StreamOperator):
                 new = v if v < cur else cur
             else:
                 new = v if v > cur else cur
-            state[k] = new
+            state.put(k, new)
             out.append(new)
         return out
 
@@ -407,24 +475,72 @@ class CoProcessOperator(StreamOperator):
 
 
 class SinkOperator(StreamOperator):
+    """Runs a sink's writer; with checkpointing, the two-phase commit around it.
+
+    Committables prepared at barrier n wait in operator state until checkpoint n
+    is complete; those prepared at the end of input wait for the final
+    checkpoint. A restored subtask first commits what its checkpoint held.
+    """
+
+    PENDING = "pending-committables"
+    WRITER = "writer"
+
     def setup(self) -> None:
-        self._writer = self.node.fn.create_writer(self.ctx)
+        self._sink = self.node.fn
+        self._checkpointing = int(self.ctx.get_job_parameter("execution.checkpointing.interval", 0) or 0) > 0
+        self._writer = self._sink.create_writer(self.ctx)
+        self._pending: list[tuple[int, Any]] = []  # (checkpoint id, committable)
+        self._unassigned: list[Any] = []  # prepared at the end of input, before the final checkpoint
+        if self.operator_state.is_restored():
+            restored = self.operator_state.get_list_state(self.PENDING).get()
+            if restored:
+                self._sink.commit([c for _, c in restored])
+            self._writer.restore_state(self.operator_state.get_list_state(self.WRITER).get())
 
     def process(self, batch: Batch, input_index: int) -> None:
         self._writer.write(batch)
 
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        ready = self._unassigned + self._writer.prepare_commit()
+        self._unassigned = []
+        self._pending.extend((checkpoint_id, c) for c in ready)
+        self.operator_state.get_list_state(self.PENDING).update([[n, c] for n, c in self._pending])
+        self.operator_state.get_list_state(self.WRITER).update(self._writer.snapshot_state())
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        ready = [c for n, c in self._pending if n <= checkpoint_id]
+        if ready:
+            self._guard(lambda: self._sink.commit(ready))
+            self._pending = [(n, c) for n, c in self._pending if n > checkpoint_id]
+
     def on_finish(self) -> None:
-        self._writer.finish()
+        ready = self._writer.prepare_commit()
+        if self._checkpointing:
+            self._unassigned.extend(ready)  # committed once the final checkpoint completes
+        else:
+            self._sink.commit(ready)
 
     def close(self) -> None:
         self._guard(self._writer.close)
 
 
 class SourceOperator(StreamOperator):
-    """Head of a source task; the task polls its reader and calls ``emit``."""
+    """Head of a source task; the task polls its reader and calls ``emit``.
+
+    Its splits and positions are operator list state, redistributed on restore.
+    """
+
+    SPLITS = "source-splits"
 
     def setup(self) -> None:
         self.reader = self.node.fn.create_reader(self.ctx)
+        if self.operator_state.is_restored():
+            self.reader.restore_state(self.operator_state.get_list_state(self.SPLITS).get())
+
+    def prepare_snapshot(self, checkpoint_id: int) -> None:
+        splits = self.reader.snapshot_state()
+        if splits is not None:
+            self.operator_state.get_list_state(self.SPLITS).update(splits)
 
     def poll(self) -> Any:
         """The reader's next batch, None (nothing yet) or END."""

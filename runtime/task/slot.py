@@ -10,6 +10,7 @@ sources.
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from typing import Any
@@ -23,10 +24,17 @@ from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
-from .operators import OperatorFailure, SourceOperator, StreamOperator, create_operator
+from ..checkpoint.storage import CheckpointStorage, StateLocation
+from ..state.snapshot import serialize
+from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
+from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
 
 ITEMS_PER_STEP = 4
 IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking control
+
+
+class RestoreError(RuntimeError):
+    """A checkpoint could not be restored; the job manager falls back to the one before it."""
 
 
 class Task:
@@ -40,6 +48,8 @@ class Task:
         self.finished = False
         self.stop_requested = False
         self.wakeup_at = 0.0
+        self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
+        self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
         if gate is not None:
             for ch in gate.channels:
@@ -99,10 +109,13 @@ class Task:
             left = self._inputs_open[ch.input_index] = self._inputs_open[ch.input_index] - 1
             if left == 0:
                 self.head.end_input(ch.input_index)
+            if self.barriers is not None:
+                self.barriers.check()  # a finished channel counts as aligned
             if self.gate.all_finished():
                 self.finish()
         elif isinstance(event, CheckpointBarrier):
-            pass  # checkpoints arrive with the checkpoint coordinator
+            if self.barriers is not None:
+                self.barriers.on_barrier(index, event)
 
     def finish(self) -> None:
         for op in self.operators:
@@ -127,8 +140,11 @@ class Task:
 
 class SlotRuntime:
     def __init__(self, graph: JobGraph, subtask: int, host: str = "127.0.0.1", attempt: int = 0,
-                 control: Any = None):
+                 control: Any = None, deployment: dict | None = None):
         self.graph = graph
+        deployment = deployment or {}
+        self.job_id = deployment.get("job_id", "local")
+        self.restore = deployment.get("restore")
         self.subtask = subtask
         self.parallelism = graph.parallelism
         self.attempt = attempt
@@ -143,6 +159,15 @@ class SlotRuntime:
         self.tasks: list[Task] = []
         self.started_at: float | None = None  # wall clock, first loop iteration
         self.ended_at: float | None = None  # wall clock, every task finished
+        self.checkpointing = conf.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0
+        self.exactly_once = str(conf.get(Options.CHECKPOINTING_MODE)).upper() == "EXACTLY_ONCE"
+        self.final_checkpoint_done = False
+        self.storage: CheckpointStorage | None = None
+        self.snapshots: SnapshotWriter | None = None
+        if self.checkpointing:
+            self.storage = CheckpointStorage(conf.get_string(Options.CHECKPOINTING_DIR), self.job_id,
+                                             conf.get_int(Options.INLINE_STATE_THRESHOLD),
+                                             conf.get_int(Options.MEMORY_STORAGE_MAX_STATE))
         self._build()
 
     @property
@@ -157,6 +182,8 @@ class SlotRuntime:
             ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
             self.operators[op_id] = create_operator(node, ctx)
+        if self.restore:
+            self._restore_state(self.restore)
         local_inputs: dict[tuple[int, int], Any] = {}
         writers_of: dict[int, RecordWriter] = {}
         for e in g.edges.values():
@@ -194,7 +221,33 @@ class SlotRuntime:
                         else:
                             inputs.append(self.transport.input_channel(eid, s, e.input_index))
                 gate = InputGate(inputs)
-            self.tasks.append(Task(vertex, ops, channel_writers, gate))
+            task = Task(vertex, ops, channel_writers, gate)
+            if gate is not None and self.checkpointing:
+                task.barriers = BarrierHandler(
+                    gate, self.exactly_once,
+                    on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
+                    on_abort=lambda n, reason, task=task: self._decline(task, n, reason))
+            self.tasks.append(task)
+
+    def _restore_state(self, restore: dict) -> None:
+        """Put every operator back to the checkpoint the job manager chose."""
+        location = StateLocation(restore["root"])
+        saved = restore["operators"]
+        by_key = {op.key: op for op in self.operators.values()}
+        unknown = [k for k, v in saved.items() if k not in by_key and any(v["subtasks"])]
+        if unknown:
+            names = ", ".join(f"{k} ({saved[k].get('name', '?')})" for k in unknown)
+            raise RestoreError(
+                f"checkpoint {restore['url']} has state for operators this job does not have: {names}; "
+                "give operators stable uids with .uid(...) so state finds them after the job changes"
+            )
+        for key, op in by_key.items():
+            entry = saved.get(key)
+            if entry is not None:
+                try:
+                    op.initialize_state(entry["subtasks"], location)
+                except Exception as e:
+                    raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}") from e
 
     def _print(self, lines: list[str]) -> None:
         control = self.control
@@ -213,9 +266,15 @@ class SlotRuntime:
             for task in self.tasks:
                 for op in reversed(task.operators):
                     op.open()
+            if self.checkpointing:
+                self.snapshots = SnapshotWriter(self._write_snapshot)
+            if self.control is not None:
+                self.control.send({"type": "running", "slot": self.subtask, "attempt": self.attempt})
             self.started_at = time.time()
             self._loop()
             self.ended_at = time.time()
+            if self.checkpointing and self.control is not None:
+                self._await_final_checkpoint()
             for task in self.tasks:
                 for op in task.operators:
                     op.close()
@@ -230,6 +289,8 @@ class SlotRuntime:
             self._report_failure(e)
             raise
         finally:
+            if self.snapshots is not None:
+                self.snapshots.close()
             try:
                 self.transport.close()
             except Exception:
@@ -253,6 +314,8 @@ class SlotRuntime:
                 if d is not None and (deadline is None or d < deadline):
                     deadline = d
             self._handle_control()
+            if self.snapshots is not None and self.snapshots.results:
+                self._collect_snapshots()
             if now >= next_metrics:
                 self._report_metrics()
                 next_metrics = now + self.metrics_interval
@@ -271,8 +334,88 @@ class SlotRuntime:
             kind = msg.get("type")
             if kind == "stop":
                 self.request_stop()
+            elif kind == "trigger":
+                self._trigger(int(msg["id"]), int(msg["ts"]))
+            elif kind == "complete":
+                self._notify_complete(int(msg["id"]), bool(msg.get("final")))
+            elif kind == "abort":
+                for task in self.tasks:
+                    if task.barriers is not None:
+                        task.barriers.abort(int(msg["id"]))
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
+
+    # -- checkpoints -----------------------------------------------------------------
+    def _trigger(self, checkpoint_id: int, timestamp_ms: int) -> None:
+        """The coordinator started checkpoint n: sources (and tasks already finished) snapshot now;
+        every other task snapshots when the barrier has reached it on all inputs."""
+        barrier = CheckpointBarrier(checkpoint_id, timestamp_ms)
+        for task in self.tasks:
+            if task.last_checkpoint < checkpoint_id and (task.finished or task.gate is None):
+                self.checkpoint_task(task, barrier, 0.0)
+
+    def checkpoint_task(self, task: Task, barrier: CheckpointBarrier, alignment_ms: float) -> None:
+        n = barrier.checkpoint_id
+        if any(op.snapshot_in_flight for op in task.operators):
+            # The previous snapshot of these tables is still being written (only with
+            # concurrent checkpoints): wait, so that its copy-on-write layer is folded first.
+            self.snapshots.wait_idle()  # type: ignore[union-attr]
+            self._collect_snapshots()
+        started = time.perf_counter()
+        try:
+            snaps = [s for s in (op.snapshot_state(n) for op in task.operators) if s is not None]
+        except OperatorFailure as e:
+            raise e
+        if not task.finished:
+            for w in task.writers:
+                w.broadcast_event(barrier)
+        sync_ms = (time.perf_counter() - started) * 1000.0
+        task.last_checkpoint = n
+        self.snapshots.submit(SnapshotJob(task, n, snaps, sync_ms, alignment_ms))  # type: ignore[union-attr]
+
+    def _write_snapshot(self, snap: OperatorSnapshot, checkpoint_id: int) -> tuple[dict, int]:
+        """The asynchronous phase, in the snapshot writer's thread."""
+        data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", snap.key)[:80] + f"-{self.subtask}"
+        return self.storage.write_state(checkpoint_id, name, data, index), len(data)  # type: ignore[union-attr]
+
+    def _collect_snapshots(self) -> None:
+        results = self.snapshots.results  # type: ignore[union-attr]
+        while results:
+            r = results.popleft()
+            for snap in r.job.snapshots:
+                snap.done()
+            task, n = r.job.task, r.job.checkpoint_id
+            if r.error is not None:
+                self._decline(task, n, f"task {task.vertex.name(self.graph)} (subtask {self.subtask + 1}) "
+                                       f"could not write its snapshot: {r.error}")
+                continue
+            if self.control is not None:
+                self.control.send({"type": "ack", "slot": self.subtask, "attempt": self.attempt, "id": n,
+                                   "task": task.vertex.id, "name": task.vertex.name(self.graph),
+                                   "handles": r.handles, "sync_ms": r.job.sync_ms, "async_ms": r.async_ms,
+                                   "alignment_ms": r.job.alignment_ms, "size": r.size})
+
+    def _decline(self, task: Task, checkpoint_id: int, reason: str) -> None:
+        if self.control is not None:
+            self.control.send({"type": "decline", "slot": self.subtask, "attempt": self.attempt,
+                               "id": checkpoint_id, "task": task.vertex.id, "reason": reason})
+
+    def _notify_complete(self, checkpoint_id: int, final: bool) -> None:
+        for op in self.operators.values():
+            op.notify_checkpoint_complete(checkpoint_id)
+        if final:
+            self.final_checkpoint_done = True
+
+    def _await_final_checkpoint(self) -> None:
+        """Every task has finished: stay until the final checkpoint completes, so the
+        last pre-committed output of 2PC sinks is committed exactly once."""
+        self.control.send({"type": "end_of_data", "slot": self.subtask, "attempt": self.attempt})
+        while not self.final_checkpoint_done:
+            self._handle_control()
+            if self.snapshots.results:  # type: ignore[union-attr]
+                self._collect_snapshots()
+            self.transport.poll(0.01)
 
     def request_stop(self) -> None:
         """Graceful stop: sources end their input; everything downstream drains and finishes."""
@@ -291,7 +434,10 @@ class SlotRuntime:
     def _report_failure(self, e: BaseException) -> None:
         if self.control is None or self.control.closed:
             return
-        if isinstance(e, OperatorFailure):
+        if isinstance(e, RestoreError):
+            msg = {"operator": None, "error_type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc(),
+                   "cause": "restore", "checkpoint": (self.restore or {}).get("id")}
+        elif isinstance(e, OperatorFailure):
             msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
                    "cause": "operator"}
         else:

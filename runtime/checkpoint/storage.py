@@ -1,0 +1,247 @@
+"""Checkpoint storage through fsspec: ``file://``, ``s3://`` (s3fs), ``memory://``.
+
+Layout per job, as Flink's::
+
+    <dir>/<job-id>/chk-<n>/_metadata     written last, put-if-absent: makes chk-<n> complete
+    <dir>/<job-id>/chk-<n>/<state files> exclusive to checkpoint n
+    <dir>/<job-id>/shared/               state shared by several checkpoints (incremental)
+    <dir>/<job-id>/taskowned/            state owned by the tasks, never deleted by the job manager
+
+``memory://`` is the job manager's own storage (Flink's JobManagerCheckpointStorage):
+tasks run in other processes, so their state travels inline in the
+acknowledgement and lives in the job manager's memory with ``_metadata``.
+Small state is inlined in ``_metadata`` on every storage (as Flink's
+memory threshold) instead of making a file per operator.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import posixpath
+import re
+import uuid
+from typing import Any
+
+import fsspec
+
+from .metadata import CheckpointFormatError, CheckpointMetadata, parse
+
+METADATA = "_metadata"
+_CHK = re.compile(r"chk-(\d+)$")
+
+
+class StateTooLargeError(RuntimeError):
+    pass
+
+
+def normalize_url(url: str) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"checkpoint storage must be a URL such as file:///tmp/checkpoints or s3://bucket/dir, got {url!r}")
+    url = url.strip()
+    if "://" not in url:
+        return "file://" + os.path.abspath(os.path.expanduser(url))
+    protocol = url.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"checkpoint storage {url!r}: no filesystem for {protocol}:// ({e})") from None
+    return url.rstrip("/") if not url.endswith(":///") else url
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def _is_memory(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol == "memory"
+
+
+class StateLocation:
+    """Reads state handles relative to one job's checkpoint directory (tasks and job manager alike)."""
+
+    def __init__(self, job_root_url: str):
+        self.url = job_root_url
+        self.fs, self.root = fsspec.core.url_to_fs(job_root_url)
+
+    def path(self, relative: str) -> str:
+        return posixpath.join(self.root, relative)
+
+    def read(self, handle: dict) -> bytes:
+        if "data" in handle:
+            try:
+                return base64.b64decode(handle["data"], validate=True)
+            except (ValueError, TypeError) as e:
+                raise CheckpointFormatError(f"{self.url}: inline state is not valid base64 ({e})") from None
+        path = self.path(handle["file"])
+        try:
+            data = self.fs.cat_file(path)
+        except FileNotFoundError:
+            raise CheckpointFormatError(f"state file {self.url}/{handle['file']} is missing") from None
+        if "size" in handle and len(data) != int(handle["size"]):
+            raise CheckpointFormatError(
+                f"state file {self.url}/{handle['file']} has {len(data)} bytes, the checkpoint recorded {handle['size']}"
+            )
+        return data
+
+
+class CheckpointStorage(StateLocation):
+    """One job's checkpoint directory: ``<base>/<job-id>``."""
+
+    def __init__(self, base_url: str, job_id: str, inline_threshold: int = 20 << 10, memory_max_state: int = 5 << 20):
+        self.base_url = normalize_url(base_url)
+        super().__init__(self.base_url.rstrip("/") + "/" + job_id)
+        self.job_id = job_id
+        self.in_memory = _is_memory(self.fs)
+        self.inline_threshold = inline_threshold
+        self.memory_max_state = memory_max_state
+
+    # -- task side -----------------------------------------------------------------
+    def write_state(self, checkpoint_id: int, name: str, data: bytes, index: dict) -> dict:
+        """Store one operator subtask's snapshot; return its handle (JSON-able)."""
+        if self.in_memory:
+            if len(data) > self.memory_max_state:
+                raise StateTooLargeError(
+                    f"state of {name} is {len(data)} bytes, more than the {self.memory_max_state} bytes the job "
+                    f"manager's memory:// checkpoint storage takes; use file:// or s3:// checkpoint storage"
+                )
+            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+        if len(data) <= self.inline_threshold:
+            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+        relative = f"chk-{checkpoint_id}/{name}-{uuid.uuid4().hex[:8]}"
+        self._write(self.path(relative), data, exclusive=False)
+        return {"file": relative, "size": len(data), "index": index}
+
+    # -- job manager side --------------------------------------------------------------
+    def initialize(self) -> None:
+        for sub in ("shared", "taskowned"):
+            self.fs.makedirs(self.path(sub), exist_ok=True)
+
+    def checkpoint_path(self, checkpoint_id: int) -> str:
+        return self.path(f"chk-{checkpoint_id}")
+
+    def checkpoint_url(self, checkpoint_id: int) -> str:
+        return f"{self.url}/chk-{checkpoint_id}"
+
+    def write_metadata(self, metadata: CheckpointMetadata) -> None:
+        """Durably, and only if absent: two job managers can never both complete checkpoint n."""
+        directory = self.checkpoint_path(metadata.checkpoint_id)
+        self.fs.makedirs(directory, exist_ok=True)
+        self._write(posixpath.join(directory, METADATA), metadata.to_json(), exclusive=True)
+
+    def _write(self, path: str, data: bytes, exclusive: bool) -> None:
+        if _is_local(self.fs):
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                if exclusive:
+                    os.link(tmp, path)  # atomic put-if-absent
+                else:
+                    os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
+        if exclusive:
+            if self.fs.exists(path):
+                raise FileExistsError(path)
+            self.fs.pipe_file(path, data, mode="create")
+        else:
+            self.fs.pipe_file(path, data)
+
+    def discard(self, checkpoint_id: int) -> None:
+        path = self.checkpoint_path(checkpoint_id)
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def discard_files(self, relatives: list[str]) -> None:
+        for rel in relatives:
+            try:
+                self.fs.rm(self.path(rel))
+            except FileNotFoundError:
+                pass
+
+    def checkpoint_ids(self) -> list[int]:
+        """Every chk-<n> directory present, complete or not."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return []
+        ids = []
+        for e in entries:
+            m = _CHK.search(e.rstrip("/"))
+            if m:
+                ids.append(int(m.group(1)))
+        return sorted(ids)
+
+    def remove_job_dir_if_empty(self) -> None:
+        """After the job ends without retained checkpoints: remove the empty layout."""
+        try:
+            for sub in ("shared", "taskowned"):
+                p = self.path(sub)
+                if self.fs.exists(p) and not self.fs.ls(p, detail=False):
+                    self.fs.rm(p, recursive=True)
+            if self.fs.exists(self.root) and not self.fs.ls(self.root, detail=False):
+                self.fs.rm(self.root, recursive=True)
+        except (FileNotFoundError, OSError):
+            pass
+
+
+def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
+    """Read ``_metadata`` of a checkpoint: ``.../chk-<n>``, ``.../chk-<n>/_metadata``.
+
+    Returns the job's checkpoint directory (what handles are relative to) and the metadata.
+    """
+    url = normalize_url(url)
+    if url.endswith("/" + METADATA):
+        url = url[: -len(METADATA) - 1]
+    fs, path = fsspec.core.url_to_fs(url)
+    meta_path = posixpath.join(path, METADATA)
+    try:
+        data = fs.cat_file(meta_path)
+    except FileNotFoundError:
+        raise CheckpointFormatError(f"{url}: no {METADATA} (not a completed checkpoint)") from None
+    except (IsADirectoryError, NotADirectoryError, PermissionError, OSError) as e:
+        raise CheckpointFormatError(f"{url}/{METADATA}: cannot read ({e})") from None
+    meta = parse(data, f"{url}/{METADATA}")
+    return url.rsplit("/", 1)[0], meta
+
+
+def find_checkpoints(url: str) -> list[str]:
+    """Checkpoint URLs under ``url`` that have ``_metadata``, newest first.
+
+    ``url`` is a checkpoint (``chk-<n>``) itself, or a job's checkpoint directory.
+    """
+    url = normalize_url(url)
+    if url.endswith("/" + METADATA):
+        return [url[: -len(METADATA) - 1]]
+    if _CHK.search(url.rstrip("/")):
+        return [url]
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        entries = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        raise CheckpointFormatError(f"{url}: no such checkpoint or checkpoint directory") from None
+    found = []
+    for e in entries:
+        m = _CHK.search(e.rstrip("/"))
+        if m and fs.exists(posixpath.join(e, METADATA)):
+            found.append((int(m.group(1)), f"{url.rstrip('/')}/chk-{m.group(1)}"))
+    if not found:
+        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA})")
+    return [u for _, u in sorted(found, reverse=True)]

@@ -1,0 +1,271 @@
+"""The HashMap state backend: keyed state in Python dicts, scoped to the current key.
+
+The operator sets ``current_key`` before handing a record to user code; every
+state object reads and writes the entry of that key in its table. Tables are
+copy-on-write (``tables.StateTable``), so a snapshot freezes them in O(1) and
+is written by another thread while processing goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..api.state import StateDescriptor
+from .tables import AccumulatorTable, StateTable
+
+
+class StateDefinitionError(ValueError):
+    pass
+
+
+class _KeyedState:
+    __slots__ = ("backend", "table", "name")
+
+    def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable, name: str):
+        self.backend = backend
+        self.table = table
+        self.name = name
+
+    def clear(self) -> None:
+        self.table.remove(self.backend.current_key)
+
+
+class ValueState(_KeyedState):
+    __slots__ = ("default",)
+
+    def __init__(self, backend, table, name, default):
+        super().__init__(backend, table, name)
+        self.default = default
+
+    def value(self) -> Any:
+        return self.table.get(self.backend.current_key, self.default)
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.table.remove(self.backend.current_key)
+        else:
+            self.table.put(self.backend.current_key, value)
+
+
+class ListState(_KeyedState):
+    __slots__ = ()
+
+    def get(self) -> list:
+        return self.table.get(self.backend.current_key) or []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        key = self.backend.current_key
+        current = self.table.get(key)
+        if current is None:
+            self.table.put(key, [value])
+        else:
+            current.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        if not values:
+            return
+        key = self.backend.current_key
+        current = self.table.get(key)
+        if current is None:
+            self.table.put(key, values)
+        else:
+            current.extend(values)
+
+    def update(self, values: Iterable[Any] | None) -> None:
+        values = list(values or [])
+        if any(v is None for v in values):
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        if values:
+            self.table.put(self.backend.current_key, values)
+        else:
+            self.clear()
+
+
+class MapState(_KeyedState):
+    __slots__ = ()
+
+    def _map(self, create: bool = False) -> dict | None:
+        key = self.backend.current_key
+        m = self.table.get(key)
+        if m is None and create:
+            m = {}
+            self.table.put(key, m)
+        return m
+
+    def get(self, key: Any) -> Any:
+        m = self._map()
+        return None if m is None else m.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._map(create=True)[key] = value  # type: ignore[index]
+
+    def put_all(self, entries: dict) -> None:
+        self._map(create=True).update(entries)  # type: ignore[union-attr]
+
+    def contains(self, key: Any) -> bool:
+        m = self._map()
+        return m is not None and key in m
+
+    def remove(self, key: Any) -> None:
+        m = self._map()
+        if m is not None:
+            m.pop(key, None)
+            if not m:
+                self.clear()
+
+    def keys(self) -> list:
+        m = self._map()
+        return [] if m is None else list(m.keys())
+
+    def values(self) -> list:
+        m = self._map()
+        return [] if m is None else list(m.values())
+
+    def items(self) -> list:
+        m = self._map()
+        return [] if m is None else list(m.items())
+
+    def is_empty(self) -> bool:
+        m = self._map()
+        return not m
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+class ReducingState(_KeyedState):
+    __slots__ = ("reduce",)
+
+    def __init__(self, backend, table, name, reduce):
+        super().__init__(backend, table, name)
+        self.reduce = reduce
+
+    def get(self) -> Any:
+        return self.table.get(self.backend.current_key)
+
+    def add(self, value: Any) -> None:
+        key = self.backend.current_key
+        current = self.table.get(key)
+        self.table.put(key, value if current is None else self.reduce(current, value))
+
+
+class AggregatingState(_KeyedState):
+    __slots__ = ("fn",)
+
+    def __init__(self, backend, table, name, fn):
+        super().__init__(backend, table, name)
+        self.fn = fn
+
+    def get(self) -> Any:
+        acc = self.table.get(self.backend.current_key)
+        return None if acc is None else self.fn.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        key = self.backend.current_key
+        acc = self.table.get(key)
+        if acc is None:
+            acc = self.fn.create_accumulator()
+        self.table.put(key, self.fn.add(value, acc))
+
+
+class HashMapKeyedStateBackend:
+    """All keyed state of one operator subtask: one table per state name."""
+
+    def __init__(self, operator: str, max_parallelism: int, key_groups: range):
+        self.operator = operator
+        self.max_parallelism = max_parallelism
+        self.key_groups = key_groups
+        self.current_key: Any = None
+        self.tables: dict[str, StateTable | AccumulatorTable] = {}
+        self.kinds: dict[str, str] = {}
+
+    def set_current_key(self, key: Any) -> None:
+        self.current_key = key
+
+    def get_current_key(self) -> Any:
+        return self.current_key
+
+    def _table(self, descriptor: StateDescriptor, kind: str) -> StateTable:
+        if not isinstance(descriptor, StateDescriptor):
+            raise TypeError(f"operator {self.operator!r}: expected a state descriptor, got {descriptor!r}")
+        name = descriptor.name
+        known = self.kinds.get(name)
+        if known is not None and known != kind:
+            raise StateDefinitionError(
+                f"operator {self.operator!r}: state {name!r} is a {known} state, cannot be used as a {kind} state"
+            )
+        self.kinds[name] = kind
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = StateTable()
+        return table  # type: ignore[return-value]
+
+    def get_state(self, d: Any) -> ValueState:
+        self._expect(d, "value")
+        return ValueState(self, self._table(d, "value"), d.name, d.default)
+
+    def get_list_state(self, d: Any) -> ListState:
+        self._expect(d, "list")
+        return ListState(self, self._table(d, "list"), d.name)
+
+    def get_map_state(self, d: Any) -> MapState:
+        self._expect(d, "map")
+        return MapState(self, self._table(d, "map"), d.name)
+
+    def get_reducing_state(self, d: Any) -> ReducingState:
+        self._expect(d, "reducing")
+        return ReducingState(self, self._table(d, "reducing"), d.name, d.reducer())
+
+    def get_aggregating_state(self, d: Any) -> AggregatingState:
+        self._expect(d, "aggregating")
+        return AggregatingState(self, self._table(d, "aggregating"), d.name, d.agg_function)
+
+    def accumulators(self, name: str) -> AccumulatorTable:
+        """The columnar table of a built-in rolling aggregation."""
+        known = self.kinds.setdefault(name, "accumulators")
+        if known != "accumulators":
+            raise StateDefinitionError(f"operator {self.operator!r}: state {name!r} is not an accumulator table")
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = AccumulatorTable()
+        return table  # type: ignore[return-value]
+
+    def raw_table(self, name: str) -> StateTable:
+        """A plain key -> value table for built-in operators (reduce, object aggregates)."""
+        kind = self.kinds.setdefault(name, "value")
+        if kind != "value":
+            raise StateDefinitionError(f"operator {self.operator!r}: state {name!r} is a {kind} state")
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = StateTable()
+        return table  # type: ignore[return-value]
+
+    def _expect(self, d: Any, kind: str) -> None:
+        if getattr(d, "kind", None) != kind:
+            raise TypeError(f"operator {self.operator!r}: get_{'state' if kind == 'value' else kind + '_state'} "
+                            f"needs a {kind.capitalize()}StateDescriptor, got {d!r}")
+
+    def is_empty(self) -> bool:
+        return not any(len(t) for t in self.tables.values())
+
+    # -- snapshots (the sync part; see state.snapshot for the async part) -----------
+    def freeze(self) -> dict[str, tuple[str, Any]]:
+        return {name: (self.kinds[name], table.freeze()) for name, table in self.tables.items()}
+
+    def thaw(self) -> None:
+        for table in self.tables.values():
+            table.thaw()
+
+    def restore_chunk(self, name: str, kind: str, chunk: Any) -> None:
+        known = self.kinds.setdefault(name, kind)
+        if known != kind:
+            raise StateDefinitionError(f"operator {self.operator!r}: restored state {name!r} is {kind}, expected {known}")
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = AccumulatorTable() if kind == "accumulators" else StateTable()
+        table.load(chunk)
