@@ -125,7 +125,7 @@ class CheckpointCoordinator:
         self.last_trigger = float("-inf")
         self.last_completion = float("-inf")
         self._final_requested = False
-        self._discarded: set[int] = set()
+        self.final_completed = False
 
     # -- triggering ----------------------------------------------------------------
     def request_final(self) -> None:
@@ -134,7 +134,7 @@ class CheckpointCoordinator:
 
     def should_trigger(self, now: float) -> bool:
         s = self.settings
-        if not s.enabled or len(self.pending) >= s.max_concurrent:
+        if not s.enabled or self.final_completed or len(self.pending) >= s.max_concurrent:
             return False
         if self._final_requested:
             return not any(p.stats.final for p in self.pending.values())
@@ -192,6 +192,7 @@ class CheckpointCoordinator:
         self.counts[COMPLETED] += 1
         self.consecutive_failures = 0
         self.last_completion = now
+        self.final_completed = self.final_completed or pending.stats.final
         done = CompletedCheckpoint(n, self.storage.checkpoint_url(n), meta)
         self.completed.append(done)
         # A completed checkpoint subsumes older pending ones (as Flink's).
