@@ -1,0 +1,84 @@
+"""A keyed job with state and the exactly-once FileSink, for the fault-tolerance tests.
+
+Row i has key i % 30; with parallelism 3 every key comes from one source
+subtask (i % 3 fixes it), so each key's records arrive in one order and the
+running count of every row is deterministic: ``expected_rows`` computes it.
+
+    streamjob run tests/jobs/counting.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND
+"""
+
+import sys
+from collections import defaultdict
+
+from streamjob.runtime import (
+    CheckpointingMode,
+    ExternalizedCheckpointRetention,
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    RestartStrategies,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+)
+from streamjob.runtime.connectors import DataGenSource, FileSink
+
+KEYS = 30
+
+
+class Count(KeyedProcessFunction):
+    """Keeps its count three ways (value, reducing, map) and checks they agree, plus a bounded list."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
+        self.by_parity = ctx.get_map_state(MapStateDescriptor("by-parity"))
+        self.recent = ctx.get_list_state(ListStateDescriptor("recent"))
+
+    def process_element(self, row, ctx):
+        c = self.count.value() + 1
+        self.count.update(c)
+        self.total.add(1)
+        parity = row["i"] % 2
+        self.by_parity.put(parity, (self.by_parity.get(parity) or 0) + 1)
+        recent = self.recent.get()[-2:] + [row["i"]]
+        self.recent.update(recent)
+        if self.total.get() != c or sum(self.by_parity.values()) != c:
+            raise AssertionError(f"state of key {ctx.get_current_key()} disagrees: {c}, {self.total.get()}")
+        yield {"key": row["key"], "i": row["i"], "count": c, "prev": recent[-2] if len(recent) > 1 else -1}
+
+
+def row(i):
+    return {"key": i % KEYS, "i": i}
+
+
+def expected_rows(rows: int) -> list[tuple]:
+    counts: dict = defaultdict(int)
+    last: dict = {}
+    out = []
+    for i in range(rows):
+        k = i % KEYS
+        counts[k] += 1
+        out.append((k, i, counts[k], last.get(k, -1)))
+        last[k] = i
+    return sorted(out)
+
+
+def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
+          mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.enable_checkpointing(interval_ms, mode)
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_storage(checkpoints)
+    config.set_num_retained_checkpoints(3)
+    config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
+    source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), name="numbers").uid("numbers")
+    source.key_by("key").process(Count()).uid("count").sink_to(FileSink.jsonl(out)).uid("files")
+    return env
+
+
+if __name__ == "__main__":
+    out, checkpoints, rows, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    build(out, checkpoints, rows, rate).execute("counting")
