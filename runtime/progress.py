@@ -120,9 +120,9 @@ class ProgressDisplay:
         cc = self.coordinator
         if cc is None or not cc.history:
             return None
-        table = Table(title="checkpoints (newest 10)", title_justify="left")
-        for col in ("id", "status", "trigger", "duration", "state size", "sync max", "async max", "alignment max"):
-            table.add_column(col, justify="right" if col not in ("status", "trigger") else "left")
+        table = Table(title="checkpoints (newest 10; sync/async/align: slowest task)", title_justify="left")
+        for col in ("id", "status", "at", "duration", "size", "sync", "async", "align"):
+            table.add_column(col, justify="right" if col not in ("status", "at") else "left", no_wrap=True)
         for st in list(cc.history)[-10:]:
             s = st.summary()
             dur = "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f} ms"
