@@ -1,6 +1,7 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
 from .api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from .api.backends import HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
     CheckpointingMode,
@@ -32,6 +33,7 @@ from .api.state import (
 )
 from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
+from .connectors import DataGenSource, DiscardingSink, FileSink, FileSource, PrintSink
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
@@ -43,6 +45,13 @@ __all__ = [
     "ExternalizedCheckpointCleanup",
     "ExternalizedCheckpointRetention",
     "JobClient",
+    "DataGenSource",
+    "DiscardingSink",
+    "FileSink",
+    "FileSource",
+    "HashMapStateBackend",
+    "PrintSink",
+    "StateBackend",
     "ListStateDescriptor",
     "MapStateDescriptor",
     "ReducingStateDescriptor",

@@ -182,3 +182,37 @@ def test_operator_state_is_kept_per_subtask_or_redistributed():
         shares.append(store.get_list_state("splits").get())
     assert shares == [["s0a", "s0b", "s1a"], ["s1b", "s2a", "s2b"]]
     assert redistribute(list(range(5)), 4, 5) == [4] and redistribute([], 0, 2) == []
+
+
+def test_every_name_of_the_fault_tolerance_api_is_importable_from_streamjob_runtime():
+    import streamjob.runtime as rt
+
+    names = ["ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
+             "AggregatingStateDescriptor", "AggregateFunction", "KeyedProcessFunction", "HashMapStateBackend",
+             "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointRetention", "RestartStrategies",
+             "FileSink", "StreamExecutionEnvironment", "JobClient"]
+    missing = [n for n in names if not hasattr(rt, n)]
+    assert not missing and set(names) <= set(rt.__all__)
+    assert rt.ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION.value == "RETAIN_ON_CANCELLATION"
+    assert {m.name for m in rt.CheckpointingMode} == {"EXACTLY_ONCE", "AT_LEAST_ONCE"}
+    env = rt.StreamExecutionEnvironment.get_execution_environment()
+    env.set_state_backend(rt.HashMapStateBackend())
+    env.enable_checkpointing(1000, rt.CheckpointingMode.AT_LEAST_ONCE)
+    config = env.get_checkpoint_config()
+    config.set_checkpoint_timeout(5000)
+    config.set_min_pause_between_checkpoints(100)
+    config.set_max_concurrent_checkpoints(2)
+    config.set_tolerable_checkpoint_failure_number(3)
+    config.set_num_retained_checkpoints(4)
+    config.set_externalized_checkpoint_retention(rt.ExternalizedCheckpointRetention.DELETE_ON_CANCELLATION)
+    config.set_checkpoint_storage("/tmp/some/dir")
+    assert (config.get_checkpoint_interval(), env.get_checkpointing_mode(), config.get_checkpoint_timeout(),
+            config.get_min_pause_between_checkpoints(), config.get_max_concurrent_checkpoints(),
+            config.get_tolerable_checkpoint_failure_number(), config.get_num_retained_checkpoints(),
+            config.get_externalized_checkpoint_retention(), config.get_checkpoint_storage(), env.get_state_backend()) == (
+        1000, rt.CheckpointingMode.AT_LEAST_ONCE, 5000, 100, 2, 3, 4,
+        rt.ExternalizedCheckpointRetention.DELETE_ON_CANCELLATION, "file:///tmp/some/dir", "hashmap")
+    with pytest.raises(ValueError, match="at least 10 ms"):
+        env.enable_checkpointing(1)
+    with pytest.raises(ValueError, match="no filesystem for nosuch://"):
+        config.set_checkpoint_storage("nosuch://x")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Configuration, Options
+from .backends import StateBackend
 from .checkpointing import CheckpointConfig, CheckpointingMode
 from .restart import RestartStrategyConfiguration
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
@@ -163,6 +164,15 @@ class StreamExecutionEnvironment:
 
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return self.get_checkpoint_config().get_checkpointing_mode()
+
+    def set_state_backend(self, state_backend: StateBackend) -> "StreamExecutionEnvironment":
+        if not isinstance(state_backend, StateBackend):
+            raise TypeError(f"set_state_backend needs a state backend such as HashMapStateBackend(), got {state_backend!r}")
+        self._config.set(Options.STATE_BACKEND, state_backend.type_name)
+        return self
+
+    def get_state_backend(self) -> str:
+        return str(self._config.get(Options.STATE_BACKEND))
 
     def set_restart_strategy(self, restart_strategy_configuration: RestartStrategyConfiguration) -> "StreamExecutionEnvironment":
         if not isinstance(restart_strategy_configuration, RestartStrategyConfiguration):

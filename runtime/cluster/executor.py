@@ -143,6 +143,9 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     job_id = job_id or uuid.uuid4().hex
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
+    backend = str(config.get(Options.STATE_BACKEND)).lower()
+    if backend != "hashmap":
+        raise JobDefinitionError(f"configuration {Options.STATE_BACKEND}: unknown state backend {backend!r}; available: hashmap")
     settings = CheckpointSettings.from_configuration(config)
     strategy = failover.from_configuration(config)
     display = ProgressDisplay(graph, live=show_progress, summary=show_progress is not False)

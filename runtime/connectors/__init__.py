@@ -3,7 +3,7 @@
 ========================  =========================================
 ``DataGenSource``         row ``i`` is ``fn(i)``; bounded or not, rate-limited or not
 ``FileSource``            parquet / csv / jsonl files of a directory, bounded or monitored
-``FileSink``              parquet / jsonl part files
+``FileSink``              parquet / jsonl part files; exactly-once (2PC) with checkpointing
 ``PrintSink``             prints records (to the job manager's console)
 ``DiscardingSink``        drops records
 ========================  =========================================
