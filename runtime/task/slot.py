@@ -362,10 +362,7 @@ class SlotRuntime:
             self.snapshots.wait_idle()  # type: ignore[union-attr]
             self._collect_snapshots()
         started = time.perf_counter()
-        try:
-            snaps = [s for s in (op.snapshot_state(n) for op in task.operators) if s is not None]
-        except OperatorFailure as e:
-            raise e
+        snaps = [s for s in (op.snapshot_state(n) for op in task.operators) if s is not None]
         if not task.finished:
             for w in task.writers:
                 w.broadcast_event(barrier)
