@@ -256,7 +256,7 @@ def snapshot_pause(keys: int, repeats: int = 5) -> dict:
             gc.collect()
             ms, frozen = _ms(backend.freeze)
             sync.append(ms)
-            ms, (data, _index) = _ms(lambda: serialize(frozen, 128, None))
+            ms, (data, _index) = _ms(lambda f=frozen: serialize(f, 128, None))
             async_.append(ms)
             size = len(data)
             del data, frozen

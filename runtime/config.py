@@ -133,6 +133,9 @@ class Configuration:
             raise ConfigError(f"configuration {key}: expected a duration such as 500 ms, 1 s or 2 min, got {value!r}")
         return int(float(m.group(1)) * _UNITS[m.group(2) or "ms"])
 
+    def checkpointing_enabled(self) -> bool:
+        return self.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0
+
     def get_bool(self, key: str, default: bool = False) -> bool:
         value = self.get(key, default)
         if isinstance(value, bool):

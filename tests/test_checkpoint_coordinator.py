@@ -195,7 +195,7 @@ def test_restart_strategies_follow_flink():
     assert strategy(RestartStrategies.no_restart()).next_delay_ms(0) is None
     # Flink's defaults: no restarts without checkpointing, exponential delay (unlimited) with it.
     assert isinstance(failover.from_configuration(Configuration()), failover.NoRestart)
-    default = failover.from_configuration(Configuration({"execution.checkpointing.interval": 1000}))
+    default = failover.from_configuration(Configuration({"execution.checkpointing.interval": "1 s"}))
     assert isinstance(default, failover.ExponentialDelay) and default.attempts is None
     with pytest.raises(ValueError, match="unknown restart strategy 'sometimes'"):
         failover.from_configuration(Configuration({"restart-strategy.type": "sometimes"}))

@@ -52,7 +52,7 @@ class CheckpointConfig:
         return self.get_checkpoint_interval() > 0
 
     def get_checkpoint_interval(self) -> int:
-        return self._config.get_int(Options.CHECKPOINTING_INTERVAL)
+        return self._config.get_duration_ms(Options.CHECKPOINTING_INTERVAL)
 
     def set_checkpoint_interval(self, interval_ms: Any) -> "CheckpointConfig":
         ms = to_millis(interval_ms, "checkpoint interval")
@@ -70,7 +70,7 @@ class CheckpointConfig:
 
     # limits
     def get_checkpoint_timeout(self) -> int:
-        return self._config.get_int(Options.CHECKPOINTING_TIMEOUT)
+        return self._config.get_duration_ms(Options.CHECKPOINTING_TIMEOUT)
 
     def set_checkpoint_timeout(self, timeout_ms: Any) -> "CheckpointConfig":
         ms = to_millis(timeout_ms, "checkpoint timeout")
@@ -80,7 +80,7 @@ class CheckpointConfig:
         return self
 
     def get_min_pause_between_checkpoints(self) -> int:
-        return self._config.get_int(Options.CHECKPOINTING_MIN_PAUSE)
+        return self._config.get_duration_ms(Options.CHECKPOINTING_MIN_PAUSE)
 
     def set_min_pause_between_checkpoints(self, min_pause_ms: Any) -> "CheckpointConfig":
         self._config.set(Options.CHECKPOINTING_MIN_PAUSE, to_millis(min_pause_ms, "min pause between checkpoints"))

@@ -41,6 +41,11 @@ class RuntimeContext:
     def get_job_parameter(self, key: str, default_value: Any = None) -> Any:
         return self._job_parameters.get(key, default_value)
 
+    def is_checkpointing_enabled(self) -> bool:
+        from ..config import Configuration
+
+        return Configuration(self._job_parameters).checkpointing_enabled()
+
     # -- keyed state (on a keyed stream only; scoped to the key of the current record) --
     def get_state(self, state_descriptor: Any) -> Any:
         return self._keyed().get_state(state_descriptor)

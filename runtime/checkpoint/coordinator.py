@@ -68,6 +68,7 @@ class CompletedCheckpoint:
     checkpoint_id: int
     url: str
     metadata: CheckpointMetadata
+    final: bool = False  # taken after every task reached the end of its input
 
 
 @dataclass
@@ -193,7 +194,7 @@ class CheckpointCoordinator:
         self.consecutive_failures = 0
         self.last_completion = now
         self.final_completed = self.final_completed or pending.stats.final
-        done = CompletedCheckpoint(n, self.storage.checkpoint_url(n), meta)
+        done = CompletedCheckpoint(n, self.storage.checkpoint_url(n), meta, pending.stats.final)
         self.completed.append(done)
         # A completed checkpoint subsumes older pending ones (as Flink's).
         for older in [k for k in self.pending if k < n]:
@@ -255,10 +256,6 @@ class CheckpointCoordinator:
     def drop_corrupt(self, checkpoint_id: int) -> None:
         """A task could not read checkpoint n: forget it, so the one before is used."""
         self.completed = [c for c in self.completed if c.checkpoint_id != checkpoint_id]
-
-    def add_restored(self, checkpoint: CompletedCheckpoint) -> None:
-        """A checkpoint this run resumed from (``--from-checkpoint``): not ours to delete."""
-        self.next_id = max(self.next_id, checkpoint.checkpoint_id + 1)
 
     # -- end of job ------------------------------------------------------------------------
     def shutdown(self, job_state: str) -> None:

@@ -107,7 +107,7 @@ class ExponentialDelay(RestartStrategy):
 
 def from_configuration(config: Configuration) -> RestartStrategy:
     raw = config.get(Options.RESTART_STRATEGY)
-    checkpointing = config.get_int(Options.CHECKPOINTING_INTERVAL) > 0
+    checkpointing = config.checkpointing_enabled()
     if raw is None or str(raw).strip() == "":
         # Flink's defaults: no restarts without checkpointing, exponential delay with it.
         kind = "exponential-delay" if checkpointing else "none"

@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint, TaskCheckpointStats
 from . import control as C
@@ -196,8 +196,7 @@ class JobManager:
             now = time.monotonic()
             done = cc.acknowledge(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {}, stats, now)
             if done is not None:
-                final = cc.history and any(s.final and s.checkpoint_id == done.checkpoint_id for s in cc.history)
-                self._broadcast({"type": C.COMPLETE, "id": done.checkpoint_id, "final": bool(final)})
+                self._broadcast({"type": C.COMPLETE, "id": done.checkpoint_id, "final": done.final})
 
     def _on_decline(self, msg: dict) -> None:
         cc = self.coordinator

@@ -173,6 +173,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     subtask = ctx.partitionId()
     control = ControlClient(tuple(jm_address), subtask, ctx.attemptNumber())
     attempt = 0
+    deployment: dict = {}
     try:
         # The job manager answers with the attempt number and what to restore.
         deployment = control.wait_for("deploy")
@@ -190,7 +191,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
                       "error_type": type(e).__name__,
                       "error": str(e) if restore else f"could not set up the task: {e}",
                       "traceback": traceback.format_exc(), "cause": "restore" if restore else "task",
-                      "checkpoint": ((locals().get("deployment") or {}).get("restore") or {}).get("id")})
+                      "checkpoint": (deployment.get("restore") or {}).get("id")})
         control.close()
         raise
     addresses = ctx.allGather(json.dumps(list(slot.address)))

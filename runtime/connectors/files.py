@@ -21,7 +21,6 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from ..batch import to_rows, try_columnar
-from ..config import Options
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -209,7 +208,7 @@ class FileSink(Sink):
 
     def create_writer(self, ctx) -> "FileSinkWriter":
         # Without checkpoints nothing would ever complete a two-phase commit: files are published when they roll.
-        two_phase = int(ctx.get_job_parameter(Options.CHECKPOINTING_INTERVAL, 0) or 0) > 0
+        two_phase = ctx.is_checkpointing_enabled()
         return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase)
 
     def commit(self, committables: list) -> None:

@@ -184,74 +184,49 @@ class HashMapKeyedStateBackend:
         self.tables: dict[str, StateTable | AccumulatorTable] = {}
         self.kinds: dict[str, str] = {}
 
-    def set_current_key(self, key: Any) -> None:
-        self.current_key = key
-
     def get_current_key(self) -> Any:
         return self.current_key
 
-    def _table(self, descriptor: StateDescriptor, kind: str) -> StateTable:
-        if not isinstance(descriptor, StateDescriptor):
-            raise TypeError(f"operator {self.operator!r}: expected a state descriptor, got {descriptor!r}")
-        name = descriptor.name
-        known = self.kinds.get(name)
-        if known is not None and known != kind:
+    def table(self, name: str, kind: str) -> Any:
+        """The table of state ``name``, created on first use; one name is one kind of state."""
+        known = self.kinds.setdefault(name, kind)
+        if known != kind:
             raise StateDefinitionError(
                 f"operator {self.operator!r}: state {name!r} is a {known} state, cannot be used as a {kind} state"
             )
-        self.kinds[name] = kind
         table = self.tables.get(name)
         if table is None:
-            table = self.tables[name] = StateTable()
-        return table  # type: ignore[return-value]
+            table = self.tables[name] = AccumulatorTable() if kind == "accumulators" else StateTable()
+        return table
+
+    def _for(self, d: Any, kind: str) -> StateTable:
+        if not isinstance(d, StateDescriptor) or d.kind != kind:
+            method = "get_state" if kind == "value" else f"get_{kind}_state"
+            raise TypeError(f"operator {self.operator!r}: {method} needs a {kind.capitalize()}StateDescriptor, got {d!r}")
+        return self.table(d.name, kind)
 
     def get_state(self, d: Any) -> ValueState:
-        self._expect(d, "value")
-        return ValueState(self, self._table(d, "value"), d.name, d.default)
+        return ValueState(self, self._for(d, "value"), d.name, d.default)
 
     def get_list_state(self, d: Any) -> ListState:
-        self._expect(d, "list")
-        return ListState(self, self._table(d, "list"), d.name)
+        return ListState(self, self._for(d, "list"), d.name)
 
     def get_map_state(self, d: Any) -> MapState:
-        self._expect(d, "map")
-        return MapState(self, self._table(d, "map"), d.name)
+        return MapState(self, self._for(d, "map"), d.name)
 
     def get_reducing_state(self, d: Any) -> ReducingState:
-        self._expect(d, "reducing")
-        return ReducingState(self, self._table(d, "reducing"), d.name, d.reducer())
+        return ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
 
     def get_aggregating_state(self, d: Any) -> AggregatingState:
-        self._expect(d, "aggregating")
-        return AggregatingState(self, self._table(d, "aggregating"), d.name, d.agg_function)
+        return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
 
     def accumulators(self, name: str) -> AccumulatorTable:
         """The columnar table of a built-in rolling aggregation."""
-        known = self.kinds.setdefault(name, "accumulators")
-        if known != "accumulators":
-            raise StateDefinitionError(f"operator {self.operator!r}: state {name!r} is not an accumulator table")
-        table = self.tables.get(name)
-        if table is None:
-            table = self.tables[name] = AccumulatorTable()
-        return table  # type: ignore[return-value]
+        return self.table(name, "accumulators")
 
     def raw_table(self, name: str) -> StateTable:
         """A plain key -> value table for built-in operators (reduce, object aggregates)."""
-        kind = self.kinds.setdefault(name, "value")
-        if kind != "value":
-            raise StateDefinitionError(f"operator {self.operator!r}: state {name!r} is a {kind} state")
-        table = self.tables.get(name)
-        if table is None:
-            table = self.tables[name] = StateTable()
-        return table  # type: ignore[return-value]
-
-    def _expect(self, d: Any, kind: str) -> None:
-        if getattr(d, "kind", None) != kind:
-            raise TypeError(f"operator {self.operator!r}: get_{'state' if kind == 'value' else kind + '_state'} "
-                            f"needs a {kind.capitalize()}StateDescriptor, got {d!r}")
-
-    def is_empty(self) -> bool:
-        return not any(len(t) for t in self.tables.values())
+        return self.table(name, "value")
 
     # -- snapshots (the sync part; see state.snapshot for the async part) -----------
     def freeze(self) -> dict[str, tuple[str, Any]]:
@@ -262,10 +237,4 @@ class HashMapKeyedStateBackend:
             table.thaw()
 
     def restore_chunk(self, name: str, kind: str, chunk: Any) -> None:
-        known = self.kinds.setdefault(name, kind)
-        if known != kind:
-            raise StateDefinitionError(f"operator {self.operator!r}: restored state {name!r} is {kind}, expected {known}")
-        table = self.tables.get(name)
-        if table is None:
-            table = self.tables[name] = AccumulatorTable() if kind == "accumulators" else StateTable()
-        table.load(chunk)
+        self.table(name, kind).load(chunk)

@@ -75,9 +75,6 @@ class StateTable:
     def contains(self, key: Any) -> bool:
         return self.get(key, _MISSING) is not _MISSING
 
-    def __len__(self) -> int:
-        return sum(1 for _ in self.keys())
-
     def keys(self) -> Iterator[Any]:
         if self.delta is None:
             yield from self.base.keys()
@@ -108,14 +105,8 @@ class StateTable:
         self.delta = None
 
     def load(self, chunk: dict) -> None:
-        """Restore: add the entries of one key group."""
-        self.put_all(chunk)
-
-    def put_all(self, chunk: dict) -> None:
-        if self.delta is None:
-            self.base.update(chunk)
-        else:
-            self.delta.update(chunk)
+        """Restore (before processing starts): add the entries of one key group."""
+        self.base.update(chunk)
 
 
 class FrozenDict:

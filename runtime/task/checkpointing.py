@@ -88,10 +88,6 @@ class BarrierHandler:
         self.pending = None
         self.arrived = set()
 
-    @property
-    def aligning(self) -> bool:
-        return self.pending is not None
-
 
 @dataclass
 class SnapshotJob:
@@ -149,9 +145,6 @@ class SnapshotWriter:
             with self._idle:
                 self._busy -= 1
                 self._idle.notify_all()
-
-    def busy(self) -> bool:
-        return self._busy > 0
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._idle:

@@ -487,7 +487,7 @@ class SinkOperator(StreamOperator):
 
     def setup(self) -> None:
         self._sink = self.node.fn
-        self._checkpointing = int(self.ctx.get_job_parameter("execution.checkpointing.interval", 0) or 0) > 0
+        self._checkpointing = self.ctx.is_checkpointing_enabled()
         self._writer = self._sink.create_writer(self.ctx)
         self._pending: list[tuple[int, Any]] = []  # (checkpoint id, committable)
         self._unassigned: list[Any] = []  # prepared at the end of input, before the final checkpoint

@@ -159,7 +159,7 @@ class SlotRuntime:
         self.tasks: list[Task] = []
         self.started_at: float | None = None  # wall clock, first loop iteration
         self.ended_at: float | None = None  # wall clock, every task finished
-        self.checkpointing = conf.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0
+        self.checkpointing = conf.checkpointing_enabled()
         self.exactly_once = str(conf.get(Options.CHECKPOINTING_MODE)).upper() == "EXACTLY_ONCE"
         self.final_checkpoint_done = False
         self.storage: CheckpointStorage | None = None
