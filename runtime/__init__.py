@@ -1,7 +1,7 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
 from .api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
-from .api.backends import HashMapStateBackend, StateBackend
+from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
     CheckpointingMode,
@@ -49,6 +49,7 @@ __all__ = [
     "DiscardingSink",
     "FileSink",
     "FileSource",
+    "EmbeddedRocksDBStateBackend",
     "HashMapStateBackend",
     "PrintSink",
     "StateBackend",

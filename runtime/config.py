@@ -32,6 +32,13 @@ class Options:
     MEMORY_STORAGE_MAX_STATE = "execution.checkpointing.memory.max-state-size"  # bytes per task, memory://
     INLINE_STATE_THRESHOLD = "execution.checkpointing.file-state-threshold"  # bytes kept inside _metadata
     STATE_BACKEND = "state.backend.type"
+    INCREMENTAL_CHECKPOINTS = "execution.checkpointing.incremental"  # RocksDB: upload only new SST files
+    CLAIM_MODE = "execution.state-recovery.claim-mode"  # CLAIM: the job takes over the restored checkpoints
+    ROCKSDB_LOCAL_DIR = "state.backend.rocksdb.localdir"  # working directories of the tasks' databases
+    ROCKSDB_BLOCK_CACHE = "state.backend.rocksdb.block.cache-size"
+    ROCKSDB_WRITE_BUFFER = "state.backend.rocksdb.writebuffer.size"
+    ROCKSDB_THREADS = "state.backend.rocksdb.thread.num"
+    STATE_CACHE_SIZE = "python.state.cache-size"  # entries per state kept as Python objects (PyFlink's name)
     RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
     # restart strategy
     RESTART_STRATEGY = "restart-strategy.type"
@@ -56,7 +63,18 @@ DEFAULTS: dict[str, Any] = {
     Options.MEMORY_STORAGE_MAX_STATE: 5 << 20,  # as Flink's job manager storage
     Options.INLINE_STATE_THRESHOLD: 20 << 10,  # as Flink's state.storage.fs.memory-threshold
     Options.STATE_BACKEND: "hashmap",
+    Options.INCREMENTAL_CHECKPOINTS: False,
+    Options.CLAIM_MODE: "NO_CLAIM",
+    Options.ROCKSDB_LOCAL_DIR: "",  # empty: <system temp dir>/streamjob-rocksdb
+    Options.ROCKSDB_BLOCK_CACHE: "64 mb",
+    Options.ROCKSDB_WRITE_BUFFER: "32 mb",
+    Options.ROCKSDB_THREADS: 2,
+    Options.STATE_CACHE_SIZE: 16384,
 }
+
+
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(b|bytes|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?")
+_MEMORY_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class ConfigError(ValueError):
@@ -132,6 +150,16 @@ class Configuration:
         if not m:
             raise ConfigError(f"configuration {key}: expected a duration such as 500 ms, 1 s or 2 min, got {value!r}")
         return int(float(m.group(1)) * _UNITS[m.group(2) or "ms"])
+
+    def get_bytes(self, key: str, default: Any = None) -> int:
+        """A memory size as Flink writes it (``64 mb``, ``1g``, ``512 kb``) or plain bytes."""
+        value = self.get(key, default)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        m = _MEMORY.fullmatch(str(value).strip().lower())
+        if not m:
+            raise ConfigError(f"configuration {key}: expected a memory size such as 64 mb or 1 gb, got {value!r}")
+        return int(float(m.group(1)) * _MEMORY_UNITS[(m.group(2) or "b")[0]])
 
     def checkpointing_enabled(self) -> bool:
         return self.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0

@@ -133,6 +133,14 @@ class CheckpointConfig:
 
     set_checkpoint_storage_dir = set_checkpoint_storage
 
+    def set_incremental(self, incremental: bool) -> "CheckpointConfig":
+        """RocksDB backend: upload only SST files no completed checkpoint holds yet."""
+        self._config.set(Options.INCREMENTAL_CHECKPOINTS, bool(incremental))
+        return self
+
+    def is_incremental(self) -> bool:
+        return self._config.get_bool(Options.INCREMENTAL_CHECKPOINTS)
+
     def get_checkpoint_storage(self) -> str:
         return str(self._config.get(Options.CHECKPOINTING_DIR))
 

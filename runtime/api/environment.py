@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Configuration, Options
+from . import backends
 from .backends import StateBackend
 from .checkpointing import CheckpointConfig, CheckpointingMode
 from .restart import RestartStrategyConfiguration
@@ -165,10 +166,10 @@ class StreamExecutionEnvironment:
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return self.get_checkpoint_config().get_checkpointing_mode()
 
-    def set_state_backend(self, state_backend: StateBackend) -> "StreamExecutionEnvironment":
-        if not isinstance(state_backend, StateBackend):
-            raise TypeError(f"set_state_backend needs a state backend such as HashMapStateBackend(), got {state_backend!r}")
-        self._config.set(Options.STATE_BACKEND, state_backend.type_name)
+    def set_state_backend(self, state_backend: "StateBackend | str") -> "StreamExecutionEnvironment":
+        """``HashMapStateBackend()`` (default), ``EmbeddedRocksDBStateBackend(...)``, or ``"hashmap"`` / ``"rocksdb"``."""
+        for key, value in backends.state_backend(state_backend).settings().items():
+            self._config.set(key, value)
         return self
 
     def get_state_backend(self) -> str:

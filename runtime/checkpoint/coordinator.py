@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Configuration, Options
-from .metadata import CheckpointMetadata
+from .metadata import CheckpointMetadata, shared_files
+from .shared import SharedStateRegistry, uploaded_for
 from .storage import CheckpointStorage
 
 IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
@@ -30,6 +31,7 @@ class TaskCheckpointStats:
     async_ms: float
     alignment_ms: float
     state_size: int
+    checkpointed_size: int = 0  # bytes written for this checkpoint (less than state_size when incremental)
 
 
 @dataclass
@@ -39,6 +41,7 @@ class CheckpointStats:
     status: str = IN_PROGRESS
     duration_ms: float | None = None
     state_size: int = 0
+    checkpointed_size: int = 0
     tasks: list[TaskCheckpointStats] = field(default_factory=list)
     failure: str | None = None
     final: bool = False
@@ -48,7 +51,8 @@ class CheckpointStats:
             return max((getattr(t, attr) for t in self.tasks), default=0.0)
 
         return {"id": self.checkpoint_id, "status": self.status, "trigger_time": self.trigger_time,
-                "duration_ms": self.duration_ms, "state_size": self.state_size, "max_sync_ms": worst("sync_ms"),
+                "duration_ms": self.duration_ms, "state_size": self.state_size,
+                "checkpointed_size": self.checkpointed_size, "max_sync_ms": worst("sync_ms"),
                 "max_async_ms": worst("async_ms"), "max_alignment_ms": worst("alignment_ms"),
                 "failure": self.failure, "acks": len(self.tasks)}
 
@@ -127,6 +131,7 @@ class CheckpointCoordinator:
         self.last_completion = float("-inf")
         self._final_requested = False
         self.final_completed = False
+        self.shared = SharedStateRegistry()
 
     # -- triggering ----------------------------------------------------------------
     def request_final(self) -> None:
@@ -161,8 +166,10 @@ class CheckpointCoordinator:
                     stats: TaskCheckpointStats, now: float) -> CompletedCheckpoint | None:
         pending = self.pending.get(checkpoint_id)
         if pending is None or (task, subtask) not in pending.expected:
-            # Late (aborted, timed out, from an earlier attempt): its files belong to nobody.
+            # Late (aborted, timed out, from an earlier attempt): what it uploaded belongs to nobody.
             self.storage.discard_files([h["file"] for h in handles.values() if h and h.get("file")])
+            self.storage.discard_files([f for h in handles.values() for f in shared_files(h)
+                                        if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
             return None
         pending.expected.discard((task, subtask))
         for key, handle in handles.items():
@@ -170,6 +177,7 @@ class CheckpointCoordinator:
                 pending.handles[key][subtask] = handle
         pending.stats.tasks.append(stats)
         pending.stats.state_size += stats.state_size
+        pending.stats.checkpointed_size += stats.checkpointed_size
         if pending.expected:
             return None
         return self._complete(pending, now)
@@ -182,6 +190,11 @@ class CheckpointCoordinator:
             operators={k: {"name": self.operators[k], "subtasks": hs} for k, hs in pending.handles.items()},
             mode=self.settings.mode, completed_ms=int(time.time() * 1000),
         )
+        dangling = self.shared.dangling(n, meta.shared_files())
+        if dangling:
+            self.fail(n, f"reuses shared state no retained checkpoint holds any more ({dangling[0]}, "
+                         f"{len(dangling)} files): a task had not yet heard of the newer checkpoint", now)
+            return None
         try:
             self.storage.write_metadata(meta)
         except Exception as e:  # noqa: BLE001 - any storage error fails this checkpoint only
@@ -195,6 +208,7 @@ class CheckpointCoordinator:
         self.last_completion = now
         self.final_completed = self.final_completed or pending.stats.final
         done = CompletedCheckpoint(n, self.storage.checkpoint_url(n), meta, pending.stats.final)
+        self.shared.register(n, meta.shared_files())
         self.completed.append(done)
         # A completed checkpoint subsumes older pending ones (as Flink's).
         for older in [k for k in self.pending if k < n]:
@@ -204,17 +218,33 @@ class CheckpointCoordinator:
 
     def _apply_retention(self) -> None:
         while len(self.completed) > self.settings.num_retained:
-            self.storage.discard(self.completed.pop(0).checkpoint_id)
+            self._discard_completed(self.completed.pop(0))
         self.sweep()
 
+    def _discard_completed(self, checkpoint: CompletedCheckpoint) -> None:
+        """Delete a completed checkpoint, and the shared files no other retained checkpoint references."""
+        self.storage.discard(checkpoint.checkpoint_id)
+        self.storage.discard_files(self.shared.unregister(checkpoint.checkpoint_id, checkpoint.metadata.shared_files()))
+
     def sweep(self, keep_pending: bool = True) -> None:
-        """Delete every chk-<n> directory that is neither retained nor in progress (leftovers of failures)."""
+        """Delete every chk-<n> directory that is neither retained nor in progress, and every shared
+        file no retained checkpoint references (leftovers of failed, aborted or killed uploads)."""
         keep = {c.checkpoint_id for c in self.completed}
-        if keep_pending:
-            keep |= set(self.pending)
+        in_progress = set(self.pending) if keep_pending else set()
         for n in self.storage.checkpoint_ids():
-            if n not in keep:
+            if n not in keep and n not in in_progress:
                 self.storage.discard(n)
+        if not self.storage.in_memory:
+            self.storage.discard_files(self.shared.orphans(self.storage.shared_files(), in_progress))
+
+    def adopt(self, checkpoints: list[CompletedCheckpoint]) -> None:
+        """Claim retained checkpoints found in storage (oldest first), e.g. after the job manager restarted:
+        they count for retention, and the shared-state registry is rebuilt from their ``_metadata``."""
+        for c in checkpoints:
+            self.shared.register(c.checkpoint_id, c.metadata.shared_files())
+            self.completed.append(c)
+            self.next_id = max(self.next_id, c.checkpoint_id + 1)
+        self._apply_retention()
 
     # -- failures ----------------------------------------------------------------------
     def fail(self, checkpoint_id: int, reason: str, now: float, count: bool = True) -> None:
@@ -225,6 +255,8 @@ class CheckpointCoordinator:
         pending.stats.failure = reason
         pending.stats.duration_ms = (now - pending.started) * 1000.0
         self.storage.discard(checkpoint_id)
+        self.storage.discard_files([f for hs in pending.handles.values() for h in hs for f in shared_files(h)
+                                    if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
         if count:
             self.counts[FAILED] += 1
             self.consecutive_failures += 1
@@ -255,7 +287,9 @@ class CheckpointCoordinator:
 
     def drop_corrupt(self, checkpoint_id: int) -> None:
         """A task could not read checkpoint n: forget it, so the one before is used."""
-        self.completed = [c for c in self.completed if c.checkpoint_id != checkpoint_id]
+        for c in [c for c in self.completed if c.checkpoint_id == checkpoint_id]:
+            self.completed.remove(c)
+            self.shared.unregister(checkpoint_id, c.metadata.shared_files())
 
     # -- end of job ------------------------------------------------------------------------
     def shutdown(self, job_state: str) -> None:
@@ -267,7 +301,7 @@ class CheckpointCoordinator:
         self.abort_all(f"job {job_state.lower()}", time.monotonic())
         if not keep:
             for c in self.completed:
-                self.storage.discard(c.checkpoint_id)
+                self._discard_completed(c)
             self.completed = []
         self.sweep(keep_pending=False)
         if not keep:

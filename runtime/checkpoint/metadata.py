@@ -53,8 +53,20 @@ class CheckpointMetadata:
                     out.append(h["file"])
         return out
 
+    def shared_files(self) -> list[str]:
+        """Files in ``shared/`` this checkpoint references (incremental RocksDB state)."""
+        return [f for op in self.operators.values() for h in op["subtasks"] for f in shared_files(h)]
+
     def state_size(self) -> int:
         return sum(int(h.get("size", 0)) for op in self.operators.values() for h in op["subtasks"] if h)
+
+
+def shared_files(handle: dict | None) -> list[str]:
+    """Files in ``shared/`` one state handle references (the SST files of a RocksDB handle)."""
+    if not handle:
+        return []
+    native = (handle.get("index") or {}).get("rocksdb") or {}
+    return [f["file"] for f in (native.get("sst") or {}).values() if isinstance(f, dict) and "file" in f]
 
 
 def parse(data: bytes, where: str) -> CheckpointMetadata:

@@ -28,6 +28,7 @@ import fsspec
 from .metadata import CheckpointFormatError, CheckpointMetadata, parse
 
 METADATA = "_metadata"
+SHARED = "shared"
 _CHK = re.compile(r"chk-(\d+)$")
 
 
@@ -113,6 +114,24 @@ class CheckpointStorage(StateLocation):
         relative = f"chk-{checkpoint_id}/{name}-{uuid.uuid4().hex[:8]}"
         self._write(self.path(relative), data, exclusive=False)
         return {"file": relative, "size": len(data), "index": index}
+
+    def upload_shared(self, checkpoint_id: int, local_path: str) -> str:
+        """Copy a local file (an SST) into ``shared/``; the name starts with the checkpoint that uploaded it."""
+        relative = f"{SHARED}/{checkpoint_id}-{uuid.uuid4().hex}.sst"
+        path = self.path(relative)
+        if _is_local(self.fs):
+            with open(local_path, "rb") as src:
+                self._write(path, src.read(), exclusive=False)
+        else:
+            self.fs.put_file(local_path, path)
+        return relative
+
+    def shared_files(self) -> list[str]:
+        """Every file in ``shared/`` (relative to the job's checkpoint directory)."""
+        try:
+            return [f"{SHARED}/{posixpath.basename(p)}" for p in self.fs.ls(self.path(SHARED), detail=False)]
+        except FileNotFoundError:
+            return []
 
     # -- job manager side --------------------------------------------------------------
     def initialize(self) -> None:

@@ -20,8 +20,9 @@ import cloudpickle
 from ..api.environment import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
 from ..checkpoint.metadata import CheckpointFormatError
-from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint
-from ..config import Configuration, Options
+from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint, normalize_url
+from ..config import ConfigError, Configuration, Options
+from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
 from . import failover
@@ -105,7 +106,7 @@ class _Attempt:
 def _verify(checkpoint: CompletedCheckpoint) -> None:
     """Fail fast on a checkpoint whose state files are gone (the job manager's side of "corrupt")."""
     location = StateLocation(checkpoint.url.rsplit("/", 1)[0])
-    for rel in checkpoint.metadata.files():
+    for rel in checkpoint.metadata.files() + checkpoint.metadata.shared_files():
         if not location.fs.exists(location.path(rel)):
             raise CheckpointFormatError(f"checkpoint {checkpoint.url} is missing its state file {rel}")
 
@@ -136,6 +137,20 @@ def _initial_restore(path: str, note: Any) -> CompletedCheckpoint:
     raise CheckpointFormatError("no usable checkpoint: " + "; ".join(errors))
 
 
+def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[CompletedCheckpoint]:
+    """Completed checkpoints of a claimed job directory up to the restored one, oldest first."""
+    found = []
+    for url in find_checkpoints(job_root):
+        try:
+            _, meta = load_checkpoint(url)
+        except CheckpointFormatError as e:
+            note(f"Not claiming {url}: {e}")
+            continue
+        if meta.checkpoint_id <= initial.checkpoint_id:
+            found.append(CompletedCheckpoint(meta.checkpoint_id, url, meta))
+    return sorted(found, key=lambda c: c.checkpoint_id)
+
+
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
                 job_id: str | None = None, client: Any = None) -> JobExecutionResult:
     from .spark import SparkDeployment
@@ -143,20 +158,40 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     job_id = job_id or uuid.uuid4().hex
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
-    backend = str(config.get(Options.STATE_BACKEND)).lower()
-    if backend != "hashmap":
-        raise JobDefinitionError(f"configuration {Options.STATE_BACKEND}: unknown state backend {backend!r}; available: hashmap")
+    try:
+        backend = backend_type(config)
+    except ConfigError as e:
+        raise JobDefinitionError(str(e)) from None
     settings = CheckpointSettings.from_configuration(config)
+    if backend == "rocksdb" and settings.enabled and config.get_bool(Options.INCREMENTAL_CHECKPOINTS) \
+            and normalize_url(config.get_string(Options.CHECKPOINTING_DIR)).startswith("memory://"):
+        raise JobDefinitionError(
+            f"incremental RocksDB checkpoints need checkpoint storage on a filesystem or object store: set "
+            f"{Options.CHECKPOINTING_DIR} (e.g. file:///tmp/checkpoints or s3://bucket/checkpoints); "
+            f"memory:// keeps state in the job manager and cannot share files between checkpoints")
     strategy = failover.from_configuration(config)
     display = ProgressDisplay(graph, live=show_progress, summary=show_progress is not False)
     recovery_path = config.get_string(Options.RECOVERY_PATH)
     initial = _initial_restore(recovery_path, display.note) if recovery_path else None
+    claim = str(config.get(Options.CLAIM_MODE)).strip().upper()
+    if claim not in ("CLAIM", "NO_CLAIM"):
+        raise JobDefinitionError(f"configuration {Options.CLAIM_MODE}: expected CLAIM or NO_CLAIM, got {claim!r}")
+    checkpoint_dir = config.get_string(Options.CHECKPOINTING_DIR)
+    adopted: list[CompletedCheckpoint] = []
     if initial is not None:
         display.note(f"Restoring from checkpoint {initial.checkpoint_id} at {initial.url}")
+        if claim == "CLAIM":
+            # The job takes over the restored job's checkpoint directory (as after a job manager
+            # restart): same job id, its retained checkpoints count for retention, and the
+            # shared-state registry is rebuilt from their _metadata.
+            job_root = initial.url.rsplit("/", 1)[0]
+            job_id = initial.metadata.job_id
+            checkpoint_dir = job_root.rsplit("/", 1)[0]
+            adopted = _claimable(job_root, initial, display.note)
     deployment = SparkDeployment(config.spark_conf(), graph.parallelism, graph.job_name)
     coordinator = None
     if settings.enabled:
-        storage = CheckpointStorage(config.get_string(Options.CHECKPOINTING_DIR), job_id,
+        storage = CheckpointStorage(checkpoint_dir, job_id,
                                     config.get_int(Options.INLINE_STATE_THRESHOLD),
                                     config.get_int(Options.MEMORY_STORAGE_MAX_STATE))
         storage.initialize()
@@ -165,6 +200,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             max_parallelism=graph.max_parallelism,
             operators={n.state_key: n.name for n in graph.operators.values()},
             tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
+        coordinator.adopt(adopted)
     display.coordinator = coordinator
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(),
                     on_print=display.print_lines, coordinator=coordinator)

@@ -188,7 +188,8 @@ class JobManager:
         if cc is None:
             return
         stats = TaskCheckpointStats(str(msg.get("name", msg["task"])), int(msg["slot"]), float(msg["sync_ms"]),
-                                    float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]))
+                                    float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]),
+                                    int(msg.get("uploaded", msg["size"])))
         with self._lock:
             if int(msg.get("attempt", -1)) != self.attempt:
                 cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
@@ -262,7 +263,9 @@ class JobManager:
             r = self.restore
             restore = {"id": r.checkpoint_id, "url": r.url, "root": r.url.rsplit("/", 1)[0],
                        "parallelism": r.metadata.parallelism, "operators": r.metadata.operators}
-        return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore}
+        storage = self.coordinator.storage.base_url if self.coordinator is not None else None
+        return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,
+                "checkpoint_dir": storage}
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         slot = None

@@ -229,8 +229,20 @@ class HashMapKeyedStateBackend:
         return self.table(name, "value")
 
     # -- snapshots (the sync part; see state.snapshot for the async part) -----------
+    def snapshot(self, checkpoint_id: int) -> dict[str, tuple[str, Any]]:
+        return self.freeze()
+
     def freeze(self) -> dict[str, tuple[str, Any]]:
         return {name: (self.kinds[name], table.freeze()) for name, table in self.tables.items()}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def dispose(self) -> None:
+        self.tables.clear()
 
     def thaw(self) -> None:
         for table in self.tables.values():

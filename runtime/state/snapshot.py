@@ -34,34 +34,49 @@ def _group_positions(keys: list, max_parallelism: int) -> Iterator[tuple[int, np
         yield int(groups[part[0]]), part
 
 
+class SnapshotBuilder:
+    """Appends chunks to one state file and records where each one is."""
+
+    def __init__(self) -> None:
+        self.out = bytearray(MAGIC)
+        self.index: dict[str, Any] = {}
+
+    def _append(self, data: bytes) -> list[int]:
+        offset = len(self.out)
+        self.out.extend(data)
+        return [offset, len(data)]
+
+    def add_keyed(self, name: str, kind: str, key_group: int, chunk: Any) -> None:
+        table = self.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})
+        table["groups"][str(key_group)] = self._append(pickle.dumps(chunk, protocol=5))
+
+    def add_operator(self, operator: dict[str, tuple[str, list]]) -> None:
+        self.index["operator"] = self._append(pickle.dumps(operator, protocol=5))
+
+    def add_file(self, name: str, data: bytes) -> None:
+        """A small file kept verbatim (RocksDB's MANIFEST, CURRENT, OPTIONS)."""
+        self.index.setdefault("files", {})[name] = self._append(data)
+
+    def finish(self) -> tuple[bytes, dict]:
+        return bytes(self.out), self.index
+
+
 def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
               operator: dict[str, tuple[str, list]] | None) -> tuple[bytes, dict]:
     """Frozen keyed tables and copied operator state -> (bytes, index)."""
-    out = bytearray(MAGIC)
-    index: dict[str, Any] = {}
-
-    def put(obj: Any) -> list[int]:
-        data = pickle.dumps(obj, protocol=5)
-        offset = len(out)
-        out.extend(data)
-        return [offset, len(data)]
-
-    if keyed:
-        tables: dict[str, Any] = {}
-        for name, (kind, frozen) in keyed.items():
-            keys = frozen.keys()
-            groups: dict[str, list[int]] = {}
-            for kg, positions in _group_positions(keys, max_parallelism):
-                if kind == "accumulators":
-                    chunk = frozen.chunk_positions(positions)
-                else:
-                    chunk = frozen.chunk([keys[i] for i in positions.tolist()])
-                groups[str(kg)] = put(chunk)
-            tables[name] = {"kind": kind, "groups": groups}
-        index["keyed"] = tables
+    builder = SnapshotBuilder()
+    for name, (kind, frozen) in (keyed or {}).items():
+        keys = frozen.keys()
+        builder.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})
+        for kg, positions in _group_positions(keys, max_parallelism):
+            if kind == "accumulators":
+                chunk = frozen.chunk_positions(positions)
+            else:
+                chunk = frozen.chunk([keys[i] for i in positions.tolist()])
+            builder.add_keyed(name, kind, kg, chunk)
     if operator:
-        index["operator"] = put(operator)
-    return bytes(out), index
+        builder.add_operator(operator)
+    return builder.finish()
 
 
 def _load(data: bytes, span: Any, where: str) -> Any:
@@ -90,6 +105,16 @@ def read_keyed(data: bytes, index: dict, key_groups: range, where: str) -> Itera
         for kg, span in table.get("groups", {}).items():
             if int(kg) in key_groups:
                 yield name, kind, _load(data, span, f"{where} (state {name!r}, key group {kg})")
+
+
+def read_file(data: bytes, index: dict, name: str, where: str) -> bytes:
+    span = (index.get("files") or {}).get(name)
+    if span is None:
+        raise SnapshotFormatError(f"{where}: has no file {name!r}")
+    offset, length = int(span[0]), int(span[1])
+    if offset < len(MAGIC) or offset + length > len(data):
+        raise SnapshotFormatError(f"{where}: file {name!r} lies outside the {len(data)}-byte state file")
+    return data[offset : offset + length]
 
 
 def read_operator(data: bytes, index: dict, where: str) -> dict[str, tuple[str, list]]:

@@ -104,6 +104,7 @@ class SnapshotResult:
     handles: dict[str, Any] | None
     async_ms: float
     size: int
+    uploaded: int = 0
     error: str | None = None
 
 
@@ -111,7 +112,7 @@ class SnapshotWriter:
     """The asynchronous phase of one slot's snapshots, in a background thread."""
 
     def __init__(self, write: Callable[[Any, int], tuple[dict | None, int]]):
-        self._write = write  # (operator snapshot, checkpoint id) -> (handle, bytes)
+        self._write = write  # (operator snapshot, checkpoint id) -> (handle, state bytes, bytes written)
         self._jobs: queue.Queue[SnapshotJob | None] = queue.Queue()
         self.results: deque[SnapshotResult] = deque()
         self._busy = 0
@@ -131,17 +132,18 @@ class SnapshotWriter:
                 return
             started = time.perf_counter()
             handles: dict[str, Any] = {}
-            size = 0
+            size = uploaded = 0
             error = None
             try:
                 for snap in job.snapshots:
-                    handle, n = self._write(snap, job.checkpoint_id)
+                    handle, n, written = self._write(snap, job.checkpoint_id)
                     handles[snap.key] = handle
                     size += n
+                    uploaded += written
             except Exception as e:  # noqa: BLE001 - declines the checkpoint, not the job
                 error = f"{type(e).__name__}: {e}"
             self.results.append(SnapshotResult(job, None if error else handles,
-                                               (time.perf_counter() - started) * 1000.0, size, error))
+                                               (time.perf_counter() - started) * 1000.0, size, uploaded, error))
             with self._idle:
                 self._busy -= 1
                 self._idle.notify_all()

@@ -22,9 +22,11 @@ from ..api import transformations as T
 from ..api.functions import RuntimeContext, as_callable
 from ..batch import Batch, extract_keys, num_rows, to_rows
 from ..graph.job_graph import OperatorNode
-from ..state.heap import HashMapKeyedStateBackend
+from ..config import Configuration
+from ..state.backends import create_keyed_backend
 from ..state.keygroups import key_group_range
 from ..state.operator_state import OperatorStateStore
+from ..state.rocksdb_snapshot import NATIVE, restore_native
 from ..state.snapshot import SnapshotFormatError, read_keyed, read_operator
 from ..state.tables import AccumulatorTable
 from ..checkpoint.storage import StateLocation
@@ -89,11 +91,13 @@ class StreamOperator:
         self.records_in = 0
         self.key = node.state_key
         self.operator_state = OperatorStateStore()
-        self.keyed_backend: HashMapKeyedStateBackend | None = None
+        self.keyed_backend: Any = None  # HashMapKeyedStateBackend or RocksDBKeyedStateBackend
         self.snapshot_in_flight = False  # its tables are frozen until the snapshot writer is done
         if self.keyed:
             i, p, maxp = ctx.get_index_of_this_subtask(), ctx.get_number_of_parallel_subtasks(), ctx.get_max_number_of_parallel_subtasks()
-            self.keyed_backend = HashMapKeyedStateBackend(node.name, maxp, key_group_range(maxp, p, i))
+            self.keyed_backend = create_keyed_backend(
+                Configuration(ctx._job_parameters), node.name, maxp, key_group_range(maxp, p, i),
+                getattr(ctx, "_state_root", None))
             ctx._keyed_backend = self.keyed_backend
 
     # state --------------------------------------------------------------------
@@ -103,7 +107,7 @@ class StreamOperator:
         keyed = None
         backend = self.keyed_backend
         if backend is not None and backend.tables:
-            keyed = backend.freeze()
+            keyed = backend.snapshot(checkpoint_id)
         operator = self.operator_state.snapshot()
         if not keyed and not operator:
             return None
@@ -113,11 +117,13 @@ class StreamOperator:
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         """Hook: put positions / pending commits into operator state before it is copied."""
 
-    def initialize_state(self, handles: list[dict | None], location: StateLocation) -> None:
-        """Restore from the handles of every subtask of the snapshot (any parallelism)."""
+    def initialize_state(self, handles: list[dict | None], location: StateLocation,
+                         checkpoint_id: int | None = None) -> None:
+        """Restore from the handles of every subtask of the snapshot (any parallelism, either backend)."""
         i, p = self.ctx.get_index_of_this_subtask(), self.ctx.get_number_of_parallel_subtasks()
         backend = self.keyed_backend
         per_subtask: list[dict] = []
+        first_keyed = True
         for old, handle in enumerate(handles):
             if handle is None:
                 per_subtask.append({})
@@ -125,16 +131,30 @@ class StreamOperator:
             where = f"state of operator {self.name!r} (subtask {old + 1}/{len(handles)}) in {location.url}"
             index = handle["index"]
             keyed = index.get("keyed") or {}
-            wanted = backend is not None and any(
-                int(kg) in backend.key_groups for t in keyed.values() for kg in t.get("groups", {}))
-            if keyed and backend is None:
+            native = index.get(NATIVE)
+            if (keyed or native) and backend is None:
                 raise SnapshotFormatError(f"{where}: holds keyed state, but operator {self.name!r} is not keyed")
+            if native is not None:
+                lo, hi = native.get("key_groups", [0, 0])
+                wanted = backend is not None and range(max(lo, backend.key_groups.start), min(hi, backend.key_groups.stop))
+            else:
+                wanted = backend is not None and any(
+                    int(kg) in backend.key_groups for t in keyed.values() for kg in t.get("groups", {}))
             data = location.read(handle) if wanted or "operator" in index else b""
-            if wanted:
+            if wanted and native is not None:
+                restore_native(backend, handle, data, location, checkpoint_id, where, first_keyed)
+                first_keyed = False
+            elif wanted:
                 for name, kind, chunk in read_keyed(data, index, backend.key_groups, where):  # type: ignore[union-attr]
                     backend.restore_chunk(name, kind, chunk)  # type: ignore[union-attr]
+                first_keyed = False
             per_subtask.append(read_operator(data, index, where) if "operator" in index else {})
         self.operator_state.restore(per_subtask, i, p)
+
+    def dispose(self) -> None:
+        """Always, also after a failure: release the state backend (RocksDB: close, delete its directory)."""
+        if self.keyed_backend is not None:
+            self.keyed_backend.dispose()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Hook: checkpoint n is complete (its _metadata is durable)."""
@@ -337,18 +357,13 @@ class RollingAggregator:
         self.table = table if table is not None else AccumulatorTable()
 
     def update(self, keys: list, values: np.ndarray) -> np.ndarray:
+        values = self._numeric(values)
+        if not isinstance(self.table, AccumulatorTable):
+            return self._update_keyed_store(keys, values)
         table = self.table
         before = len(table)
         s = table.slots(keys)
         n_slots = len(table)
-        if values.dtype.kind == "b":
-            values = values.astype(np.int64)
-        if values.dtype.kind not in "iuf":
-            raise TypeError(f"{self.how}() needs numeric values, got {values.dtype}")
-        if values.dtype.kind == "u":
-            values = values.astype(np.int64)
-        if values.dtype.kind == "i" and values.dtype != np.int64:
-            values = values.astype(np.int64)
         table.ensure_capacity(n_slots, values.dtype.kind)
         series = pd.Series(values, copy=False).groupby(s, sort=False)
         acc = table.acc
@@ -367,6 +382,39 @@ class RollingAggregator:
         result = result.astype(acc.dtype, copy=False)
         rev_slots, rev_idx = np.unique(s[::-1], return_index=True)
         acc[rev_slots] = result[len(s) - 1 - rev_idx]
+        return result
+
+    def _numeric(self, values: np.ndarray) -> np.ndarray:
+        if values.dtype.kind == "b":
+            values = values.astype(np.int64)
+        if values.dtype.kind not in "iuf":
+            raise TypeError(f"{self.how}() needs numeric values, got {values.dtype}")
+        if values.dtype.kind in "iu" and values.dtype != np.int64:
+            values = values.astype(np.int64)
+        return values
+
+    def _update_keyed_store(self, keys: list, values: np.ndarray) -> np.ndarray:
+        """The same kernel over a key-value store (RocksDB): one lookup and one write per distinct key."""
+        codes, uniques = pd.factorize(pd.Series(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
+        uniques = list(uniques)
+        stored = self.table.get_many(uniques)
+        first_idx = np.unique(codes, return_index=True)[1]
+        floating = values.dtype.kind == "f" or any(type(v) is float for v in stored)
+        dtype = np.float64 if floating else np.int64
+        identity = 0 if self.how == "sum" else None
+        prior_u = np.array([(identity if identity is not None else values[first_idx[i]]) if v is None else v
+                            for i, v in enumerate(stored)], dtype=dtype)
+        series = pd.Series(values.astype(dtype, copy=False), copy=False).groupby(codes, sort=False)
+        prior = prior_u[codes]
+        if self.how == "sum":
+            result = prior + series.cumsum().to_numpy()
+        elif self.how == "min":
+            result = np.minimum(prior, series.cummin().to_numpy())
+        else:
+            result = np.maximum(prior, series.cummax().to_numpy())
+        rev_codes, rev_idx = np.unique(codes[::-1], return_index=True)
+        last = result[len(codes) - 1 - rev_idx]
+        self.table.put_many([uniques[c] for c in rev_codes.tolist()], last.tolist())
         return result
 
 

@@ -25,6 +25,8 @@ from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
 from ..checkpoint.storage import CheckpointStorage, StateLocation
+from ..state.rocksdb import RocksDBSnapshot
+from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 from ..state.snapshot import serialize
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
@@ -165,7 +167,8 @@ class SlotRuntime:
         self.storage: CheckpointStorage | None = None
         self.snapshots: SnapshotWriter | None = None
         if self.checkpointing:
-            self.storage = CheckpointStorage(conf.get_string(Options.CHECKPOINTING_DIR), self.job_id,
+            self.storage = CheckpointStorage(deployment.get("checkpoint_dir") or conf.get_string(Options.CHECKPOINTING_DIR),
+                                             self.job_id,
                                              conf.get_int(Options.INLINE_STATE_THRESHOLD),
                                              conf.get_int(Options.MEMORY_STORAGE_MAX_STATE))
         self._build()
@@ -181,6 +184,7 @@ class SlotRuntime:
             node = g.operators[op_id]
             ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
+            ctx._state_root = self.storage.url if self.storage is not None else None
             self.operators[op_id] = create_operator(node, ctx)
         if self.restore:
             self._restore_state(self.restore)
@@ -245,7 +249,7 @@ class SlotRuntime:
             entry = saved.get(key)
             if entry is not None:
                 try:
-                    op.initialize_state(entry["subtasks"], location)
+                    op.initialize_state(entry["subtasks"], location, restore.get("id"))
                 except Exception as e:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}") from e
 
@@ -291,6 +295,11 @@ class SlotRuntime:
         finally:
             if self.snapshots is not None:
                 self.snapshots.close()
+            for op in self.operators.values():
+                try:
+                    op.dispose()
+                except Exception:  # noqa: BLE001 - cleanup must not hide the task's outcome
+                    pass
             try:
                 self.transport.close()
             except Exception:
@@ -342,6 +351,9 @@ class SlotRuntime:
                 for task in self.tasks:
                     if task.barriers is not None:
                         task.barriers.abort(int(msg["id"]))
+                for op in self.operators.values():
+                    if op.keyed_backend is not None:
+                        op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
 
@@ -370,11 +382,13 @@ class SlotRuntime:
         task.last_checkpoint = n
         self.snapshots.submit(SnapshotJob(task, n, snaps, sync_ms, alignment_ms))  # type: ignore[union-attr]
 
-    def _write_snapshot(self, snap: OperatorSnapshot, checkpoint_id: int) -> tuple[dict, int]:
-        """The asynchronous phase, in the snapshot writer's thread."""
-        data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
+    def _write_snapshot(self, snap: OperatorSnapshot, checkpoint_id: int) -> tuple[dict, int, int]:
+        """The asynchronous phase, in the snapshot writer's thread: (handle, state size, bytes written)."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", snap.key)[:80] + f"-{self.subtask}"
-        return self.storage.write_state(checkpoint_id, name, data, index), len(data)  # type: ignore[union-attr]
+        if isinstance(snap.keyed, RocksDBSnapshot):
+            return write_rocksdb_snapshot(snap.keyed, self.storage, name, snap.operator_state)  # type: ignore[arg-type]
+        data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
+        return self.storage.write_state(checkpoint_id, name, data, index), len(data), len(data)  # type: ignore[union-attr]
 
     def _collect_snapshots(self) -> None:
         results = self.snapshots.results  # type: ignore[union-attr]
@@ -391,7 +405,7 @@ class SlotRuntime:
                 self.control.send({"type": "ack", "slot": self.subtask, "attempt": self.attempt, "id": n,
                                    "task": task.vertex.id, "name": task.vertex.name(self.graph),
                                    "handles": r.handles, "sync_ms": r.job.sync_ms, "async_ms": r.async_ms,
-                                   "alignment_ms": r.job.alignment_ms, "size": r.size})
+                                   "alignment_ms": r.job.alignment_ms, "size": r.size, "uploaded": r.uploaded})
 
     def _decline(self, task: Task, checkpoint_id: int, reason: str) -> None:
         if self.control is not None:
@@ -400,6 +414,8 @@ class SlotRuntime:
 
     def _notify_complete(self, checkpoint_id: int, final: bool) -> None:
         for op in self.operators.values():
+            if op.keyed_backend is not None:
+                op.keyed_backend.notify_checkpoint_complete(checkpoint_id)
             op.notify_checkpoint_complete(checkpoint_id)
         if final:
             self.final_checkpoint_done = True

@@ -1,0 +1,589 @@
+"""The RocksDB state backend: keyed state in an embedded RocksDB (rocksdict) per operator subtask.
+
+State larger than memory lives on local disk. Each state is one column family;
+every key starts with its key group (``codec``), so one subtask's state is a
+contiguous range and a rescale can cut it by key group.
+
+Python pays per call into RocksDB (~1-3 us for a get plus a put here), so, as
+PyFlink does with ``python.state.cache-size``, each state keeps a bounded
+write-back cache of decoded entries keyed by the Python key: reads and updates
+of cached keys never leave Python. When a cache is full its dirty entries go
+to RocksDB in one ``WriteBatch`` and it starts empty; a snapshot writes every
+dirty entry first. Mutable values are cached *encoded*, so changing an object
+you read never changes state without ``update`` (RocksDB semantics, unlike the
+heap backend).
+
+Map state is not cached: each user key is its own RocksDB entry (as Flink's),
+so ``put`` of one entry never rewrites the whole map.
+
+Snapshots: ``snapshot`` (synchronous) writes dirty entries and creates a
+RocksDB checkpoint, hard links to the immutable SST files; the snapshot writer
+thread uploads it (``rocksdb_snapshot``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+from rocksdict import (AccessType, BlockBasedOptions, Cache, Checkpoint, DBCompressionType, Options, Rdict,
+                       WriteBatch, WriteOptions)
+
+from ..api.state import StateDescriptor
+from . import codec
+from .heap import AggregatingState, ReducingState, StateDefinitionError, ValueState, _KeyedState
+from .keygroups import assign_key_groups, key_hash
+
+_MISSING = object()
+_ABSENT = object()  # cached "no value" (a delete when the key is dirty)
+_SCALARS = frozenset({int, float, str, bool, bytes})
+_CF_PREFIX = "s:"  # column family of state <name>; keeps user names away from RocksDB's "default"
+_OWNER_FILE = "OWNER"
+
+
+class _Encoded:
+    """A mutable value cached as its bytes: every read decodes a fresh copy."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+def default_local_dir(configured: str | None) -> str:
+    return configured or os.path.join(tempfile.gettempdir(), "streamjob-rocksdb")
+
+
+class RocksDBOptions:
+    """What each task's database is opened with (from the job configuration)."""
+
+    def __init__(self, block_cache: int = 64 << 20, write_buffer: int = 32 << 20, threads: int = 2,
+                 cache_size: int = 16384):
+        self.block_cache = block_cache
+        self.write_buffer = write_buffer
+        self.threads = threads
+        self.cache_size = cache_size
+
+    def db_options(self, cache: Cache) -> Options:
+        o = self.column_options(cache)
+        o.create_if_missing(True)
+        o.create_missing_column_families(True)
+        o.set_max_background_jobs(max(2, self.threads))
+        return o
+
+    def column_options(self, cache: Cache) -> Options:
+        o = Options(raw_mode=True)
+        table = BlockBasedOptions()
+        table.set_block_cache(cache)
+        table.set_bloom_filter(10, False)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        o.set_block_based_table_factory(table)
+        o.set_write_buffer_size(self.write_buffer)
+        o.set_max_write_buffer_number(2)
+        o.set_compression_type(DBCompressionType.lz4())
+        return o
+
+
+class RocksTable:
+    """One state's column family behind a write-back cache of Python keys -> cached values."""
+
+    __slots__ = ("backend", "name", "kind", "cf", "handle", "cache", "dirty", "limit", "raw")
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", name: str, kind: str):
+        self.backend = backend
+        self.name = name
+        self.kind = kind
+        self.cache: dict[Any, Any] = {}
+        self.dirty: set[Any] = set()
+        self.limit = backend.options.cache_size
+        self.raw = kind == "list"  # list values are cached as their framed bytes
+        self.attach()
+
+    def attach(self) -> None:
+        b = self.backend
+        cf_name = _CF_PREFIX + self.name
+        if cf_name not in b.column_families:
+            b.db.create_column_family(cf_name, b.options.column_options(b.block_cache))
+            b.column_families.add(cf_name)
+        self.cf = b.db.get_column_family(cf_name)
+        self.handle = b.db.get_column_family_handle(cf_name)
+
+    # -- single keys --------------------------------------------------------------------
+    def _load(self, key: Any) -> Any:
+        raw = self.cf.get(self.backend.key_bytes(key))
+        if raw is None:
+            v = _ABSENT
+        elif self.raw:
+            v = raw
+        else:
+            v = codec.decode_value(raw)
+            if type(v) not in _SCALARS:
+                v = _Encoded(raw)
+        self._admit(key, v)
+        return v
+
+    def _admit(self, key: Any, cached: Any) -> None:
+        cache = self.cache
+        if len(cache) >= self.limit and key not in cache:
+            self.flush()
+            cache.clear()
+        cache[key] = cached
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        v = self.cache.get(key, _MISSING)
+        if v is _MISSING:
+            v = self._load(key)
+        if v is _ABSENT:
+            return default
+        if type(v) is _Encoded:
+            return codec.decode_value(v.data)
+        return v
+
+    def put(self, key: Any, value: Any) -> None:
+        self._admit(key, value if type(value) in _SCALARS else _Encoded(codec.encode_value(value)))
+        self.dirty.add(key)
+
+    def remove(self, key: Any) -> None:
+        self._admit(key, _ABSENT)
+        self.dirty.add(key)
+
+    def get_raw(self, key: Any) -> bytes | None:
+        v = self.cache.get(key, _MISSING)
+        if v is _MISSING:
+            v = self._load(key)
+        return None if v is _ABSENT else v
+
+    def put_raw(self, key: Any, data: bytes) -> None:
+        self._admit(key, data)
+        self.dirty.add(key)
+
+    # -- batches (built-in rolling aggregations) -------------------------------------------------
+    def get_many(self, keys: list) -> list:
+        """Values of ``keys`` (None when absent), with one multi-get for the uncached ones."""
+        cache = self.cache
+        out = [cache.get(k, _MISSING) for k in keys]
+        missing = [i for i, v in enumerate(out) if v is _MISSING]
+        if missing:
+            raws = self.cf.get(self.backend.keys_bytes([keys[i] for i in missing]))
+            for i, raw in zip(missing, raws):
+                v = _ABSENT if raw is None else codec.decode_value(raw)
+                out[i] = v
+                self._admit(keys[i], v)
+        return [None if v is _ABSENT else v for v in out]
+
+    def put_many(self, keys: list, values: list) -> None:
+        for k, v in zip(keys, values):
+            self._admit(k, v)
+        self.dirty.update(keys)
+
+    # -- to RocksDB ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write every dirty entry in one batch."""
+        if not self.dirty:
+            return
+        dirty = list(self.dirty)
+        kbs = self.backend.keys_bytes(dirty)
+        batch = WriteBatch(raw_mode=True)
+        cache, handle = self.cache, self.handle
+        for k, kb in zip(dirty, kbs):
+            v = cache[k]
+            if v is _ABSENT:
+                batch.delete(kb, handle)
+            elif type(v) is _Encoded:
+                batch.put(kb, v.data, handle)
+            elif self.raw:
+                batch.put(kb, v, handle)
+            else:
+                batch.put(kb, codec.encode_value(v), handle)
+        self.backend.db.write(batch)
+        self.dirty.clear()
+
+
+class RocksListState(_KeyedState):
+    """Framed bytes per key: ``add`` appends one frame, never decodes the list."""
+
+    __slots__ = ()
+
+    def get(self) -> list:
+        raw = self.table.get_raw(self.backend.current_key)
+        return codec.decode_list(raw) if raw else []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        key = self.backend.current_key
+        self.table.put_raw(key, (self.table.get_raw(key) or b"") + codec.frame(value))
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        if values:
+            key = self.backend.current_key
+            self.table.put_raw(key, (self.table.get_raw(key) or b"") + codec.encode_list(values))
+
+    def update(self, values: Iterable[Any] | None) -> None:
+        values = list(values or [])
+        if any(v is None for v in values):
+            raise ValueError(f"list state {self.name!r}: cannot add None")
+        if values:
+            self.table.put_raw(self.backend.current_key, codec.encode_list(values))
+        else:
+            self.clear()
+
+
+class RocksMapState:
+    """One RocksDB entry per (key, user key); iteration is a prefix scan."""
+
+    __slots__ = ("backend", "name", "cf", "handle")
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", table: RocksTable, name: str):
+        self.backend = backend
+        self.name = name
+        self.cf = table.cf
+        self.handle = table.handle
+
+    def _prefix(self) -> bytes:
+        b = self.backend
+        return codec.map_prefix(b.prefix_of(b.current_key), codec.encode_key(b.current_key))
+
+    def _entries(self) -> Iterator[tuple[bytes, bytes]]:
+        prefix = self._prefix()
+        it = self.cf.iter()
+        it.seek(prefix)
+        n = len(prefix)
+        while it.valid():
+            k = it.key()
+            if k[:n] != prefix:
+                break
+            yield k[n:], it.value()
+            it.next()
+
+    def get(self, key: Any) -> Any:
+        raw = self.cf.get(self._prefix() + codec.encode_key(key))
+        return None if raw is None else codec.decode_value(raw)
+
+    def put(self, key: Any, value: Any) -> None:
+        self.cf.put(self._prefix() + codec.encode_key(key), codec.encode_value(value))
+
+    def put_all(self, entries: dict) -> None:
+        prefix = self._prefix()
+        batch = WriteBatch(raw_mode=True)
+        for k, v in entries.items():
+            batch.put(prefix + codec.encode_key(k), codec.encode_value(v), self.handle)
+        self.backend.db.write(batch)
+
+    def contains(self, key: Any) -> bool:
+        return self.cf.get(self._prefix() + codec.encode_key(key)) is not None
+
+    def remove(self, key: Any) -> None:
+        self.cf.delete(self._prefix() + codec.encode_key(key))
+
+    def keys(self) -> list:
+        return [codec.decode_key(k) for k, _ in self._entries()]
+
+    def values(self) -> list:
+        return [codec.decode_value(v) for _, v in self._entries()]
+
+    def items(self) -> list:
+        return [(codec.decode_key(k), codec.decode_value(v)) for k, v in self._entries()]
+
+    def is_empty(self) -> bool:
+        return next(self._entries(), None) is None
+
+    def clear(self) -> None:
+        batch = WriteBatch(raw_mode=True)
+        prefix = self._prefix()
+        for k, _ in self._entries():
+            batch.delete(prefix + k, self.handle)
+        self.backend.db.write(batch)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+class RocksDBSnapshot:
+    """What the synchronous phase made: a RocksDB checkpoint (hard links) in a local directory."""
+
+    def __init__(self, backend: "RocksDBKeyedStateBackend", checkpoint_id: int, directory: str):
+        self.backend = backend
+        self.checkpoint_id = checkpoint_id
+        self.directory = directory
+        self.states = dict(backend.kinds)
+        self.key_groups = backend.key_groups
+        self.incremental = backend.incremental
+        # SST files completed checkpoints already hold: the base an incremental snapshot reuses.
+        self.base = dict(backend.uploaded.get(backend.last_completed, {})) if backend.last_completed is not None else {}
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class RocksDBKeyedStateBackend:
+    """All keyed state of one operator subtask, in one RocksDB instance on local disk."""
+
+    def __init__(self, operator: str, max_parallelism: int, key_groups: range, local_dir: str,
+                 options: RocksDBOptions | None = None, incremental: bool = False, state_root: str | None = None):
+        self.operator = operator
+        self.max_parallelism = max_parallelism
+        self.key_groups = key_groups
+        self.options = options or RocksDBOptions()
+        self.incremental = incremental
+        self.state_root = state_root  # this job's checkpoint directory: only its files may be reused
+        self.current_key: Any = None
+        self.kinds: dict[str, str] = {}
+        self.tables: dict[str, RocksTable] = {}
+        self.column_families: set[str] = set()
+        self._prefixes = [kg.to_bytes(2, "big") for kg in range(max_parallelism)]
+        self._memo_key: Any = _MISSING
+        self._memo_bytes = b""
+        # incremental checkpoints: checkpoint id -> {local SST name: {"file", "size"}} uploaded for it
+        self.uploaded: dict[int, dict[str, dict]] = {}
+        self.last_completed: int | None = None
+        self.block_cache = Cache(self.options.block_cache)
+        sweep_stale(local_dir)
+        self.home = os.path.join(local_dir, f"{_safe(operator)}-{uuid.uuid4().hex[:12]}")
+        os.makedirs(self.home)
+        with open(os.path.join(self.home, _OWNER_FILE), "w") as f:
+            f.write(str(os.getpid()))
+        self.db_path = os.path.join(self.home, "db")
+        self._open(self.db_path, [])
+
+    def _open(self, path: str, column_families: list[str]) -> None:
+        opts = self.options.db_options(self.block_cache)
+        cfs = {cf: self.options.column_options(self.block_cache) for cf in column_families}
+        self.db = Rdict(path, opts, column_families=cfs or None)
+        wo = WriteOptions()
+        wo.disable_wal = True  # durability comes from checkpoints, as in Flink
+        self.db.set_write_options(wo)
+        self.column_families = set(column_families)
+        for table in self.tables.values():
+            table.attach()
+
+    # -- keys ---------------------------------------------------------------------------------
+    def get_current_key(self) -> Any:
+        return self.current_key
+
+    def prefix_of(self, key: Any) -> bytes:
+        return self._prefixes[key_hash(key) % self.max_parallelism]
+
+    def key_bytes(self, key: Any) -> bytes:
+        if key is self._memo_key:
+            return self._memo_bytes
+        kb = self._prefixes[key_hash(key) % self.max_parallelism] + codec.encode_key(key)
+        self._memo_key, self._memo_bytes = key, kb
+        return kb
+
+    def keys_bytes(self, keys: list) -> list[bytes]:
+        groups = assign_key_groups(keys, self.max_parallelism).tolist()
+        prefixes, encode = self._prefixes, codec.encode_key
+        return [prefixes[g] + encode(k) for g, k in zip(groups, keys)]
+
+    # -- states -------------------------------------------------------------------------------
+    def table(self, name: str, kind: str) -> RocksTable:
+        known = self.kinds.setdefault(name, kind)
+        if known != kind:
+            raise StateDefinitionError(
+                f"operator {self.operator!r}: state {name!r} is a {known} state, cannot be used as a {kind} state"
+            )
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = RocksTable(self, name, kind)
+        return table
+
+    def _for(self, d: Any, kind: str) -> RocksTable:
+        if not isinstance(d, StateDescriptor) or d.kind != kind:
+            method = "get_state" if kind == "value" else f"get_{kind}_state"
+            raise TypeError(f"operator {self.operator!r}: {method} needs a {kind.capitalize()}StateDescriptor, got {d!r}")
+        return self.table(d.name, kind)
+
+    def get_state(self, d: Any) -> ValueState:
+        return ValueState(self, self._for(d, "value"), d.name, d.default)
+
+    def get_list_state(self, d: Any) -> RocksListState:
+        return RocksListState(self, self._for(d, "list"), d.name)
+
+    def get_map_state(self, d: Any) -> RocksMapState:
+        return RocksMapState(self, self._for(d, "map"), d.name)
+
+    def get_reducing_state(self, d: Any) -> ReducingState:
+        return ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
+
+    def get_aggregating_state(self, d: Any) -> AggregatingState:
+        return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
+
+    def accumulators(self, name: str) -> RocksTable:
+        return self.table(name, "accumulators")
+
+    def raw_table(self, name: str) -> RocksTable:
+        return self.table(name, "value")
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def snapshot(self, checkpoint_id: int) -> RocksDBSnapshot:
+        """Synchronous phase: dirty cache entries into RocksDB, then a checkpoint of hard links."""
+        for table in self.tables.values():
+            table.flush()
+        directory = os.path.join(self.home, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:6]}")
+        Checkpoint(self.db).create_checkpoint(directory)  # flushes the memtables first
+        return RocksDBSnapshot(self, checkpoint_id, directory)
+
+    def thaw(self) -> None:
+        pass  # the working database never stopped; the snapshot writer removes the checkpoint directory
+
+    def record_upload(self, checkpoint_id: int, files: dict[str, dict]) -> None:
+        self.uploaded[checkpoint_id] = files
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if checkpoint_id in self.uploaded:
+            self.last_completed = checkpoint_id
+            for n in [n for n in self.uploaded if n < checkpoint_id]:
+                del self.uploaded[n]
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if checkpoint_id != self.last_completed:
+            self.uploaded.pop(checkpoint_id, None)
+
+    # -- restore ----------------------------------------------------------------------------------
+    def adopt(self, directory: str, states: dict[str, str], checkpoint_id: int, files: dict[str, dict],
+              reusable: bool) -> None:
+        """Make a downloaded checkpoint (same key groups) the working database; before processing starts."""
+        self.db.close()
+        shutil.rmtree(self.db_path, ignore_errors=True)
+        os.replace(directory, self.db_path)
+        for name, kind in states.items():
+            self.kinds.setdefault(name, kind)
+        self._open(self.db_path, ["default"] + [_CF_PREFIX + n for n in states])
+        for name, kind in states.items():
+            self.table(name, kind)
+        if reusable:
+            self.uploaded = {checkpoint_id: dict(files)}
+            self.last_completed = checkpoint_id
+
+    def copy_range(self, source: Rdict, states: dict[str, str]) -> None:
+        """Copy the entries of this subtask's key groups from another database (rescaling)."""
+        start = self.key_groups.start.to_bytes(2, "big")
+        stop = self.key_groups.stop
+        for name, kind in states.items():
+            table = self.table(name, kind)
+            for batch in _range_batches(source.get_column_family(_CF_PREFIX + name), start, stop):
+                wb = WriteBatch(raw_mode=True)
+                for k, v in batch:
+                    wb.put(k, v, table.handle)
+                self.db.write(wb)
+
+    def restore_chunk(self, name: str, kind: str, chunk: Any) -> None:
+        """Canonical chunk (one key group of one state, as the heap backend writes it) -> RocksDB."""
+        table = self.table(name, kind)
+        wb = WriteBatch(raw_mode=True)
+        h = table.handle
+        if kind == "accumulators":
+            keys, values = chunk
+            for k, v in zip(self.keys_bytes(list(keys)), np.asarray(values).tolist()):
+                wb.put(k, codec.encode_value(v), h)
+        elif kind == "map":
+            keys = list(chunk)
+            for key, kb in zip(keys, self.keys_bytes(keys)):
+                prefix = codec.map_prefix(kb[:2], kb[2:])
+                for uk, v in chunk[key].items():
+                    wb.put(prefix + codec.encode_key(uk), codec.encode_value(v), h)
+        else:
+            keys = list(chunk)
+            encode = codec.encode_list if kind == "list" else codec.encode_value
+            for key, kb in zip(keys, self.keys_bytes(keys)):
+                wb.put(kb, encode(chunk[key]), h)
+        self.db.write(wb)
+
+    def dispose(self) -> None:
+        try:
+            self.db.close()
+        except Exception:  # noqa: BLE001 - already closed
+            pass
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
+
+
+def _range_batches(cf: Rdict, start: bytes, stop_group: int, size: int = 4096) -> Iterator[list[tuple[bytes, bytes]]]:
+    it = cf.iter()
+    it.seek(start)
+    batch: list[tuple[bytes, bytes]] = []
+    while it.valid():
+        k = it.key()
+        if int.from_bytes(k[:2], "big") >= stop_group:
+            break
+        batch.append((k, it.value()))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+        it.next()
+    if batch:
+        yield batch
+
+
+def open_read_only(directory: str, states: Iterable[str]) -> Rdict:
+    cfs = {_CF_PREFIX + n: Options(raw_mode=True) for n in states}
+    return Rdict(directory, Options(raw_mode=True), column_families=cfs or None, access_type=AccessType.read_only())
+
+
+def canonical_chunks(db: Rdict, states: dict[str, str], key_groups: range,
+                     ) -> Iterator[tuple[str, str, int, Any]]:
+    """(state, kind, key group, chunk) in the heap backend's format, for savepoint-style full snapshots
+    and restores into another backend or parallelism. Reads a checkpoint opened read-only, never the
+    live database (rocksdict 0.3.29's ``snapshot().items()`` reads live data)."""
+    start = key_groups.start.to_bytes(2, "big")
+    for name, kind in states.items():
+        cf = db.get_column_family(_CF_PREFIX + name)
+        group, chunk = -1, None
+        for batch in _range_batches(cf, start, key_groups.stop):
+            for k, v in batch:
+                g = int.from_bytes(k[:2], "big")
+                if g != group:
+                    if chunk is not None:
+                        yield name, kind, group, _finish(kind, chunk)
+                    group, chunk = g, ([], []) if kind == "accumulators" else {}
+                if kind == "map":
+                    kb, ub = codec.split_map_key(k[2:])
+                    chunk.setdefault(codec.decode_key(kb), {})[codec.decode_key(ub)] = codec.decode_value(v)
+                elif kind == "list":
+                    chunk[codec.decode_key(k[2:])] = codec.decode_list(v)
+                elif kind == "accumulators":
+                    chunk[0].append(codec.decode_key(k[2:]))
+                    chunk[1].append(codec.decode_value(v))
+                else:
+                    chunk[codec.decode_key(k[2:])] = codec.decode_value(v)
+        if chunk is not None:
+            yield name, kind, group, _finish(kind, chunk)
+
+
+def _finish(kind: str, chunk: Any) -> Any:
+    if kind == "accumulators":
+        keys, values = chunk
+        return keys, np.asarray(values)
+    return chunk
+
+
+def sweep_stale(local_dir: str) -> None:
+    """Remove working directories of task processes that died without cleaning up (SIGKILL)."""
+    import psutil
+
+    try:
+        entries = os.listdir(local_dir)
+    except FileNotFoundError:
+        os.makedirs(local_dir, exist_ok=True)
+        return
+    for entry in entries:
+        owner = os.path.join(local_dir, entry, _OWNER_FILE)
+        try:
+            with open(owner) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not psutil.pid_exists(pid):
+            shutil.rmtree(os.path.join(local_dir, entry), ignore_errors=True)
