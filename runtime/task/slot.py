@@ -164,6 +164,7 @@ class SlotRuntime:
         self.checkpointing = conf.checkpointing_enabled()
         self.exactly_once = str(conf.get(Options.CHECKPOINTING_MODE)).upper() == "EXACTLY_ONCE"
         self.final_checkpoint_done = False
+        self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
         self.snapshots: SnapshotWriter | None = None
         if self.checkpointing:
@@ -314,6 +315,8 @@ class SlotRuntime:
             for task in tasks:
                 if task.step(now):
                     progressed = True
+                    if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
+                        self._finished_after_trigger(task)
             if all(t.finished for t in tasks):
                 break
             now = time.monotonic()
@@ -361,10 +364,19 @@ class SlotRuntime:
     def _trigger(self, checkpoint_id: int, timestamp_ms: int) -> None:
         """The coordinator started checkpoint n: sources (and tasks already finished) snapshot now;
         every other task snapshots when the barrier has reached it on all inputs."""
-        barrier = CheckpointBarrier(checkpoint_id, timestamp_ms)
+        barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms)
         for task in self.tasks:
             if task.last_checkpoint < checkpoint_id and (task.finished or task.gate is None):
                 self.checkpoint_task(task, barrier, 0.0)
+
+    def _finished_after_trigger(self, task: Task) -> None:
+        """A task that reached the end of every input after checkpoint n was triggered, without a
+        barrier n (its upstream sources had finished, so they sent none): everything it will ever
+        process is in, so its state now belongs to checkpoint n."""
+        if task.barriers is None or task.barriers.pending is None:
+            if task.barriers is not None:
+                task.barriers.latest = max(task.barriers.latest, self.last_trigger.checkpoint_id)
+            self.checkpoint_task(task, self.last_trigger, 0.0)
 
     def checkpoint_task(self, task: Task, barrier: CheckpointBarrier, alignment_ms: float) -> None:
         n = barrier.checkpoint_id

@@ -4,7 +4,7 @@ Row i has key i % 30; with parallelism 3 every key comes from one source
 subtask (i % 3 fixes it), so each key's records arrive in one order and the
 running count of every row is deterministic: ``expected_rows`` computes it.
 
-    streamjob run tests/jobs/counting.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND
+    streamjob run tests/jobs/counting.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND [hashmap|rocksdb [incremental]]
 """
 
 import sys
@@ -65,11 +65,14 @@ def expected_rows(rows: int) -> list[tuple]:
 
 
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
-          mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE) -> StreamExecutionEnvironment:
+          mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
+          incremental: bool = False) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(3)
     env.enable_checkpointing(interval_ms, mode)
+    env.set_state_backend(backend)
     config = env.get_checkpoint_config()
+    config.set_incremental(incremental)
     config.set_checkpoint_storage(checkpoints)
     config.set_num_retained_checkpoints(3)
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
@@ -81,4 +84,6 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
 
 if __name__ == "__main__":
     out, checkpoints, rows, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    build(out, checkpoints, rows, rate).execute("counting")
+    backend = sys.argv[5] if len(sys.argv) > 5 else "hashmap"
+    incremental = len(sys.argv) > 6 and sys.argv[6] == "incremental"
+    build(out, checkpoints, rows, rate, backend=backend, incremental=incremental).execute("counting")
