@@ -216,7 +216,7 @@ class Transport:
 
     def poll(self, timeout: float) -> bool:
         """Move bytes: read what arrived, write what is queued. True if anything happened."""
-        if not self.out_conns and not self.in_conns:
+        if not self.selector.get_map():  # parallelism 1 without a job manager: nothing to wait on
             if timeout > 0:
                 time.sleep(timeout)
             return False
