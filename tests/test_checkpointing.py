@@ -58,12 +58,18 @@ def kill_tasks_at_random(client, kills: int, rng: random.Random) -> list[float]:
     return killed_at
 
 
-@pytest.mark.parametrize("mode", [CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.AT_LEAST_ONCE])
-def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode):
+@pytest.mark.parametrize("mode, backend, incremental", [
+    (CheckpointingMode.EXACTLY_ONCE, "hashmap", False),
+    (CheckpointingMode.AT_LEAST_ONCE, "hashmap", False),
+    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", False),
+    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", True),
+], ids=["exactly-once-hashmap", "at-least-once-hashmap", "exactly-once-rocksdb-full", "exactly-once-rocksdb-incremental"])
+def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode, backend, incremental):
     rng = random.Random(int(time.time()))
     rows = 60_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
-    env = counting.build(out, checkpoints, rows, rate=6000, interval_ms=rng.randint(200, 500), mode=mode)
+    env = counting.build(out, checkpoints, rows, rate=6000, interval_ms=rng.randint(200, 500), mode=mode,
+                         backend=backend, incremental=incremental)
     client = env.execute_async("counting")
     killed = kill_tasks_at_random(client, 5, rng)
     result = client.get_job_execution_result(300)

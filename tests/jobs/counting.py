@@ -7,6 +7,7 @@ running count of every row is deterministic: ``expected_rows`` computes it.
     streamjob run tests/jobs/counting.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND [hashmap|rocksdb [incremental]]
 """
 
+import random
 import sys
 from collections import defaultdict
 
@@ -27,9 +28,14 @@ KEYS = 30
 
 
 class Count(KeyedProcessFunction):
-    """Keeps its count three ways (value, reducing, map) and checks they agree, plus a bounded list."""
+    """Keeps its count three ways (value, reducing, map) and checks they agree, plus a bounded list.
+    With ``ballast`` > 0 every row also leaves that many bytes of state behind (big checkpoints)."""
+
+    def __init__(self, ballast: int = 0):
+        self.ballast = ballast
 
     def open(self, ctx):
+        self.blob = ctx.get_map_state(MapStateDescriptor("ballast"))
         self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
         self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
         self.by_parity = ctx.get_map_state(MapStateDescriptor("by-parity"))
@@ -45,6 +51,8 @@ class Count(KeyedProcessFunction):
         self.recent.update(recent)
         if self.total.get() != c or sum(self.by_parity.values()) != c:
             raise AssertionError(f"state of key {ctx.get_current_key()} disagrees: {c}, {self.total.get()}")
+        if self.ballast:
+            self.blob.put(row["i"], random.Random(row["i"]).randbytes(self.ballast // 2).hex())
         yield {"key": row["key"], "i": row["i"], "count": c, "prev": recent[-2] if len(recent) > 1 else -1}
 
 
@@ -66,7 +74,7 @@ def expected_rows(rows: int) -> list[tuple]:
 
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
-          incremental: bool = False) -> StreamExecutionEnvironment:
+          incremental: bool = False, retained: int = 3, ballast: int = 0) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(3)
     env.enable_checkpointing(interval_ms, mode)
@@ -74,11 +82,11 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config = env.get_checkpoint_config()
     config.set_incremental(incremental)
     config.set_checkpoint_storage(checkpoints)
-    config.set_num_retained_checkpoints(3)
+    config.set_num_retained_checkpoints(retained)
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), name="numbers").uid("numbers")
-    source.key_by("key").process(Count()).uid("count").sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast)).uid("count").sink_to(FileSink.jsonl(out)).uid("files")
     return env
 
 

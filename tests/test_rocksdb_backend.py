@@ -1,0 +1,248 @@
+"""The RocksDB state backend on real RocksDB (rocksdict), without Spark: state semantics,
+the write-back cache, snapshots (incremental and canonical) and restores."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from streamjob.runtime import (AggregateFunction, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
+                               ValueStateDescriptor)
+from streamjob.runtime.api.state import AggregatingStateDescriptor
+from streamjob.runtime.checkpoint.metadata import shared_files
+from streamjob.runtime.checkpoint.shared import SharedStateRegistry, uploaded_for
+from streamjob.runtime.checkpoint.storage import CheckpointStorage
+from streamjob.runtime.state import codec
+from streamjob.runtime.state.heap import HashMapKeyedStateBackend
+from streamjob.runtime.state.keygroups import key_group_range
+from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, sweep_stale
+from streamjob.runtime.state.rocksdb_snapshot import restore_native, write_snapshot
+from streamjob.runtime.state.snapshot import SnapshotFormatError, read_keyed, serialize
+
+
+class Avg(AggregateFunction):
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, value, acc):
+        return [acc[0] + value, acc[1] + 1]
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+def rocks(tmp_path, groups=range(0, 128), cache=4, incremental=True, root=None):
+    return RocksDBKeyedStateBackend("op", 128, groups, str(tmp_path / "local"), RocksDBOptions(cache_size=cache),
+                                    incremental=incremental, state_root=root)
+
+
+def fill(backend, keys):
+    """Every state kind, driven through the public state objects."""
+    v = backend.get_state(ValueStateDescriptor("v", default=0))
+    lst = backend.get_list_state(ListStateDescriptor("l"))
+    m = backend.get_map_state(MapStateDescriptor("m"))
+    r = backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    a = backend.get_aggregating_state(AggregatingStateDescriptor("a", Avg()))
+    for i, k in enumerate(keys):
+        backend.current_key = k
+        v.update(v.value() + 1)
+        lst.add(i)
+        m.put(i % 3, m.get(i % 3) or 0 + i)
+        r.add(i)
+        a.add(i)
+    return v, lst, m, r, a
+
+
+def read_all(backend, keys):
+    v, lst, m, r, a = (backend.get_state(ValueStateDescriptor("v", default=0)),
+                       backend.get_list_state(ListStateDescriptor("l")), backend.get_map_state(MapStateDescriptor("m")),
+                       backend.get_reducing_state(ReducingStateDescriptor("r", lambda a, b: a + b)),
+                       backend.get_aggregating_state(AggregatingStateDescriptor("a", Avg())))
+    out = {}
+    for k in sorted(set(keys), key=repr):
+        backend.current_key = k
+        out[k] = (v.value(), lst.get(), sorted(m.items()), r.get(), a.get())
+    return out
+
+
+KEYS = [i % 40 for i in range(300)] + ["a", "b", ("t", 1), None, 2.5, b"raw"]
+
+
+def test_every_state_kind_behaves_as_on_the_heap_backend_with_a_tiny_cache(tmp_path):
+    rdb, heap = rocks(tmp_path, cache=3), HashMapKeyedStateBackend("op", 128, range(128))
+    fill(rdb, KEYS)
+    fill(heap, KEYS)
+    assert read_all(rdb, KEYS) == read_all(heap, KEYS)
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    rdb.current_key = 7
+    v.clear()
+    assert v.value() is None
+    m = rdb.get_map_state(MapStateDescriptor("m"))
+    rdb.current_key = 8
+    m.remove(0)
+    assert not m.contains(0) and m.contains(1) and not m.is_empty()
+    m.clear()
+    assert m.is_empty() and m.keys() == []
+    rdb.dispose()
+    assert not os.path.exists(rdb.home)
+
+
+def test_equal_keys_are_one_key_and_changing_a_read_value_needs_update(tmp_path):
+    rdb = rocks(tmp_path, cache=2)
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    rdb.current_key = 1
+    v.update({"n": [1]})
+    rdb.current_key = 1.0  # 1 == 1.0 == True: one key, as in a dict and in the key hash
+    assert v.value() == {"n": [1]}
+    v.value()["n"].append(2)  # RocksDB semantics: the object read is a copy
+    rdb.current_key = True
+    assert v.value() == {"n": [1]}
+    assert codec.encode_key(1) == codec.encode_key(1.0) == codec.encode_key(np.int64(1))
+    for key in [0, -5, 2**62, "x", "", b"b", None, 1.5, ("a", (1, None)), 2**80]:
+        assert codec.decode_key(codec.encode_key(key)) == key
+    rdb.dispose()
+
+
+def test_state_survives_cache_eviction_and_is_on_disk(tmp_path):
+    rdb = rocks(tmp_path, cache=10)
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    for k in range(1000):
+        rdb.current_key = k
+        v.update(k * 2)
+    assert len(rdb.table("v", "value").cache) <= 10
+    rdb.table("v", "value").flush()
+    assert rdb.db.get_column_family("s:v").get(rdb.key_bytes(999)) == codec.encode_value(1998)
+    for k in range(1000):
+        rdb.current_key = k
+        assert v.value() == k * 2
+    rdb.dispose()
+
+
+def snapshot(backend, storage, n, name="op-0"):
+    snap = backend.snapshot(n)
+    handle, full, uploaded = write_snapshot(snap, storage, name, None)
+    assert not os.path.exists(snap.directory)  # the local checkpoint is removed after the upload
+    return handle, full, uploaded
+
+
+def test_incremental_snapshots_upload_only_new_sst_files_and_restore_exactly(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    storage.initialize()
+    rdb = rocks(tmp_path, root=storage.url)
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    for k in range(5000):
+        rdb.current_key = k
+        v.update("x" * 50 + str(k))
+    h1, full1, up1 = snapshot(rdb, storage, 1)
+    rdb.notify_checkpoint_complete(1)
+    for k in range(50):  # 1% changes
+        rdb.current_key = k
+        v.update("changed")
+    h2, full2, up2 = snapshot(rdb, storage, 2)
+    first, second = set(shared_files(h1)), set(shared_files(h2))
+    assert first <= second and len(second - first) >= 1  # the old SSTs are referenced again
+    assert all(uploaded_for(f) == 2 for f in second - first)
+    assert up2 < up1 / 3 and full2 >= full1
+    meta_bytes = up2 - sum(os.path.getsize(storage.path(f)) for f in second - first)
+    assert meta_bytes == h2["size"]  # besides new SSTs only the small private files were written
+
+    restored = rocks(tmp_path, root=storage.url)
+    restore_native(restored, h2, storage.read(h2), storage, 2, "test", first=True)
+    rv = restored.get_state(ValueStateDescriptor("v"))
+    for k in (0, 49, 50, 4999):
+        restored.current_key = k
+        assert rv.value() == ("changed" if k < 50 else "x" * 50 + str(k))
+    # same job directory: the restored files are the base of the next incremental checkpoint
+    assert restored.last_completed == 2 and set(f["file"] for f in restored.uploaded[2].values()) == second
+    rdb.dispose()
+    restored.dispose()
+
+
+def test_full_snapshots_are_canonical_and_restore_into_the_heap_backend_and_at_other_parallelism(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    rdb = rocks(tmp_path, incremental=False)
+    fill(rdb, KEYS)
+    expected = read_all(rdb, KEYS)
+    handle, _, _ = snapshot(rdb, storage, 1)
+    data = storage.read(handle)
+    heap = HashMapKeyedStateBackend("op", 128, range(128))
+    for name, kind, chunk in read_keyed(data, handle["index"], heap.key_groups, "test"):
+        heap.restore_chunk(name, kind, chunk)
+    assert read_all(heap, KEYS) == expected
+    # and the heap backend's own snapshot restores into RocksDB split over two subtasks
+    heap_data, heap_index = serialize(heap.freeze(), 128, None)
+    parts = [rocks(tmp_path / str(i), groups=key_group_range(128, 2, i)) for i in range(2)]
+    for part in parts:
+        for name, kind, chunk in read_keyed(heap_data, heap_index, part.key_groups, "test"):
+            part.restore_chunk(name, kind, chunk)
+    merged = {}
+    for part in parts:
+        mine = [k for k in KEYS if rdb.key_bytes(k)[:2] and int.from_bytes(rdb.key_bytes(k)[:2], "big") in part.key_groups]
+        merged.update(read_all(part, mine))
+        part.dispose()
+    assert merged == expected
+    rdb.dispose()
+
+
+def test_a_native_snapshot_restores_at_another_parallelism_by_key_group(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    rdb = rocks(tmp_path)
+    fill(rdb, KEYS)
+    expected = read_all(rdb, KEYS)
+    handle, _, _ = snapshot(rdb, storage, 1)
+    data = storage.read(handle)
+    merged = {}
+    for i in range(3):
+        part = rocks(tmp_path / f"p{i}", groups=key_group_range(128, 3, i))
+        restore_native(part, handle, data, storage, 1, "test", first=True)
+        mine = [k for k in KEYS if int.from_bytes(rdb.key_bytes(k)[:2], "big") in part.key_groups]
+        merged.update(read_all(part, mine))
+        other = [k for k in KEYS if k not in mine]
+        assert all(v == (0, [], [], None, None) for v in read_all(part, other).values())  # nothing foreign copied
+        part.dispose()
+    assert merged == expected
+    heap = HashMapKeyedStateBackend("op", 128, range(128))
+    restore_native(heap, handle, data, storage, 1, "test", first=True)
+    assert read_all(heap, KEYS) == expected
+    rdb.dispose()
+
+
+def test_a_missing_shared_file_is_a_clear_restore_error(tmp_path):
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    rdb = rocks(tmp_path)
+    fill(rdb, KEYS)
+    handle, _, _ = snapshot(rdb, storage, 1)
+    os.remove(storage.path(shared_files(handle)[0]))
+    fresh = rocks(tmp_path / "fresh")
+    with pytest.raises(SnapshotFormatError, match="shared state file .* is missing"):
+        restore_native(fresh, handle, storage.read(handle), storage, 1, "state of operator 'op'", first=True)
+    rdb.dispose()
+    fresh.dispose()
+
+
+def test_shared_state_registry_counts_references():
+    reg = SharedStateRegistry()
+    reg.register(1, ["shared/1-a.sst", "shared/1-b.sst"])
+    reg.register(2, ["shared/1-a.sst", "shared/2-c.sst"])
+    assert reg.unregister(1, ["shared/1-a.sst", "shared/1-b.sst"]) == ["shared/1-b.sst"]
+    assert reg.dangling(3, ["shared/1-a.sst", "shared/1-b.sst", "shared/3-d.sst"]) == ["shared/1-b.sst"]
+    listing = ["shared/1-a.sst", "shared/2-c.sst", "shared/3-d.sst", "shared/4-e.sst", "shared/README"]
+    assert reg.orphans(listing, in_progress={4}) == ["shared/3-d.sst"]
+    assert sorted(reg.unregister(2, ["shared/1-a.sst", "shared/2-c.sst"])) == ["shared/1-a.sst", "shared/2-c.sst"]
+
+
+def test_working_directories_of_dead_tasks_are_swept(tmp_path):
+    local = tmp_path / "local"
+    dead = local / "op-dead"
+    dead.mkdir(parents=True)
+    (dead / "OWNER").write_text("999999999")
+    rdb = rocks(tmp_path)
+    assert not dead.exists() and os.path.exists(rdb.home)
+    sweep_stale(str(local))
+    assert os.path.exists(rdb.home)  # a live owner's directory stays
+    rdb.dispose()
