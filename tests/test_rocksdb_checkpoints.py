@@ -146,9 +146,9 @@ def test_a_kill_during_the_asynchronous_upload_keeps_the_previous_checkpoint_and
             time.sleep(0.001)
             continue
         n = max(uploading)
-        completed_before = cc.latest().checkpoint_id
+        completed_before, attempt = cc.latest().checkpoint_id, jm.attempt
         os.kill(victim, signal.SIGKILL)
-        while jm.attempt == 0 or not jm.all_running():  # failover: the next attempt is up
+        while jm.attempt == attempt or not jm.all_running():  # failover: the next attempt is up
             time.sleep(0.01)
             if client._finished.is_set():
                 break

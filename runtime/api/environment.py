@@ -78,6 +78,7 @@ class JobClient:
     # called by the executor
     def _attach(self, job_manager: Any) -> None:
         self.job_manager = job_manager
+        self.job_id = job_manager.job_id  # a job that claims a checkpoint continues under its job id
         self._attached.set()
 
     def _done(self, state: str) -> None:

@@ -295,6 +295,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
         raise
     finally:
         if coordinator is not None:
+            jm.wait_disconnected(10.0)
             try:
                 coordinator.shutdown(jm.status.state)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome

@@ -102,6 +102,14 @@ class JobManager:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
+    def wait_disconnected(self, timeout: float) -> bool:
+        """Wait until no task of any attempt is connected: a canceled task may still be writing a
+        snapshot, and checkpoint storage is cleaned up only after it is gone."""
+        deadline = time.monotonic() + timeout
+        while self._writers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._writers
+
     def shutdown(self) -> None:
         async def close() -> None:
             if self._ticker is not None:
