@@ -69,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
     Options.ROCKSDB_BLOCK_CACHE: "64 mb",
     Options.ROCKSDB_WRITE_BUFFER: "32 mb",
     Options.ROCKSDB_THREADS: 2,
-    Options.STATE_CACHE_SIZE: 16384,
+    Options.STATE_CACHE_SIZE: 100_000,
 }
 
 
