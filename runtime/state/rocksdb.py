@@ -85,6 +85,11 @@ class RocksDBOptions:
         o.set_block_based_table_factory(table)
         o.set_write_buffer_size(self.write_buffer)
         o.set_max_write_buffer_number(2)
+        # Small SST files: a compaction rewrites only the files whose key ranges overlap, so an
+        # incremental checkpoint after it uploads a slice of the state, not all of it.
+        o.set_target_file_size_base(8 << 20)
+        o.set_max_bytes_for_level_base(64 << 20)
+        o.set_level_compaction_dynamic_level_bytes(True)
         o.set_compression_type(DBCompressionType.lz4())
         return o
 
