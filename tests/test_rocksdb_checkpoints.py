@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
-import random
 import signal
-import sys
 import time
 
 import pytest
