@@ -187,7 +187,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "rocksdb.json"), "w") as f:
+    path = os.path.join(HERE, "results", "rocksdb.json")
+    if os.path.exists(path):  # a run with --skip-* keeps the other measurement's last figures
+        with open(path) as f:
+            results = {**json.load(f), **results}
+    with open(path, "w") as f:
         json.dump(results, f, indent=2)
 
 
