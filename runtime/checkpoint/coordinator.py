@@ -168,8 +168,7 @@ class CheckpointCoordinator:
         if pending is None or (task, subtask) not in pending.expected:
             # Late (aborted, timed out, from an earlier attempt): what it uploaded belongs to nobody.
             self.storage.discard_files([h["file"] for h in handles.values() if h and h.get("file")])
-            self.storage.discard_files([f for h in handles.values() for f in shared_files(h)
-                                        if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
+            self._discard_uploads(checkpoint_id, handles.values())
             return None
         pending.expected.discard((task, subtask))
         for key, handle in handles.items():
@@ -237,6 +236,11 @@ class CheckpointCoordinator:
         if not self.storage.in_memory:
             self.storage.discard_files(self.shared.orphans(self.storage.shared_files(), in_progress))
 
+    def _discard_uploads(self, checkpoint_id: int, handles: Any) -> None:
+        """Delete the shared files uploaded for checkpoint n that never became part of a completed one."""
+        self.storage.discard_files([f for h in handles for f in shared_files(h)
+                                    if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
+
     def adopt(self, checkpoints: list[CompletedCheckpoint]) -> None:
         """Claim retained checkpoints found in storage (oldest first), e.g. after the job manager restarted:
         they count for retention, and the shared-state registry is rebuilt from their ``_metadata``."""
@@ -255,8 +259,7 @@ class CheckpointCoordinator:
         pending.stats.failure = reason
         pending.stats.duration_ms = (now - pending.started) * 1000.0
         self.storage.discard(checkpoint_id)
-        self.storage.discard_files([f for hs in pending.handles.values() for h in hs for f in shared_files(h)
-                                    if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
+        self._discard_uploads(checkpoint_id, [h for hs in pending.handles.values() for h in hs])
         if count:
             self.counts[FAILED] += 1
             self.consecutive_failures += 1

@@ -173,19 +173,27 @@ class AggregatingState(_KeyedState):
         self.table.put(key, self.fn.add(value, acc))
 
 
-class HashMapKeyedStateBackend:
-    """All keyed state of one operator subtask: one table per state name."""
+class KeyedStateBackend:
+    """What both keyed state backends share: one table per state name (one kind per name),
+    and the PyFlink ``get_*_state`` calls. A backend says how to make a table and which
+    list/map state classes it uses (the heap ones mutate in place; RocksDB's must not)."""
+
+    list_state: Any = None  # the ListState / MapState classes of the backend
+    map_state: Any = None
 
     def __init__(self, operator: str, max_parallelism: int, key_groups: range):
         self.operator = operator
         self.max_parallelism = max_parallelism
         self.key_groups = key_groups
         self.current_key: Any = None
-        self.tables: dict[str, StateTable | AccumulatorTable] = {}
+        self.tables: dict[str, Any] = {}
         self.kinds: dict[str, str] = {}
 
     def get_current_key(self) -> Any:
         return self.current_key
+
+    def new_table(self, name: str, kind: str) -> Any:
+        raise NotImplementedError
 
     def table(self, name: str, kind: str) -> Any:
         """The table of state ``name``, created on first use; one name is one kind of state."""
@@ -196,10 +204,10 @@ class HashMapKeyedStateBackend:
             )
         table = self.tables.get(name)
         if table is None:
-            table = self.tables[name] = AccumulatorTable() if kind == "accumulators" else StateTable()
+            table = self.tables[name] = self.new_table(name, kind)
         return table
 
-    def _for(self, d: Any, kind: str) -> StateTable:
+    def _for(self, d: Any, kind: str) -> Any:
         if not isinstance(d, StateDescriptor) or d.kind != kind:
             method = "get_state" if kind == "value" else f"get_{kind}_state"
             raise TypeError(f"operator {self.operator!r}: {method} needs a {kind.capitalize()}StateDescriptor, got {d!r}")
@@ -208,11 +216,11 @@ class HashMapKeyedStateBackend:
     def get_state(self, d: Any) -> ValueState:
         return ValueState(self, self._for(d, "value"), d.name, d.default)
 
-    def get_list_state(self, d: Any) -> ListState:
-        return ListState(self, self._for(d, "list"), d.name)
+    def get_list_state(self, d: Any) -> Any:
+        return self.list_state(self, self._for(d, "list"), d.name)
 
-    def get_map_state(self, d: Any) -> MapState:
-        return MapState(self, self._for(d, "map"), d.name)
+    def get_map_state(self, d: Any) -> Any:
+        return self.map_state(self, self._for(d, "map"), d.name)
 
     def get_reducing_state(self, d: Any) -> ReducingState:
         return ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
@@ -220,13 +228,23 @@ class HashMapKeyedStateBackend:
     def get_aggregating_state(self, d: Any) -> AggregatingState:
         return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
 
-    def accumulators(self, name: str) -> AccumulatorTable:
-        """The columnar table of a built-in rolling aggregation."""
+    def accumulators(self, name: str) -> Any:
+        """The table of a built-in rolling aggregation (sum/min/max)."""
         return self.table(name, "accumulators")
 
-    def raw_table(self, name: str) -> StateTable:
+    def raw_table(self, name: str) -> Any:
         """A plain key -> value table for built-in operators (reduce, object aggregates)."""
         return self.table(name, "value")
+
+
+class HashMapKeyedStateBackend(KeyedStateBackend):
+    """All keyed state of one operator subtask: one copy-on-write table per state name."""
+
+    list_state = ListState
+    map_state = MapState
+
+    def new_table(self, name: str, kind: str) -> StateTable | AccumulatorTable:
+        return AccumulatorTable() if kind == "accumulators" else StateTable()
 
     # -- snapshots (the sync part; see state.snapshot for the async part) -----------
     def snapshot(self, checkpoint_id: int) -> dict[str, tuple[str, Any]]:

@@ -33,9 +33,8 @@ import numpy as np
 from rocksdict import (AccessType, BlockBasedOptions, Cache, Checkpoint, DBCompressionType, Options, Rdict,
                        WriteBatch, WriteOptions)
 
-from ..api.state import StateDescriptor
 from . import codec
-from .heap import AggregatingState, ReducingState, StateDefinitionError, ValueState, _KeyedState
+from .heap import KeyedStateBackend, _KeyedState
 from .keygroups import assign_key_groups, key_hash
 
 _MISSING = object()
@@ -284,8 +283,8 @@ class RocksMapState:
         self.handle = table.handle
 
     def _prefix(self) -> bytes:
-        b = self.backend
-        return codec.map_prefix(b.prefix_of(b.current_key), codec.encode_key(b.current_key))
+        kb = self.backend.key_bytes(self.backend.current_key)
+        return codec.map_prefix(kb[:2], kb[2:])
 
     def _entries(self) -> Iterator[tuple[bytes, bytes]]:
         prefix = self._prefix()
@@ -359,20 +358,18 @@ class RocksDBSnapshot:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class RocksDBKeyedStateBackend:
+class RocksDBKeyedStateBackend(KeyedStateBackend):
     """All keyed state of one operator subtask, in one RocksDB instance on local disk."""
+
+    list_state = RocksListState
+    map_state = RocksMapState
 
     def __init__(self, operator: str, max_parallelism: int, key_groups: range, local_dir: str,
                  options: RocksDBOptions | None = None, incremental: bool = False, state_root: str | None = None):
-        self.operator = operator
-        self.max_parallelism = max_parallelism
-        self.key_groups = key_groups
+        super().__init__(operator, max_parallelism, key_groups)
         self.options = options or RocksDBOptions()
         self.incremental = incremental
         self.state_root = state_root  # this job's checkpoint directory: only its files may be reused
-        self.current_key: Any = None
-        self.kinds: dict[str, str] = {}
-        self.tables: dict[str, RocksTable] = {}
         self.column_families: set[str] = set()
         self._prefixes = [kg.to_bytes(2, "big") for kg in range(max_parallelism)]
         self._memo_key: Any = _MISSING
@@ -401,12 +398,6 @@ class RocksDBKeyedStateBackend:
             table.attach()
 
     # -- keys ---------------------------------------------------------------------------------
-    def get_current_key(self) -> Any:
-        return self.current_key
-
-    def prefix_of(self, key: Any) -> bytes:
-        return self._prefixes[key_hash(key) % self.max_parallelism]
-
     def key_bytes(self, key: Any) -> bytes:
         if key is self._memo_key:
             return self._memo_bytes
@@ -420,43 +411,8 @@ class RocksDBKeyedStateBackend:
         return [prefixes[g] + encode(k) for g, k in zip(groups, keys)]
 
     # -- states -------------------------------------------------------------------------------
-    def table(self, name: str, kind: str) -> RocksTable:
-        known = self.kinds.setdefault(name, kind)
-        if known != kind:
-            raise StateDefinitionError(
-                f"operator {self.operator!r}: state {name!r} is a {known} state, cannot be used as a {kind} state"
-            )
-        table = self.tables.get(name)
-        if table is None:
-            table = self.tables[name] = RocksTable(self, name, kind)
-        return table
-
-    def _for(self, d: Any, kind: str) -> RocksTable:
-        if not isinstance(d, StateDescriptor) or d.kind != kind:
-            method = "get_state" if kind == "value" else f"get_{kind}_state"
-            raise TypeError(f"operator {self.operator!r}: {method} needs a {kind.capitalize()}StateDescriptor, got {d!r}")
-        return self.table(d.name, kind)
-
-    def get_state(self, d: Any) -> ValueState:
-        return ValueState(self, self._for(d, "value"), d.name, d.default)
-
-    def get_list_state(self, d: Any) -> RocksListState:
-        return RocksListState(self, self._for(d, "list"), d.name)
-
-    def get_map_state(self, d: Any) -> RocksMapState:
-        return RocksMapState(self, self._for(d, "map"), d.name)
-
-    def get_reducing_state(self, d: Any) -> ReducingState:
-        return ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
-
-    def get_aggregating_state(self, d: Any) -> AggregatingState:
-        return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
-
-    def accumulators(self, name: str) -> RocksTable:
-        return self.table(name, "accumulators")
-
-    def raw_table(self, name: str) -> RocksTable:
-        return self.table(name, "value")
+    def new_table(self, name: str, kind: str) -> RocksTable:
+        return RocksTable(self, name, kind)
 
     # -- snapshots ------------------------------------------------------------------------------
     def snapshot(self, checkpoint_id: int) -> RocksDBSnapshot:

@@ -372,17 +372,19 @@ class RollingAggregator:
             new = s >= before
             first_slots, first_idx = np.unique(s[new], return_index=True)
             acc[first_slots] = values[np.flatnonzero(new)[first_idx]]
-        prior = acc[s]
-        if self.how == "sum":
-            result = prior + series.cumsum().to_numpy()
-        elif self.how == "min":
-            result = np.minimum(prior, series.cummin().to_numpy())
-        else:
-            result = np.maximum(prior, series.cummax().to_numpy())
-        result = result.astype(acc.dtype, copy=False)
+        result = self._running(acc[s], series).astype(acc.dtype, copy=False)
         rev_slots, rev_idx = np.unique(s[::-1], return_index=True)
         acc[rev_slots] = result[len(s) - 1 - rev_idx]
         return result
+
+    def _running(self, prior: np.ndarray, series: Any) -> np.ndarray:
+        """Each record's running aggregate: its key's value before the batch, combined with the
+        cumulative sum/min/max of the key's values in the batch up to the record."""
+        if self.how == "sum":
+            return prior + series.cumsum().to_numpy()
+        if self.how == "min":
+            return np.minimum(prior, series.cummin().to_numpy())
+        return np.maximum(prior, series.cummax().to_numpy())
 
     def _numeric(self, values: np.ndarray) -> np.ndarray:
         if values.dtype.kind == "b":
@@ -405,13 +407,7 @@ class RollingAggregator:
         prior_u = np.array([(identity if identity is not None else values[first_idx[i]]) if v is None else v
                             for i, v in enumerate(stored)], dtype=dtype)
         series = pd.Series(values.astype(dtype, copy=False), copy=False).groupby(codes, sort=False)
-        prior = prior_u[codes]
-        if self.how == "sum":
-            result = prior + series.cumsum().to_numpy()
-        elif self.how == "min":
-            result = np.minimum(prior, series.cummin().to_numpy())
-        else:
-            result = np.maximum(prior, series.cummax().to_numpy())
+        result = self._running(prior_u[codes], series)
         rev_codes, rev_idx = np.unique(codes[::-1], return_index=True)
         last = result[len(codes) - 1 - rev_idx]
         self.table.put_many([uniques[c] for c in rev_codes.tolist()], last.tolist())
