@@ -39,6 +39,7 @@ class Options:
     ROCKSDB_WRITE_BUFFER = "state.backend.rocksdb.writebuffer.size"
     ROCKSDB_THREADS = "state.backend.rocksdb.thread.num"
     STATE_CACHE_SIZE = "python.state.cache-size"  # entries per state kept as Python objects (PyFlink's name)
+    STATE_CACHE_MEMORY = "python.state.cache-memory"  # ... and their estimated bytes per state
     RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
     # restart strategy
     RESTART_STRATEGY = "restart-strategy.type"
@@ -69,7 +70,8 @@ DEFAULTS: dict[str, Any] = {
     Options.ROCKSDB_BLOCK_CACHE: "64 mb",
     Options.ROCKSDB_WRITE_BUFFER: "32 mb",
     Options.ROCKSDB_THREADS: 2,
-    Options.STATE_CACHE_SIZE: 100_000,
+    Options.STATE_CACHE_SIZE: 2_000_000,
+    Options.STATE_CACHE_MEMORY: "256 mb",
 }
 
 

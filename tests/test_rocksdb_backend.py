@@ -108,6 +108,28 @@ def test_equal_keys_are_one_key_and_changing_a_read_value_needs_update(tmp_path)
     rdb.dispose()
 
 
+def test_cache_bounded_by_memory_estimate(tmp_path):
+    """Large values fill the cache's byte budget long before its entry count."""
+    rdb = RocksDBKeyedStateBackend("op", 128, range(128), str(tmp_path / "local"),
+                                   RocksDBOptions(cache_size=1_000_000, cache_memory=1 << 20))
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    s = rdb.get_state(ValueStateDescriptor("s"))
+    for k in range(2000):  # 2000 x 10 KB = 20 MB of values through a 1 MB cache
+        rdb.current_key = k
+        v.update("x" * 10_000 + str(k))
+        s.update({"k": k, "pad": b"y" * 5_000})
+    for name in ("v", "s"):
+        t = rdb.table(name, "value")
+        held = sum(len(x) if isinstance(x, str) else len(getattr(x, "data", b"")) for x in t.cache.values())
+        held += sum(len(x) if isinstance(x, str) else len(getattr(x, "data", b"")) for x in t.old.values())
+        assert 0 < held <= (1 << 20) + 20_000, (name, held)  # one generation may overshoot by an entry
+    for k in range(2000):
+        rdb.current_key = k
+        assert v.value() == "x" * 10_000 + str(k)
+        assert s.value()["k"] == k
+    rdb.dispose()
+
+
 def test_state_survives_cache_eviction_and_is_on_disk(tmp_path):
     rdb = rocks(tmp_path, cache=10)
     v = rdb.get_state(ValueStateDescriptor("v"))

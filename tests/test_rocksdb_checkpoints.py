@@ -174,12 +174,12 @@ def test_state_larger_than_the_task_memory_runs_on_rocksdb(tmp_path, backend, fi
     """Memory is bounded by Spark's own spark.executor.pyspark.memory: PySpark sets RLIMIT_AS of the
     Python worker to it. 600,000 keys x 2 KB of incompressible text = 1.2 GB of state against a
     1400 MiB address-space limit (a worker with pyarrow, pandas and RocksDB threads maps ~0.9 GB);
-    the Python-side state cache holds 10,000 entries (20 MB here)."""
+    the Python-side state cache is bounded to 64 MB (python.state.cache-memory)."""
     proc = run_cli("run", os.path.join(HERE, "jobs", "big_state.py"), "1200000", "2000", backend,
                    str(tmp_path / "checkpoints"), "--no-progress",
                    "--conf", "spark.executor.pyspark.memory=1400m", "--conf", "spark.master=local[1]",
                    "--conf", f"state.backend.rocksdb.localdir={tmp_path / 'rocksdb'}",
-                   "--conf", "python.state.cache-size=10000", timeout=400)
+                   "--conf", "python.state.cache-memory=64mb", timeout=400)
     if fits:
         assert proc.returncode == 0, proc.stderr[-3000:]
     else:

@@ -30,6 +30,7 @@ def create_keyed_backend(config: Configuration, operator: str, max_parallelism: 
         write_buffer=config.get_bytes(Options.ROCKSDB_WRITE_BUFFER),
         threads=config.get_int(Options.ROCKSDB_THREADS),
         cache_size=max(1, config.get_int(Options.STATE_CACHE_SIZE)),
+        cache_memory=max(1, config.get_bytes(Options.STATE_CACHE_MEMORY)),
     )
     return RocksDBKeyedStateBackend(
         operator, max_parallelism, key_groups, default_local_dir(config.get_string(Options.ROCKSDB_LOCAL_DIR)),

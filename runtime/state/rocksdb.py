@@ -7,9 +7,12 @@ contiguous range and a rescale can cut it by key group.
 Python pays per call into RocksDB (~1-3 us for a get plus a put here), so, as
 PyFlink does with ``python.state.cache-size``, each state keeps a bounded
 write-back cache of decoded entries keyed by the Python key: reads and updates
-of cached keys never leave Python. When a cache is full its dirty entries go
-to RocksDB in one ``WriteBatch`` and it starts empty; a snapshot writes every
-dirty entry first. Mutable values are cached *encoded*, so changing an object
+of cached keys never leave Python. The cache is bounded by entries and by an
+estimate of its memory (``python.state.cache-memory``), so with the default a
+state of ~1-2M small entries is served from Python, as from the heap backend,
+and larger state from RocksDB. When a cache generation is full its dirty
+entries go to RocksDB in one ``WriteBatch``; a snapshot writes every dirty
+entry first. Mutable values are cached *encoded*, so changing an object
 you read never changes state without ``update`` (RocksDB semantics, unlike the
 heap backend).
 
@@ -57,15 +60,30 @@ def default_local_dir(configured: str | None) -> str:
     return configured or os.path.join(tempfile.gettempdir(), "streamjob-rocksdb")
 
 
+# Measured: a cached int -> int entry (young dict slot, both objects, its dirty-set slot)
+# costs ~140 bytes of RSS on CPython 3.11; half of it for each side of the entry.
+_ENTRY_COST = 70
+
+
+def _charge(obj: Any) -> int:
+    t = type(obj)
+    if t is _Encoded:
+        return _ENTRY_COST + len(obj.data)
+    if t is str or t is bytes:
+        return _ENTRY_COST + len(obj)
+    return _ENTRY_COST
+
+
 class RocksDBOptions:
     """What each task's database is opened with (from the job configuration)."""
 
     def __init__(self, block_cache: int = 64 << 20, write_buffer: int = 32 << 20, threads: int = 2,
-                 cache_size: int = 100_000):
+                 cache_size: int = 2_000_000, cache_memory: int = 256 << 20):
         self.block_cache = block_cache
         self.write_buffer = write_buffer
         self.threads = threads
-        self.cache_size = cache_size
+        self.cache_size = cache_size  # entries per state
+        self.cache_memory = cache_memory  # estimated bytes per state
 
     def db_options(self, cache: Cache) -> Options:
         o = self.column_options(cache)
@@ -96,13 +114,20 @@ class RocksDBOptions:
 class RocksTable:
     """One state's column family behind a write-back cache of Python keys -> cached values.
 
-    The cache has two generations (young, old) of up to half the cache size each: a hit in
+    The cache has two generations (young, old) of up to half the cache's bounds each: a hit in
     the old one moves the entry to the young one; when the young one is full, dirty entries
     are written in one batch, the old generation is dropped and the young one becomes old.
     Keys used again within a generation survive, so a hot set stays cached (an LRU
-    approximation that costs nothing on a hit in the young generation)."""
+    approximation that costs nothing on a hit in the young generation).
 
-    __slots__ = ("backend", "name", "kind", "cf", "handle", "cache", "old", "dirty", "limit", "raw")
+    A generation is full at ``cache_size / 2`` entries or ``cache_memory / 2`` estimated
+    bytes, whichever comes first. The estimate is charged when a key enters the
+    generation: a fixed per-entry cost (dict slot, key and value objects, dirty-set slot,
+    measured) plus the length of str/bytes/encoded values; growing a cached value in place
+    is not re-charged, so the bound is approximate, not exact."""
+
+    __slots__ = ("backend", "name", "kind", "cf", "handle", "cache", "old", "dirty", "limit", "raw",
+                 "bytes", "byte_limit")
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", name: str, kind: str):
         self.backend = backend
@@ -112,6 +137,8 @@ class RocksTable:
         self.old: dict[Any, Any] = {}
         self.dirty: set[Any] = set()
         self.limit = max(1, backend.options.cache_size // 2)
+        self.byte_limit = max(1, backend.options.cache_memory // 2)
+        self.bytes = 0  # estimated size of the young generation
         self.raw = kind == "list"  # list values are cached as their framed bytes
         self.attach()
 
@@ -123,6 +150,11 @@ class RocksTable:
             b.column_families.add(cf_name)
         self.cf = b.db.get_column_family(cf_name)
         self.handle = b.db.get_column_family_handle(cf_name)
+
+    def evict_all(self) -> None:
+        """Write dirty entries and empty the cache (the next access of every key reads RocksDB)."""
+        self.flush()
+        self.cache, self.old, self.bytes = {}, {}, 0
 
     # -- single keys --------------------------------------------------------------------
     def _lookup(self, key: Any) -> Any:
@@ -145,10 +177,13 @@ class RocksTable:
 
     def _admit(self, key: Any, cached: Any) -> None:
         cache = self.cache
-        if len(cache) >= self.limit and key not in cache:
-            self.flush()
-            self.old = cache
-            cache = self.cache = {}
+        if key not in cache:
+            if len(cache) >= self.limit or self.bytes >= self.byte_limit:
+                self.flush()
+                self.old = cache
+                cache = self.cache = {}
+                self.bytes = 0
+            self.bytes += _charge(key) + _charge(cached)
         cache[key] = cached
 
     def get(self, key: Any, default: Any = None) -> Any:
