@@ -41,6 +41,10 @@ class Options:
     STATE_CACHE_SIZE = "python.state.cache-size"  # entries per state kept as Python objects (PyFlink's name)
     STATE_CACHE_MEMORY = "python.state.cache-memory"  # ... and their estimated bytes per state
     RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
+    ALLOW_NON_RESTORED_STATE = "execution.state-recovery.ignore-unclaimed-state"  # skip state of removed operators
+    SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"  # default target directory of savepoints
+    REST_ADDRESS = "rest.address"  # HOST:PORT of the job manager's REST API (port 0: a free one)
+    REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
     # restart strategy
     RESTART_STRATEGY = "restart-strategy.type"
 
@@ -66,6 +70,10 @@ DEFAULTS: dict[str, Any] = {
     Options.STATE_BACKEND: "hashmap",
     Options.INCREMENTAL_CHECKPOINTS: False,
     Options.CLAIM_MODE: "NO_CLAIM",
+    Options.ALLOW_NON_RESTORED_STATE: False,
+    Options.SAVEPOINT_DIR: "",
+    Options.REST_ADDRESS: "127.0.0.1:0",
+    Options.REST_TOKEN: "",
     Options.ROCKSDB_LOCAL_DIR: "",  # empty: <system temp dir>/streamjob-rocksdb
     Options.ROCKSDB_BLOCK_CACHE: "64 mb",
     Options.ROCKSDB_WRITE_BUFFER: "32 mb",

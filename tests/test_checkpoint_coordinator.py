@@ -53,7 +53,8 @@ def files_under(root) -> set[str]:
 def test_complete_only_with_every_ack_and_metadata_written_last(tmp_path):
     cc, storage = make(tmp_path)
     assert cc.should_trigger(10.0)
-    n, _, final = cc.trigger(10.0)
+    p = cc.trigger(10.0)
+    n, final = p.checkpoint_id, p.stats.final
     assert (n, final) == (1, False) and not cc.should_trigger(10.5)  # max concurrent 1
     handle = storage.write_state(n, "src-0", b"x" * 100, {"operator": [0, 1]})
     assert cc.acknowledge(n, 0, 0, {"src": handle}, TaskCheckpointStats("s", 0, 1, 1, 0, 100), 10.1) is None
@@ -72,7 +73,7 @@ def test_after_50_checkpoints_with_3_retained_storage_holds_exactly_their_files(
     now = 0.0
     for _ in range(70):
         now += 1.0
-        n, _, _ = cc.trigger(now)
+        n = cc.trigger(now).checkpoint_id
         if rng.random() < 0.15:  # some fail half-way: a task declines after others wrote files
             storage.write_state(n, "src-0", b"partial" * 10, {})
             cc.decline(n, "task declined", now)
@@ -91,7 +92,7 @@ def test_after_50_checkpoints_with_3_retained_storage_holds_exactly_their_files(
 
 def test_timed_out_and_late_checkpoints_leave_nothing_behind(tmp_path):
     cc, storage = make(tmp_path, timeout_ms=500, tolerable_failures=1)
-    n, _, _ = cc.trigger(0.0)
+    n = cc.trigger(0.0).checkpoint_id
     handle = storage.write_state(n, "src-0", b"x" * 50, {})
     cc.acknowledge(n, 0, 0, {"src": handle}, TaskCheckpointStats("s", 0, 1, 1, 0, 50), 0.1)
     assert cc.expire(0.4) == [] and cc.expire(0.6) == [n]
@@ -203,3 +204,56 @@ def test_restart_strategies_follow_flink():
                                                         "restart-strategy.fixed-delay.attempts": "3",
                                                         "restart-strategy.fixed-delay.delay": "2 s"}))
     assert (by_conf.attempts, by_conf.delay_ms) == (3, 2000)
+
+
+def ack_savepoint(cc, n, target, now):
+    done = None
+    for task, key in ((0, "src"), (1, "sum")):
+        for sub in range(2):
+            handle = target.write_state(n, f"{key}-{sub}", f"sp {n} {key} {sub}".encode() * 10, {"operator": [0, 1]})
+            done = cc.acknowledge(n, task, sub, {key: handle}, TaskCheckpointStats(key, sub, 1.0, 2.0, 0.0, 10), now)
+    return done
+
+
+def test_savepoint_waits_for_checkpoints_in_flight_and_is_never_retained(tmp_path):
+    from streamjob.runtime.checkpoint.storage import SavepointTarget
+
+    cc, storage = make(tmp_path, num_retained=1)
+    cc.trigger(0.0)  # checkpoint 1 in flight
+    request = cc.request_savepoint(f"file://{tmp_path}/savepoints")
+    assert request.status == "QUEUED" and not cc.should_trigger(5.0)
+    ack_all(cc, storage, 1, 0.5)
+    assert cc.should_trigger(0.6)  # the queued savepoint goes first, whatever the interval says
+    p = cc.trigger(0.6)
+    assert p.savepoint is request and request.status == "IN_PROGRESS" and request.checkpoint_id == 2
+    assert not cc.should_trigger(50.0)  # no checkpoint starts while a savepoint is in flight
+    target = SavepointTarget(request.path, inline_threshold=0)
+    done = ack_savepoint(cc, 2, target, 1.0)
+    assert done is not None and done.savepoint is request and not done.final
+    assert request.status == "COMPLETED"
+    root, meta = load_checkpoint(request.path)
+    assert root == request.path and meta.kind == "savepoint" and meta.checkpoint_id == 2
+    assert sorted(os.listdir(request.path.removeprefix("file://"))) == sorted(["_metadata", *meta.files()])
+    assert [c.checkpoint_id for c in cc.completed] == [1]  # not used for failover, not retained
+    with pytest.raises(FileExistsError):  # _metadata is put-if-absent
+        target.write_metadata(meta)
+    cc.trigger(2.0)
+    ack_all(cc, storage, 3, 2.5)
+    assert os.path.exists(request.path.removeprefix("file://"))  # retention never deletes savepoints
+
+
+def test_failed_savepoint_is_reported_not_counted_and_cleaned(tmp_path):
+    cc, storage = make(tmp_path, tolerable_failures=0)
+    request = cc.request_savepoint(f"file://{tmp_path}/savepoints", stop=True)
+    with pytest.raises(ValueError, match="already in progress"):
+        cc.request_savepoint(f"file://{tmp_path}/savepoints", stop=True)
+    with pytest.raises(ValueError, match="memory://"):
+        cc.request_savepoint("memory://x")
+    p = cc.trigger(0.0)
+    assert p.stats.final  # a stop-with-savepoint is the job's last snapshot
+    cc.decline(p.checkpoint_id, "task 1 could not write", 0.5)
+    assert request.status == "FAILED" and "could not write" in request.error
+    assert cc.take_aborted() == [p.checkpoint_id] and cc.take_aborted() == []
+    assert not cc.failures_exceeded() and not cc.final_completed
+    assert not os.path.exists(request.path.removeprefix("file://"))
+    assert cc.should_trigger(10.0)  # periodic checkpoints go on

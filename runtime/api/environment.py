@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -64,6 +65,29 @@ class JobClient:
     def cancel(self) -> None:
         """Cancel the job (no final checkpoint; retained checkpoints follow the retention setting)."""
         self._cancel_requested = True
+
+    def trigger_savepoint(self, savepoint_directory: str | None = None, timeout: float = 300.0) -> str:
+        """Take a savepoint of the running job; returns its path once it is complete."""
+        return self._savepoint(savepoint_directory, False, False, timeout)
+
+    def stop_with_savepoint(self, advance_to_end_of_event_time: bool = False,
+                            savepoint_directory: str | None = None, timeout: float = 300.0) -> str:
+        """Stop the job with a final savepoint (``advance_to_end_of_event_time``: drain first);
+        returns its path. If the savepoint fails the job keeps running and this raises."""
+        return self._savepoint(savepoint_directory, True, advance_to_end_of_event_time, timeout)
+
+    def _savepoint(self, directory: str | None, stop: bool, drain: bool, timeout: float) -> str:
+        if not self._attached.wait(timeout):
+            raise TimeoutError(f"job {self.job_name!r} did not start within {timeout} s")
+        request = self.job_manager.trigger_savepoint(directory, stop, drain)
+        deadline = time.monotonic() + timeout
+        while request.status in ("QUEUED", "IN_PROGRESS"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"savepoint {request.trigger_id} did not complete within {timeout} s")
+            time.sleep(0.05)
+        if request.status != "COMPLETED":
+            raise RuntimeError(f"savepoint {request.trigger_id} failed: {request.error}")
+        return request.path
 
     def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
         if not self._finished.wait(timeout):

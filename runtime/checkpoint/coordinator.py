@@ -7,6 +7,16 @@ it returns. A checkpoint is complete when every task has acknowledged it and
 sinks commit only what a completed checkpoint covers. Failed, aborted and
 timed-out checkpoints are deleted, and only the newest ``num_retained``
 completed ones are kept.
+
+Savepoints are checkpoints the user asked for, with ids from the same
+sequence: always full and canonical, written into their own directory, never
+used for failover or retention, and (as since Flink 1.15) an intermediate
+savepoint does not tell tasks it completed, so sinks commit its output with
+the next checkpoint: recovering from an older checkpoint never repeats output
+a savepoint committed. A stop-with-savepoint is the job's final snapshot:
+its completion is sent (sinks commit) and the job ends. A savepoint is
+triggered when no checkpoint is in flight, and no checkpoint starts while
+one is; its failure never counts toward the tolerable checkpoint failures.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from typing import Any
 from ..config import Configuration, Options
 from .metadata import CheckpointMetadata, shared_files
 from .shared import SharedStateRegistry, uploaded_for
-from .storage import CheckpointStorage
+from .storage import CheckpointStorage, SavepointTarget, savepoint_url
 
 IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
 
@@ -45,6 +55,7 @@ class CheckpointStats:
     tasks: list[TaskCheckpointStats] = field(default_factory=list)
     failure: str | None = None
     final: bool = False
+    savepoint: str | None = None  # the savepoint's directory, when this is one
 
     def summary(self) -> dict[str, Any]:
         def worst(attr: str) -> float:
@@ -54,7 +65,27 @@ class CheckpointStats:
                 "duration_ms": self.duration_ms, "state_size": self.state_size,
                 "checkpointed_size": self.checkpointed_size, "max_sync_ms": worst("sync_ms"),
                 "max_async_ms": worst("async_ms"), "max_alignment_ms": worst("alignment_ms"),
-                "failure": self.failure, "acks": len(self.tasks)}
+                "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint}
+
+
+@dataclass
+class SavepointRequest:
+    """A savepoint asked for over the REST API or the CLI, from request to outcome."""
+
+    trigger_id: str
+    path: str  # the savepoint's own directory
+    stop: bool = False
+    drain: bool = False
+    status: str = "QUEUED"  # QUEUED, IN_PROGRESS, COMPLETED, FAILED
+    checkpoint_id: int | None = None
+    error: str | None = None
+    requested: float = field(default_factory=time.time)
+    completed: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.trigger_id, "status": self.status, "path": self.path, "stop": self.stop,
+                "drain": self.drain, "checkpoint_id": self.checkpoint_id, "error": self.error,
+                "requested_time": self.requested, "completed_time": self.completed}
 
 
 @dataclass
@@ -65,6 +96,7 @@ class PendingCheckpoint:
     expected: set[tuple[int, int]]  # (task vertex id, subtask) still to acknowledge
     handles: dict[str, list[Any]]
     stats: CheckpointStats
+    savepoint: SavepointRequest | None = None
 
 
 @dataclass
@@ -73,6 +105,12 @@ class CompletedCheckpoint:
     url: str
     metadata: CheckpointMetadata
     final: bool = False  # taken after every task reached the end of its input
+    savepoint: SavepointRequest | None = None
+
+    @property
+    def root(self) -> str:
+        """What its state handles are relative to."""
+        return self.url if self.metadata.kind == "savepoint" else self.url.rsplit("/", 1)[0]
 
 
 @dataclass
@@ -132,15 +170,39 @@ class CheckpointCoordinator:
         self._final_requested = False
         self.final_completed = False
         self.shared = SharedStateRegistry()
+        self.savepoints: dict[str, SavepointRequest] = {}
+        self._queued: list[SavepointRequest] = []
+        self.aborted: list[int] = []  # failed at completion: the job manager tells the tasks
 
     # -- triggering ----------------------------------------------------------------
     def request_final(self) -> None:
         """Every task reached the end of its input: take one last checkpoint now, so sinks can commit."""
         self._final_requested = True
 
+    def request_savepoint(self, target_dir: str, stop: bool = False, drain: bool = False,
+                          inline_threshold: int = 20 << 10) -> SavepointRequest:
+        """Queue a savepoint into a new directory under ``target_dir``; triggered when nothing is in flight."""
+        if self.final_completed or self._final_requested and not stop:
+            raise ValueError("the job is finishing: no savepoint can be taken any more")
+        if stop and any(r.stop and r.status in ("QUEUED", "IN_PROGRESS") for r in self.savepoints.values()):
+            raise ValueError("a stop-with-savepoint is already in progress")
+        url = savepoint_url(target_dir, self.job_id)
+        SavepointTarget(url, inline_threshold)  # refuses memory:// before anything is queued
+        request = SavepointRequest(url.rsplit("-", 1)[1], url, stop, drain)
+        self.savepoints[request.trigger_id] = request
+        self._queued.append(request)
+        return request
+
+    def _savepoint_in_flight(self) -> bool:
+        return any(p.savepoint is not None for p in self.pending.values())
+
     def should_trigger(self, now: float) -> bool:
         s = self.settings
-        if not s.enabled or self.final_completed or len(self.pending) >= s.max_concurrent:
+        if not s.enabled or self.final_completed or self._savepoint_in_flight():
+            return False
+        if self._queued:
+            return not self.pending
+        if len(self.pending) >= s.max_concurrent:
             return False
         if self._final_requested:
             return not any(p.stats.final for p in self.pending.values())
@@ -148,18 +210,24 @@ class CheckpointCoordinator:
             return False
         return now - self.last_completion >= s.min_pause_ms / 1000.0
 
-    def trigger(self, now: float) -> tuple[int, int, bool]:
-        """Start checkpoint n; returns (id, timestamp ms, final)."""
+    def trigger(self, now: float) -> PendingCheckpoint:
+        """Start checkpoint n (a queued savepoint first)."""
         n = self.next_id
         self.next_id += 1
         ts = int(time.time() * 1000)
-        final = self._final_requested
-        stats = CheckpointStats(n, ts / 1000.0, final=final)
+        savepoint = self._queued.pop(0) if self._queued else None
+        final = savepoint.stop if savepoint is not None else self._final_requested
+        stats = CheckpointStats(n, ts / 1000.0, final=final, savepoint=savepoint.path if savepoint else None)
         expected = {(t, i) for t in self.tasks for i in range(self.parallelism)}
-        self.pending[n] = PendingCheckpoint(n, ts, now, expected, {k: [None] * self.parallelism for k in self.operators}, stats)
+        pending = self.pending[n] = PendingCheckpoint(n, ts, now, expected,
+                                                      {k: [None] * self.parallelism for k in self.operators}, stats,
+                                                      savepoint)
+        if savepoint is not None:
+            savepoint.status, savepoint.checkpoint_id = "IN_PROGRESS", n
         self._remember(stats)
-        self.last_trigger = now
-        return n, ts, final
+        if savepoint is None:
+            self.last_trigger = now
+        return pending
 
     # -- acknowledgements ------------------------------------------------------------
     def acknowledge(self, checkpoint_id: int, task: int, subtask: int, handles: dict[str, Any],
@@ -187,8 +255,11 @@ class CheckpointCoordinator:
             checkpoint_id=n, job_id=self.job_id, job_name=self.job_name, timestamp_ms=pending.timestamp_ms,
             parallelism=self.parallelism, max_parallelism=self.max_parallelism,
             operators={k: {"name": self.operators[k], "subtasks": hs} for k, hs in pending.handles.items()},
+            kind="savepoint" if pending.savepoint else "checkpoint",
             mode=self.settings.mode, completed_ms=int(time.time() * 1000),
         )
+        if pending.savepoint is not None:
+            return self._complete_savepoint(pending, meta, now)
         dangling = self.shared.dangling(n, meta.shared_files())
         if dangling:
             self.fail(n, f"reuses shared state no retained checkpoint holds any more ({dangling[0]}, "
@@ -214,6 +285,24 @@ class CheckpointCoordinator:
             self.fail(older, f"subsumed by checkpoint {n}", now, count=False)
         self._apply_retention()
         return done
+
+    def _complete_savepoint(self, pending: PendingCheckpoint, meta: CheckpointMetadata,
+                            now: float) -> CompletedCheckpoint | None:
+        request = pending.savepoint
+        assert request is not None
+        try:
+            SavepointTarget(request.path).write_metadata(meta)
+        except Exception as e:  # noqa: BLE001 - any storage error fails this savepoint only
+            self.fail(pending.checkpoint_id, f"could not write {request.path}/_metadata: {type(e).__name__}: {e}", now)
+            return None
+        del self.pending[pending.checkpoint_id]
+        pending.stats.status = COMPLETED
+        pending.stats.duration_ms = (now - pending.started) * 1000.0
+        self.counts[COMPLETED] += 1
+        request.status, request.completed = COMPLETED, time.time()
+        if request.stop:
+            self.final_completed = True
+        return CompletedCheckpoint(pending.checkpoint_id, request.path, meta, request.stop, request)
 
     def _apply_retention(self) -> None:
         while len(self.completed) > self.settings.num_retained:
@@ -258,6 +347,16 @@ class CheckpointCoordinator:
         pending.stats.status = FAILED
         pending.stats.failure = reason
         pending.stats.duration_ms = (now - pending.started) * 1000.0
+        self.aborted.append(checkpoint_id)
+        if pending.savepoint is not None:
+            request = pending.savepoint
+            request.status, request.error, request.completed = FAILED, reason, time.time()
+            try:
+                SavepointTarget(request.path).discard()
+            except Exception:  # noqa: BLE001 - the store may be the reason it failed
+                pass
+            self.counts[FAILED] += 1  # but not toward the tolerable checkpoint failures
+            return
         self.storage.discard(checkpoint_id)
         self._discard_uploads(checkpoint_id, [h for hs in pending.handles.values() for h in hs])
         if count:
@@ -281,8 +380,21 @@ class CheckpointCoordinator:
         ids = list(self.pending)
         for n in ids:
             self.fail(n, reason, now, count=False)
+        for request in self._queued:
+            request.status, request.error, request.completed = FAILED, reason, time.time()
+        self._queued = []
         self._final_requested = False
+        self.aborted.clear()  # nobody is left to tell
         return ids
+
+    def take_aborted(self) -> list[int]:
+        """Checkpoints failed since the last call (the job manager sends ``abort``)."""
+        ids, self.aborted = self.aborted, []
+        return ids
+
+    def latest_savepoint(self) -> SavepointRequest | None:
+        done = [r for r in self.savepoints.values() if r.status == COMPLETED]
+        return done[-1] if done else None
 
     # -- restore ---------------------------------------------------------------------------
     def latest(self) -> CompletedCheckpoint | None:

@@ -7,6 +7,10 @@ Layout per job, as Flink's::
     <dir>/<job-id>/shared/               state shared by several checkpoints (incremental)
     <dir>/<job-id>/taskowned/            state owned by the tasks, never deleted by the job manager
 
+A savepoint is self-contained: its own directory (``<target>/savepoint-<job>-<id>``)
+holds ``_metadata`` and every state file, named relative to that directory, so it
+can be copied or moved to another directory or bucket and still restore.
+
 ``memory://`` is the job manager's own storage (Flink's JobManagerCheckpointStorage):
 tasks run in other processes, so their state travels inline in the
 acknowledgement and lives in the job manager's memory with ``_metadata``.
@@ -58,6 +62,38 @@ def _is_local(fs: Any) -> bool:
 def _is_memory(fs: Any) -> bool:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return protocol == "memory"
+
+
+def write_file(fs: Any, path: str, data: bytes, exclusive: bool) -> None:
+    """Durable write; ``exclusive``: put-if-absent (raises FileExistsError)."""
+    if _is_local(fs):
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            if exclusive:
+                os.link(tmp, path)  # atomic put-if-absent
+            else:
+                os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return
+    if exclusive:
+        if fs.exists(path):
+            raise FileExistsError(path)
+        fs.pipe_file(path, data, mode="create")
+    else:
+        fs.pipe_file(path, data)
 
 
 class StateLocation:
@@ -151,34 +187,7 @@ class CheckpointStorage(StateLocation):
         self._write(posixpath.join(directory, METADATA), metadata.to_json(), exclusive=True)
 
     def _write(self, path: str, data: bytes, exclusive: bool) -> None:
-        if _is_local(self.fs):
-            directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                if exclusive:
-                    os.link(tmp, path)  # atomic put-if-absent
-                else:
-                    os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return
-        if exclusive:
-            if self.fs.exists(path):
-                raise FileExistsError(path)
-            self.fs.pipe_file(path, data, mode="create")
-        else:
-            self.fs.pipe_file(path, data)
+        write_file(self.fs, path, data, exclusive)
 
     def discard(self, checkpoint_id: int) -> None:
         path = self.checkpoint_path(checkpoint_id)
@@ -221,10 +230,61 @@ class CheckpointStorage(StateLocation):
             pass
 
 
-def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
-    """Read ``_metadata`` of a checkpoint: ``.../chk-<n>``, ``.../chk-<n>/_metadata``.
+class SavepointTarget(StateLocation):
+    """One savepoint's own directory: tasks write full, canonical state files into it, the job
+    manager writes ``_metadata`` last, put-if-absent. Handles are relative to the directory."""
 
-    Returns the job's checkpoint directory (what handles are relative to) and the metadata.
+    def __init__(self, url: str, inline_threshold: int = 20 << 10):
+        url = normalize_url(url)
+        super().__init__(url)
+        if _is_memory(self.fs):
+            raise ValueError(f"savepoint directory {url}: memory:// is private to one process; "
+                             f"use file:// or s3://")
+        self.inline_threshold = inline_threshold
+
+    def write_state(self, checkpoint_id: int, name: str, data: bytes, index: dict) -> dict:
+        if len(data) <= self.inline_threshold:
+            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+        relative = f"{name}-{uuid.uuid4().hex[:8]}"
+        write_file(self.fs, self.path(relative), data, exclusive=False)
+        return {"file": relative, "size": len(data), "index": index}
+
+    def write_metadata(self, metadata: CheckpointMetadata) -> None:
+        self.fs.makedirs(self.root, exist_ok=True)
+        write_file(self.fs, self.path(METADATA), metadata.to_json(), exclusive=True)
+
+    def discard(self) -> None:
+        try:
+            if self.fs.exists(self.root):
+                self.fs.rm(self.root, recursive=True)
+        except FileNotFoundError:
+            pass
+
+
+def savepoint_url(target_dir: str, job_id: str) -> str:
+    """A new savepoint directory under ``target_dir`` (Flink's naming)."""
+    return f"{normalize_url(target_dir).rstrip('/')}/savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
+
+
+def dispose_savepoint(url: str) -> CheckpointMetadata:
+    """Delete a savepoint directory, after checking it is one (never a job's checkpoints)."""
+    root, meta = load_checkpoint(url)
+    if meta.kind != "savepoint":
+        raise CheckpointFormatError(f"{url} is a checkpoint, not a savepoint; the job that owns it deletes it")
+    SavepointTarget(root).discard()
+    return meta
+
+
+def snapshot_root(url: str, kind: str) -> str:
+    """What a snapshot's handles are relative to: a savepoint's own directory, a checkpoint's job directory."""
+    return url if kind == "savepoint" else url.rsplit("/", 1)[0]
+
+
+def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
+    """Read ``_metadata`` of a checkpoint or savepoint: ``.../chk-<n>``, ``.../savepoint-...``,
+    or either with ``/_metadata``.
+
+    Returns what handles are relative to (``snapshot_root``) and the metadata.
     """
     url = normalize_url(url)
     if url.endswith("/" + METADATA):
@@ -238,13 +298,13 @@ def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
     except (IsADirectoryError, NotADirectoryError, PermissionError, OSError) as e:
         raise CheckpointFormatError(f"{url}/{METADATA}: cannot read ({e})") from None
     meta = parse(data, f"{url}/{METADATA}")
-    return url.rsplit("/", 1)[0], meta
+    return snapshot_root(url, meta.kind), meta
 
 
 def find_checkpoints(url: str) -> list[str]:
     """Checkpoint URLs under ``url`` that have ``_metadata``, newest first.
 
-    ``url`` is a checkpoint (``chk-<n>``) itself, or a job's checkpoint directory.
+    ``url`` is a checkpoint (``chk-<n>``) or savepoint directory itself, or a job's checkpoint directory.
     """
     url = normalize_url(url)
     if url.endswith("/" + METADATA):
@@ -252,6 +312,11 @@ def find_checkpoints(url: str) -> list[str]:
     if _CHK.search(url.rstrip("/")):
         return [url]
     fs, path = fsspec.core.url_to_fs(url)
+    try:
+        if fs.isfile(posixpath.join(path, METADATA)):
+            return [url]  # a savepoint (or a checkpoint directory under another name)
+    except OSError:
+        pass
     try:
         entries = fs.ls(path, detail=False)
     except FileNotFoundError:

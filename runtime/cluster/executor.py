@@ -105,7 +105,7 @@ class _Attempt:
 
 def _verify(checkpoint: CompletedCheckpoint) -> None:
     """Fail fast on a checkpoint whose state files are gone (the job manager's side of "corrupt")."""
-    location = StateLocation(checkpoint.url.rsplit("/", 1)[0])
+    location = StateLocation(checkpoint.root)
     for rel in checkpoint.metadata.files() + checkpoint.metadata.shared_files():
         if not location.fs.exists(location.path(rel)):
             raise CheckpointFormatError(f"checkpoint {checkpoint.url} is missing its state file {rel}")
@@ -135,6 +135,29 @@ def _initial_restore(path: str, note: Any) -> CompletedCheckpoint:
             errors.append(str(e))
             note(f"Cannot restore {url}: {e}")
     raise CheckpointFormatError("no usable checkpoint: " + "; ".join(errors))
+
+
+def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non_restored: bool) -> list[str]:
+    """Refuse, before anything is deployed, a restore that cannot map the snapshot's state onto this
+    job; returns notes about state that is dropped (``allow_non_restored``)."""
+    meta = checkpoint.metadata
+    what = f"{meta.kind} {checkpoint.url}"
+    if meta.max_parallelism != graph.max_parallelism:
+        raise JobDefinitionError(
+            f"{what} was taken with max parallelism {meta.max_parallelism}, this job has {graph.max_parallelism}: "
+            f"keyed state is sharded into max-parallelism key groups, which cannot change; "
+            f"set env.set_max_parallelism({meta.max_parallelism}) (or --conf pipeline.max-parallelism="
+            f"{meta.max_parallelism})")
+    keys = {op.state_key for op in graph.operators.values()}
+    unmatched = [(k, op.get("name", "?")) for k, op in meta.operators.items()
+                 if k not in keys and any(op.get("subtasks") or [])]
+    if unmatched and not allow_non_restored:
+        names = ", ".join(f"uid {k!r} ({name})" for k, name in unmatched)
+        raise JobDefinitionError(
+            f"{what} has state for operators this job does not have: {names}; give the operator that should "
+            f"take it the same .uid(...), or drop that state with --allow-non-restored-state "
+            f"({Options.ALLOW_NON_RESTORED_STATE}=true)")
+    return [f"Not restoring state of uid {k!r} ({name}): no operator of this job has that uid" for k, name in unmatched]
 
 
 def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[CompletedCheckpoint]:
@@ -179,8 +202,14 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     checkpoint_dir = config.get_string(Options.CHECKPOINTING_DIR)
     adopted: list[CompletedCheckpoint] = []
     if initial is not None:
-        display.note(f"Restoring from checkpoint {initial.checkpoint_id} at {initial.url}")
-        if claim == "CLAIM":
+        for note in check_restorable(initial, graph, config.get_bool(Options.ALLOW_NON_RESTORED_STATE)):
+            display.note(note)
+        rescale = (f", rescaling from parallelism {initial.metadata.parallelism} to {graph.parallelism}"
+                   if initial.metadata.parallelism != graph.parallelism else "")
+        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{rescale}")
+        if claim == "CLAIM" and initial.metadata.kind == "savepoint":
+            display.note("Claim mode applies to retained checkpoints; the savepoint stays the user's (NO_CLAIM)")
+        elif claim == "CLAIM":
             # The job takes over the restored job's checkpoint directory (as after a job manager
             # restart): same job id, its retained checkpoints count for retention, and the
             # shared-state registry is rebuilt from their _metadata.
@@ -203,7 +232,9 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
         coordinator.adopt(adopted)
     display.coordinator = coordinator
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(),
-                    on_print=display.print_lines, coordinator=coordinator)
+                    on_print=display.print_lines, coordinator=coordinator, max_parallelism=graph.max_parallelism,
+                    savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
+                    inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD))
     if client is not None:
         client._attach(jm)
     jm_address = jm.start()
@@ -222,7 +253,8 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
                 try:
                     attempt.join(0.25)
                     display.update(jm.operator_totals())
-                    if client is not None and client._cancel_requested and jm.status.state != "CANCELED":
+                    if (jm.cancel_requested or client is not None and client._cancel_requested) \
+                            and jm.status.state != "CANCELED":
                         jm.status.state = "CANCELED"
                         attempt.cancel()
                     if jm.failure_event.is_set() and cancel_at is None:

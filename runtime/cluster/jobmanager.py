@@ -17,11 +17,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint, TaskCheckpointStats
+from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint, SavepointRequest, TaskCheckpointStats
 from . import control as C
 
 CAUSE_PRIORITY = ("operator", "task", "restore", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
+
+
+class SavepointRefused(RuntimeError):
+    """A savepoint request that cannot be served; the message says why."""
 
 
 @dataclass
@@ -56,10 +60,15 @@ class JobStatus:
 class JobManager:
     def __init__(self, job_id: str, job_name: str, parallelism: int, host: str = "127.0.0.1",
                  on_print: Callable[[list[str]], None] | None = None,
-                 coordinator: CheckpointCoordinator | None = None):
+                 coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
+                 savepoint_dir: str | None = None, inline_threshold: int = 20 << 10):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.savepoint_dir = savepoint_dir
+        self.inline_threshold = inline_threshold
+        self.cancel_requested = False
         self.host = host
         self.on_print = on_print or (lambda lines: print("\n".join(lines), flush=True))
         self.coordinator = coordinator
@@ -161,6 +170,33 @@ class JobManager:
         else:
             self._loop.call_soon_threadsafe(send)
 
+    def cancel(self) -> None:
+        """Cancel: the executor ends the attempt (no final checkpoint)."""
+        self.cancel_requested = True
+
+    def trigger_savepoint(self, target_dir: str | None = None, stop: bool = False,
+                          drain: bool = False) -> SavepointRequest:
+        """Queue a savepoint (the coordinator triggers it when no checkpoint is in flight).
+        Raises SavepointRefused with the reason when it cannot be taken."""
+        cc = self.coordinator
+        if cc is None:
+            raise SavepointRefused("savepoints need checkpointing: the job runs without "
+                                   "execution.checkpointing.interval, so its tasks take no snapshots")
+        target = target_dir or self.savepoint_dir
+        if not target:
+            raise SavepointRefused("no target directory: pass one, or configure execution.checkpointing.savepoint-dir")
+        with self._lock:
+            if self.status.state != "RUNNING" or self.cancel_requested:
+                raise SavepointRefused(f"the job is {self.status.state}; savepoints are taken of running jobs")
+            try:
+                return cc.request_savepoint(target, stop, drain, self.inline_threshold)
+            except ValueError as e:
+                raise SavepointRefused(str(e)) from None
+
+    def savepoint_status(self, trigger_id: str) -> SavepointRequest | None:
+        with self._lock:
+            return self.coordinator.savepoints.get(trigger_id) if self.coordinator is not None else None
+
     # -- checkpoints ---------------------------------------------------------------
     async def _tick_forever(self) -> None:
         while True:
@@ -178,8 +214,8 @@ class JobManager:
         with self._lock:
             if cc is None or self.failures or len(self.running) < self.parallelism:
                 return
-            for n in cc.expire(now):
-                self._broadcast({"type": C.ABORT, "id": n})
+            cc.expire(now)
+            self._send_aborts()
             if cc.failures_exceeded():
                 self._fail(TaskFailure(-1, None, "CheckpointFailure",
                                        f"{cc.consecutive_failures} checkpoints in a row failed, more than the "
@@ -188,8 +224,15 @@ class JobManager:
                 cc.consecutive_failures = 0
                 return
             if cc.should_trigger(now):
-                n, ts, _ = cc.trigger(now)
-                self._broadcast({"type": C.TRIGGER, "id": n, "ts": ts})
+                p = cc.trigger(now)
+                msg = {"type": C.TRIGGER, "id": p.checkpoint_id, "ts": p.timestamp_ms}
+                if p.savepoint is not None:
+                    msg["savepoint"] = {"path": p.savepoint.path, "stop": p.savepoint.stop, "drain": p.savepoint.drain}
+                self._broadcast(msg)
+
+    def _send_aborts(self) -> None:
+        for n in self.coordinator.take_aborted():  # type: ignore[union-attr]
+            self._broadcast({"type": C.ABORT, "id": n})
 
     def _on_ack(self, msg: dict) -> None:
         cc = self.coordinator
@@ -204,7 +247,9 @@ class JobManager:
                 return
             now = time.monotonic()
             done = cc.acknowledge(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {}, stats, now)
-            if done is not None:
+            self._send_aborts()
+            # An intermediate savepoint is not announced: sinks commit its output with the next checkpoint.
+            if done is not None and (done.savepoint is None or done.savepoint.stop):
                 self._broadcast({"type": C.COMPLETE, "id": done.checkpoint_id, "final": done.final})
 
     def _on_decline(self, msg: dict) -> None:
@@ -213,7 +258,7 @@ class JobManager:
             if cc is None or int(msg.get("attempt", -1)) != self.attempt:
                 return
             cc.decline(int(msg["id"]), str(msg.get("reason", "declined")), time.monotonic())
-            self._broadcast({"type": C.ABORT, "id": int(msg["id"])})
+            self._send_aborts()
 
     # -- observation ---------------------------------------------------------------
     def operator_totals(self) -> dict[str, list[int]]:
@@ -269,7 +314,7 @@ class JobManager:
         restore = None
         if self.restore is not None:
             r = self.restore
-            restore = {"id": r.checkpoint_id, "url": r.url, "root": r.url.rsplit("/", 1)[0],
+            restore = {"id": r.checkpoint_id, "url": r.url, "root": r.root,
                        "parallelism": r.metadata.parallelism, "operators": r.metadata.operators}
         storage = self.coordinator.storage.base_url if self.coordinator is not None else None
         return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,

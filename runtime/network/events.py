@@ -27,6 +27,7 @@ class CheckpointBarrier(RuntimeEvent):
     checkpoint_id: int
     timestamp_ms: int
     unaligned: bool = False
+    savepoint: str | None = None  # the savepoint's directory: snapshot in full, canonical, into it
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ class HashMapKeyedStateBackend(KeyedStateBackend):
         return AccumulatorTable() if kind == "accumulators" else StateTable()
 
     # -- snapshots (the sync part; see state.snapshot for the async part) -----------
-    def snapshot(self, checkpoint_id: int) -> dict[str, tuple[str, Any]]:
+    def snapshot(self, checkpoint_id: int, full: bool = False) -> dict[str, tuple[str, Any]]:
         return self.freeze()
 
     def freeze(self) -> dict[str, tuple[str, Any]]:

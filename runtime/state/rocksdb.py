@@ -450,13 +450,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return RocksTable(self, name, kind)
 
     # -- snapshots ------------------------------------------------------------------------------
-    def snapshot(self, checkpoint_id: int) -> RocksDBSnapshot:
-        """Synchronous phase: dirty cache entries into RocksDB, then a checkpoint of hard links."""
+    def snapshot(self, checkpoint_id: int, full: bool = False) -> RocksDBSnapshot:
+        """Synchronous phase: dirty cache entries into RocksDB, then a checkpoint of hard links.
+        ``full``: canonical, whatever the incremental setting (savepoints)."""
         for table in self.tables.values():
             table.flush()
         directory = os.path.join(self.home, f"chk-{checkpoint_id}-{uuid.uuid4().hex[:6]}")
         Checkpoint(self.db).create_checkpoint(directory)  # flushes the memtables first
-        return RocksDBSnapshot(self, checkpoint_id, directory)
+        snap = RocksDBSnapshot(self, checkpoint_id, directory)
+        snap.incremental = snap.incremental and not full
+        return snap
 
     def thaw(self) -> None:
         pass  # the working database never stopped; the snapshot writer removes the checkpoint directory

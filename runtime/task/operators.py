@@ -101,13 +101,14 @@ class StreamOperator:
             ctx._keyed_backend = self.keyed_backend
 
     # state --------------------------------------------------------------------
-    def snapshot_state(self, checkpoint_id: int) -> OperatorSnapshot | None:
-        """Synchronous phase: capture state as of the barrier (cheap: freeze, copy small lists)."""
+    def snapshot_state(self, checkpoint_id: int, full: bool = False) -> OperatorSnapshot | None:
+        """Synchronous phase: capture state as of the barrier (cheap: freeze, copy small lists).
+        ``full``: a canonical snapshot of everything (savepoints), never incremental."""
         self._guard(lambda: self.prepare_snapshot(checkpoint_id))
         keyed = None
         backend = self.keyed_backend
         if backend is not None and backend.tables:
-            keyed = backend.snapshot(checkpoint_id)
+            keyed = backend.snapshot(checkpoint_id, full)
         operator = self.operator_state.snapshot()
         if not keyed and not operator:
             return None
@@ -539,7 +540,7 @@ class SinkOperator(StreamOperator):
             restored = self.operator_state.get_list_state(self.PENDING).get()
             if restored:
                 self._sink.commit([c for _, c in restored])
-            self._writer.restore_state(self.operator_state.get_list_state(self.WRITER).get())
+            self._writer.restore_state(self.operator_state.get_union_list_state(self.WRITER).get())
 
     def process(self, batch: Batch, input_index: int) -> None:
         self._writer.write(batch)
@@ -549,7 +550,9 @@ class SinkOperator(StreamOperator):
         self._unassigned = []
         self._pending.extend((checkpoint_id, c) for c in ready)
         self.operator_state.get_list_state(self.PENDING).update([[n, c] for n, c in self._pending])
-        self.operator_state.get_list_state(self.WRITER).update(self._writer.snapshot_state())
+        # Union: after a rescale every subtask sees every old writer's state (e.g. FileSink's part
+        # counters), so no new part file can take the name of one an old subtask committed.
+        self.operator_state.get_union_list_state(self.WRITER).update(self._writer.snapshot_state())
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [c for n, c in self._pending if n <= checkpoint_id]

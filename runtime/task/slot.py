@@ -24,7 +24,7 @@ from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
-from ..checkpoint.storage import CheckpointStorage, StateLocation
+from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
 from ..state.rocksdb import RocksDBSnapshot
 from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 from ..state.snapshot import serialize
@@ -49,6 +49,7 @@ class Task:
         self.gate = gate
         self.finished = False
         self.stop_requested = False
+        self.paused_for = 0  # a source waiting for its stop-with-savepoint to complete (or abort)
         self.wakeup_at = 0.0
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
@@ -91,7 +92,7 @@ class Task:
         if self.stop_requested:
             self.finish()
             return True
-        if now < self.wakeup_at or not self.writers_available():
+        if self.paused_for or now < self.wakeup_at or not self.writers_available():
             return False
         batch = head.poll()
         if batch is None:
@@ -166,6 +167,7 @@ class SlotRuntime:
         self.final_checkpoint_done = False
         self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
+        self.savepoints: dict[int, SavepointTarget] = {}  # checkpoint id -> where that savepoint goes
         self.snapshots: SnapshotWriter | None = None
         if self.checkpointing:
             self.storage = CheckpointStorage(deployment.get("checkpoint_dir") or conf.get_string(Options.CHECKPOINTING_DIR),
@@ -240,7 +242,7 @@ class SlotRuntime:
         saved = restore["operators"]
         by_key = {op.key: op for op in self.operators.values()}
         unknown = [k for k, v in saved.items() if k not in by_key and any(v["subtasks"])]
-        if unknown:
+        if unknown and not Configuration(self.graph.config).get_bool(Options.ALLOW_NON_RESTORED_STATE):
             names = ", ".join(f"{k} ({saved[k].get('name', '?')})" for k in unknown)
             raise RestoreError(
                 f"checkpoint {restore['url']} has state for operators this job does not have: {names}; "
@@ -347,13 +349,17 @@ class SlotRuntime:
             if kind == "stop":
                 self.request_stop()
             elif kind == "trigger":
-                self._trigger(int(msg["id"]), int(msg["ts"]))
+                self._trigger(int(msg["id"]), int(msg["ts"]), msg.get("savepoint"))
             elif kind == "complete":
                 self._notify_complete(int(msg["id"]), bool(msg.get("final")))
             elif kind == "abort":
+                n = int(msg["id"])
+                self.savepoints.pop(n, None)
                 for task in self.tasks:
                     if task.barriers is not None:
-                        task.barriers.abort(int(msg["id"]))
+                        task.barriers.abort(n)
+                    if task.paused_for == n:
+                        task.paused_for = 0  # the stop-with-savepoint failed: the job goes on
                 for op in self.operators.values():
                     if op.keyed_backend is not None:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
@@ -361,13 +367,23 @@ class SlotRuntime:
                 raise ConnectionError("lost the connection to the job manager")
 
     # -- checkpoints -----------------------------------------------------------------
-    def _trigger(self, checkpoint_id: int, timestamp_ms: int) -> None:
+    def _trigger(self, checkpoint_id: int, timestamp_ms: int, savepoint: dict | None = None) -> None:
         """The coordinator started checkpoint n: sources (and tasks already finished) snapshot now;
-        every other task snapshots when the barrier has reached it on all inputs."""
-        barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms)
+        every other task snapshots when the barrier has reached it on all inputs.
+
+        Stop-with-savepoint: a source emits the barrier and then pauses until the savepoint
+        completes (then it ends) or is aborted (then it goes on). With ``drain`` it ends its
+        input first, so everything downstream finishes into the savepoint."""
+        sp = savepoint or {}
+        barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms, savepoint=sp.get("path"))
         for task in self.tasks:
-            if task.last_checkpoint < checkpoint_id and (task.finished or task.gate is None):
-                self.checkpoint_task(task, barrier, 0.0)
+            if task.last_checkpoint >= checkpoint_id or not (task.finished or task.gate is None):
+                continue
+            if sp.get("stop") and not task.finished and sp.get("drain"):
+                task.finish()
+            self.checkpoint_task(task, barrier, 0.0)
+            if sp.get("stop") and not task.finished:
+                task.paused_for = checkpoint_id
 
     def _finished_after_trigger(self, task: Task) -> None:
         """A task that reached the end of every input after checkpoint n was triggered, without a
@@ -386,7 +402,11 @@ class SlotRuntime:
             self.snapshots.wait_idle()  # type: ignore[union-attr]
             self._collect_snapshots()
         started = time.perf_counter()
-        snaps = [s for s in (op.snapshot_state(n) for op in task.operators) if s is not None]
+        if barrier.savepoint and n not in self.savepoints:
+            conf = Configuration(self.graph.config)
+            self.savepoints[n] = SavepointTarget(barrier.savepoint, conf.get_int(Options.INLINE_STATE_THRESHOLD))
+        full = barrier.savepoint is not None
+        snaps = [s for s in (op.snapshot_state(n, full) for op in task.operators) if s is not None]
         if not task.finished:
             for w in task.writers:
                 w.broadcast_event(barrier)
@@ -397,10 +417,11 @@ class SlotRuntime:
     def _write_snapshot(self, snap: OperatorSnapshot, checkpoint_id: int) -> tuple[dict, int, int]:
         """The asynchronous phase, in the snapshot writer's thread: (handle, state size, bytes written)."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", snap.key)[:80] + f"-{self.subtask}"
+        storage: Any = self.savepoints.get(checkpoint_id) or self.storage
         if isinstance(snap.keyed, RocksDBSnapshot):
-            return write_rocksdb_snapshot(snap.keyed, self.storage, name, snap.operator_state)  # type: ignore[arg-type]
+            return write_rocksdb_snapshot(snap.keyed, storage, name, snap.operator_state)
         data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
-        return self.storage.write_state(checkpoint_id, name, data, index), len(data), len(data)  # type: ignore[union-attr]
+        return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
 
     def _collect_snapshots(self) -> None:
         results = self.snapshots.results  # type: ignore[union-attr]
@@ -425,6 +446,11 @@ class SlotRuntime:
                                "id": checkpoint_id, "task": task.vertex.id, "reason": reason})
 
     def _notify_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.savepoints.pop(checkpoint_id, None)
+        for task in self.tasks:
+            if task.paused_for == checkpoint_id:
+                task.paused_for = 0
+                task.finish()  # the stop-with-savepoint is durable: this source ends here
         for op in self.operators.values():
             if op.keyed_backend is not None:
                 op.keyed_backend.notify_checkpoint_complete(checkpoint_id)

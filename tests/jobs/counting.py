@@ -74,9 +74,16 @@ def expected_rows(rows: int) -> list[tuple]:
 
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
-          incremental: bool = False, retained: int = 3, ballast: int = 0) -> StreamExecutionEnvironment:
+          incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
+          restore: str | None = None, conf: dict | None = None, count_uid: str = "count") -> StreamExecutionEnvironment:
+    """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
+    still come in index order: DataGen's splits are residue classes that keep their key."""
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(3)
+    env.set_parallelism(parallelism)
+    if restore:
+        env.configure({"execution.state-recovery.path": restore})
+    if conf:
+        env.configure(conf)
     env.enable_checkpointing(interval_ms, mode)
     env.set_state_backend(backend)
     config = env.get_checkpoint_config()
@@ -86,7 +93,7 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), name="numbers").uid("numbers")
-    source.key_by("key").process(Count(ballast)).uid("count").sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
     return env
 
 
