@@ -33,10 +33,17 @@ def main() -> None:
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
 @click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
               help="Resume from a retained checkpoint: a chk-<n> directory, or a job's checkpoint directory (newest).")
+@click.option("--from-savepoint", "from_savepoint", metavar="PATH",
+              help="Start from a savepoint (at any parallelism, on either state backend).")
+@click.option("--allow-non-restored-state", is_flag=True,
+              help="Drop state of operators (uids) the job no longer has, instead of refusing to start.")
+@click.option("--rest-address", metavar="HOST:PORT",
+              help="Where the REST API and /metrics listen (default 127.0.0.1 and a free port; 'off': none).")
 @click.option("--no-progress", is_flag=True, help="No live progress table; the summary is still printed.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple[str, ...], from_checkpoint: str | None,
-        no_progress: bool, job_args: tuple[str, ...]) -> None:
+        from_savepoint: str | None, allow_non_restored_state: bool, rest_address: str | None, no_progress: bool,
+        job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute()."""
     from .api.environment import execution_context
     from .cluster.executor import JobExecutionError
@@ -54,15 +61,22 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
         conf.set(Options.PARALLELISM, parallelism)
     if master:
         conf.set(Options.SPARK_MASTER, master)
-    if from_checkpoint:
+    if from_checkpoint and from_savepoint:
+        _fail("--from-checkpoint and --from-savepoint: give one")
+    if from_checkpoint or from_savepoint:
         from .checkpoint.metadata import CheckpointFormatError
         from .checkpoint.storage import find_checkpoints
 
+        flag = "--from-checkpoint" if from_checkpoint else "--from-savepoint"
         try:
-            find_checkpoints(from_checkpoint)
+            find_checkpoints(from_checkpoint or from_savepoint)  # type: ignore[arg-type]
         except (CheckpointFormatError, ValueError) as e:
-            _fail(f"--from-checkpoint: {e}")
-        conf.set(Options.RECOVERY_PATH, from_checkpoint)
+            _fail(f"{flag}: {e}")
+        conf.set(Options.RECOVERY_PATH, from_checkpoint or from_savepoint)
+    if allow_non_restored_state:
+        conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
+    if rest_address:
+        conf.set(Options.REST_ADDRESS, rest_address)
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
@@ -89,6 +103,132 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{job_file} built no job: {hint}")
+
+
+# -- commands against a running job's REST API ------------------------------------------------
+_address = click.option("--address", envvar="STREAMJOB_ADDRESS", required=True, metavar="URL",
+                        help="The job's REST API, as `streamjob run` printed it (env STREAMJOB_ADDRESS).")
+_token = click.option("--token", envvar="STREAMJOB_TOKEN", default="", metavar="TOKEN",
+                      help="Bearer token, if the job sets rest.auth.token (env STREAMJOB_TOKEN).")
+_json_flag = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON answer.")
+
+
+def _api(address: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    from .rest_client import RestError, call
+
+    try:
+        return call(address, token, method, path, body)
+    except RestError as e:
+        _fail(str(e))
+        raise  # unreachable
+
+
+def _print_json(doc: dict) -> None:
+    import json
+
+    click.echo(json.dumps(doc, indent=2))
+
+
+@main.command()
+@_address
+@_token
+@_json_flag
+def status(address: str, token: str, as_json: bool) -> None:
+    """The job's state, parallelism, restarts and latest checkpoint."""
+    job = _api(address, token, "GET", "/v1/job")
+    if as_json:
+        return _print_json(job)
+    latest = job["latest_checkpoint"]
+    click.echo(f"{job['name']} ({job['id']}): {job['state']}, parallelism {job['parallelism']} "
+               f"(max {job['max_parallelism']}), {job['restarts']} restarts")
+    click.echo(f"latest checkpoint: {latest['id']} at {latest['path']}" if latest else "latest checkpoint: none")
+
+
+@main.command()
+@_address
+@_token
+@_json_flag
+@click.option("-n", "--last", default=10, show_default=True, help="History entries to show.")
+def checkpoints(address: str, token: str, as_json: bool, last: int) -> None:
+    """Checkpoint counts and the most recent checkpoints."""
+    doc = _api(address, token, "GET", "/v1/checkpoints")
+    if as_json:
+        return _print_json(doc)
+    c = doc["counts"]
+    click.echo(f"completed {c['completed']}, failed {c['failed']}, in progress {c['in_progress']}")
+    for h in doc["history"][:last]:
+        kind = "savepoint " if h.get("savepoint") else ""
+        took = f"{h['duration_ms']:.0f} ms" if h.get("duration_ms") is not None else "-"
+        why = f"  {h['failure']}" if h.get("failure") else ""
+        click.echo(f"  {kind}{h['id']:>5}  {h['status']:<11} {took:>9}  {h['state_size']:>12,} B{why}")
+
+
+@main.command()
+@click.option("--address", envvar="STREAMJOB_ADDRESS", metavar="URL",
+              help="The job's REST API (env STREAMJOB_ADDRESS); not needed with --dispose.")
+@_token
+@click.option("--target-dir", metavar="URL", help="Where to write it (default: the job's execution.checkpointing.savepoint-dir).")
+@click.option("--stop", is_flag=True, help="Stop the job with this savepoint (sources stop after its barrier).")
+@click.option("--drain", is_flag=True, help="With --stop: end the input first, so everything is flushed.")
+@click.option("--no-wait", is_flag=True, help="Print the trigger id and return; do not wait for the outcome.")
+@click.option("--dispose", metavar="PATH", help="Delete the savepoint at PATH instead (no job needed).")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for the savepoint.")
+def savepoint(address: str | None, token: str, target_dir: str | None, stop: bool, drain: bool, no_wait: bool,
+              dispose: str | None, timeout: float) -> None:
+    """Take a savepoint of a running job (or stop it with one), or dispose of one."""
+    import time
+
+    if dispose:
+        from .checkpoint.metadata import CheckpointFormatError
+        from .checkpoint.storage import dispose_savepoint
+
+        try:
+            meta = dispose_savepoint(dispose)
+        except (CheckpointFormatError, ValueError, OSError) as e:
+            _fail(f"--dispose {dispose}: {e}")
+        click.echo(f"disposed savepoint {dispose} (job {meta.job_name!r}, checkpoint {meta.checkpoint_id})")
+        return
+    if not address:
+        _fail("--address (or STREAMJOB_ADDRESS) is needed to take a savepoint")
+    if drain and not stop:
+        _fail("--drain goes with --stop")
+    body: dict = {"stop": stop, "drain": drain}
+    if target_dir:
+        body["target_dir"] = target_dir
+    triggered = _api(address, token, "POST", "/v1/savepoints", body)
+    if no_wait:
+        click.echo(triggered["id"])
+        return
+    deadline = time.monotonic() + timeout
+    with err.status(f"savepoint {triggered['id']} into {triggered['path']}"):
+        while True:
+            doc = _api(address, token, "GET", f"/v1/savepoints/{triggered['id']}")
+            if doc["status"] not in ("QUEUED", "IN_PROGRESS"):
+                break
+            if time.monotonic() > deadline:
+                _fail(f"savepoint {triggered['id']} did not complete within {timeout:.0f} s (still {doc['status']})")
+            time.sleep(0.2)
+    if doc["status"] != "COMPLETED":
+        _fail(f"savepoint {triggered['id']} failed: {doc['error']}")
+    click.echo(doc["path"])
+
+
+@main.command()
+@_address
+@_token
+def stop(address: str, token: str) -> None:
+    """Graceful stop: sources end their input, everything drains, the final checkpoint commits."""
+    _api(address, token, "POST", "/v1/stop")
+    click.echo("stopping")
+
+
+@main.command()
+@_address
+@_token
+def cancel(address: str, token: str) -> None:
+    """Cancel the job now (no final checkpoint)."""
+    _api(address, token, "POST", "/v1/cancel")
+    click.echo("canceling")
 
 
 if __name__ == "__main__":  # pragma: no cover

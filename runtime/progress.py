@@ -63,7 +63,7 @@ class ProgressDisplay:
 
     def note(self, text: str) -> None:
         """A status line for the person at the terminal (stderr, not the job's output)."""
-        self.err.print(text, markup=False, highlight=False)
+        self.err.print(text, markup=False, highlight=False, soft_wrap=True)  # URLs and paths stay whole
 
     def update(self, totals: dict[str, list[int]]) -> None:
         now = time.monotonic()

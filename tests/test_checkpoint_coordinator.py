@@ -245,7 +245,7 @@ def test_savepoint_waits_for_checkpoints_in_flight_and_is_never_retained(tmp_pat
 def test_failed_savepoint_is_reported_not_counted_and_cleaned(tmp_path):
     cc, storage = make(tmp_path, tolerable_failures=0)
     request = cc.request_savepoint(f"file://{tmp_path}/savepoints", stop=True)
-    with pytest.raises(ValueError, match="already in progress"):
+    with pytest.raises(RuntimeError, match="already in progress"):
         cc.request_savepoint(f"file://{tmp_path}/savepoints", stop=True)
     with pytest.raises(ValueError, match="memory://"):
         cc.request_savepoint("memory://x")

@@ -68,6 +68,10 @@ class CheckpointStats:
                 "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint}
 
 
+class SavepointConflict(RuntimeError):
+    """The job's state does not allow this savepoint now (finishing, or a stop already underway)."""
+
+
 @dataclass
 class SavepointRequest:
     """A savepoint asked for over the REST API or the CLI, from request to outcome."""
@@ -183,9 +187,9 @@ class CheckpointCoordinator:
                           inline_threshold: int = 20 << 10) -> SavepointRequest:
         """Queue a savepoint into a new directory under ``target_dir``; triggered when nothing is in flight."""
         if self.final_completed or self._final_requested and not stop:
-            raise ValueError("the job is finishing: no savepoint can be taken any more")
+            raise SavepointConflict("the job is finishing: no savepoint can be taken any more")
         if stop and any(r.stop and r.status in ("QUEUED", "IN_PROGRESS") for r in self.savepoints.values()):
-            raise ValueError("a stop-with-savepoint is already in progress")
+            raise SavepointConflict("a stop-with-savepoint is already in progress")
         url = savepoint_url(target_dir, self.job_id)
         SavepointTarget(url, inline_threshold)  # refuses memory:// before anything is queued
         request = SavepointRequest(url.rsplit("-", 1)[1], url, stop, drain)

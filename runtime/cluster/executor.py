@@ -186,6 +186,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     except ConfigError as e:
         raise JobDefinitionError(str(e)) from None
     settings = CheckpointSettings.from_configuration(config)
+    rest_config = _rest_config(config)
     if backend == "rocksdb" and settings.enabled and config.get_bool(Options.INCREMENTAL_CHECKPOINTS) \
             and normalize_url(config.get_string(Options.CHECKPOINTING_DIR)).startswith("memory://"):
         raise JobDefinitionError(
@@ -234,10 +235,13 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(),
                     on_print=display.print_lines, coordinator=coordinator, max_parallelism=graph.max_parallelism,
                     savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
-                    inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD))
+                    inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
+                    operator_names=_metric_names(graph), rest=rest_config)
     if client is not None:
         client._attach(jm)
     jm_address = jm.start()
+    if jm.rest is not None:
+        display.note(f"Job {graph.job_name!r} ({job_id}): REST API and metrics at {jm.rest.url}")
     started = time.monotonic()
     display.start()
     attempt_no = 0
@@ -332,9 +336,33 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
                 coordinator.shutdown(jm.status.state)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
+        jm.status.ended = time.time()
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
+
+
+def _rest_config(config: Configuration) -> tuple[str, int, str] | None:
+    """(host, port, token) from ``rest.address`` (HOST:PORT; empty or "off": no REST API)."""
+    address = str(config.get(Options.REST_ADDRESS) or "").strip()
+    if address.lower() in ("", "off", "none"):
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise JobDefinitionError(f"configuration {Options.REST_ADDRESS}: expected HOST:PORT (port 0: any free one), "
+                                 f"got {address!r}")
+    return host.strip("[]") or "127.0.0.1", int(port), str(config.get(Options.REST_TOKEN) or "")
+
+
+def _metric_names(graph: JobGraph) -> dict[str, str]:
+    """Operator id -> the ``operator`` label: its name, made unique with its uid or id if two share it."""
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for op in graph.operators.values():
+        seen[op.name] = seen.get(op.name, 0) + 1
+    for op_id, op in graph.operators.items():
+        names[str(op_id)] = op.name if seen[op.name] == 1 else f"{op.name} [{op.state_key}]"
+    return names
 
 
 def _pick_restore(coordinator: CheckpointCoordinator | None,

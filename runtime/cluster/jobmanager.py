@@ -15,9 +15,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from ..checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint, SavepointRequest, TaskCheckpointStats
+from ..checkpoint.coordinator import (CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
+                                      SavepointRequest, TaskCheckpointStats)
 from . import control as C
 
 CAUSE_PRIORITY = ("operator", "task", "restore", "checkpoint", "lost", "peer")
@@ -61,7 +62,8 @@ class JobManager:
     def __init__(self, job_id: str, job_name: str, parallelism: int, host: str = "127.0.0.1",
                  on_print: Callable[[list[str]], None] | None = None,
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
-                 savepoint_dir: str | None = None, inline_threshold: int = 20 << 10):
+                 savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
+                 operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
@@ -69,6 +71,11 @@ class JobManager:
         self.savepoint_dir = savepoint_dir
         self.inline_threshold = inline_threshold
         self.cancel_requested = False
+        self.operator_names = operator_names or {}
+        self.restored: tuple[CompletedCheckpoint, float] | None = None  # what the current attempt restored, when
+        self.backpressure: dict[int, dict[str, list]] = {}  # slot -> task name -> [seconds, now]
+        self.rest_config = rest  # (host, port, bearer token) of the REST API, None: no API
+        self.rest: Any = None
         self.host = host
         self.on_print = on_print or (lambda lines: print("\n".join(lines), flush=True))
         self.coordinator = coordinator
@@ -101,6 +108,13 @@ class JobManager:
             self.address = self._server.sockets[0].getsockname()[:2]
             if self.coordinator is not None:
                 self._ticker = asyncio.ensure_future(self._tick_forever())
+            if self.rest_config is not None:
+                from .metrics import JobMetrics
+                from .rest import RestServer
+
+                host, port, token = self.rest_config
+                self.rest = RestServer(self, host, port, token, JobMetrics(self))
+                await self.rest.start()
 
         self._thread.start()
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)
@@ -123,6 +137,8 @@ class JobManager:
         async def close() -> None:
             if self._ticker is not None:
                 self._ticker.cancel()
+            if self.rest is not None:
+                await self.rest.stop_serving()
             for w in list(self._writers.values()):
                 w.close()
             if self._server is not None:
@@ -141,6 +157,9 @@ class JobManager:
         with self._lock:
             self.attempt = attempt
             self.restore = restore
+            if restore is not None:
+                self.restored = (restore, time.time())
+            self.backpressure.clear()
             self.registered.clear()
             self.running.clear()
             self.end_of_data.clear()
@@ -190,8 +209,62 @@ class JobManager:
                 raise SavepointRefused(f"the job is {self.status.state}; savepoints are taken of running jobs")
             try:
                 return cc.request_savepoint(target, stop, drain, self.inline_threshold)
-            except ValueError as e:
+            except SavepointConflict as e:
                 raise SavepointRefused(str(e)) from None
+
+    # -- what the REST API and the metrics show --------------------------------------
+    def job_info(self) -> dict[str, Any]:
+        with self._lock:
+            latest = self.coordinator.latest() if self.coordinator is not None else None
+            return {"id": self.job_id, "name": self.job_name, "state": self.status.state,
+                    "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
+                    "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
+                    "latest_checkpoint": None if latest is None else {
+                        "id": latest.checkpoint_id, "path": latest.url,
+                        "completed_time": latest.metadata.completed_ms / 1000.0}}
+
+    def restored_info(self) -> dict[str, Any] | None:
+        if self.restored is None:
+            return None
+        checkpoint, at = self.restored
+        return {"id": checkpoint.checkpoint_id, "path": checkpoint.url, "kind": checkpoint.metadata.kind,
+                "restore_time": at}
+
+    def checkpoints_info(self) -> dict[str, Any]:
+        cc = self.coordinator
+        assert cc is not None
+        with self._lock:
+            history = [s.summary() for s in cc.history]
+            completed = [h for h in history if h["status"] == "COMPLETED"]
+            failed = [h for h in history if h["status"] == "FAILED"]
+            savepoint = cc.latest_savepoint()
+            return {"enabled": True,
+                    "counts": {"completed": cc.counts["COMPLETED"], "failed": cc.counts["FAILED"],
+                               "in_progress": len(cc.pending)},
+                    "latest": {"completed": completed[-1] if completed else None,
+                               "failed": failed[-1] if failed else None,
+                               "savepoint": None if savepoint is None else savepoint.summary(),
+                               "restored": self.restored_info()},
+                    "history": history[::-1]}
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        cc = self.coordinator
+        with self._lock:
+            last = None
+            if cc is not None:
+                done = [s for s in cc.history if s.status == "COMPLETED"]
+                if done:
+                    s = done[-1]
+                    last = {**s.summary(), "completed_time": s.trigger_time + (s.duration_ms or 0.0) / 1000.0}
+            bp = {(task, slot): tuple(v) for slot, per in self.backpressure.items() for task, v in per.items()}
+            return {"state": self.status.state, "uptime": time.time() - self.status.started,
+                    "restarts": self.restarts,
+                    "checkpoints": {"completed": cc.counts["COMPLETED"] if cc else 0,
+                                    "failed": cc.counts["FAILED"] if cc else 0,
+                                    "in_progress": len(cc.pending) if cc else 0, "last": last},
+                    "restored_time": self.restored[1] if self.restored else None,
+                    "records": {self.operator_names.get(k, k): v for k, v in self.operator_totals().items()},
+                    "backpressure": bp}
 
     def savepoint_status(self, trigger_id: str) -> SavepointRequest | None:
         with self._lock:
@@ -352,6 +425,7 @@ class JobManager:
                 if kind == C.METRICS:
                     with self._lock:
                         self.metrics[int(msg["slot"])] = msg["ops"]
+                        self.backpressure[int(msg["slot"])] = msg.get("backpressure") or {}
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                 elif kind == C.PRINT:
                     self.on_print(msg["lines"])

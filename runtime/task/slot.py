@@ -51,6 +51,8 @@ class Task:
         self.stop_requested = False
         self.paused_for = 0  # a source waiting for its stop-with-savepoint to complete (or abort)
         self.wakeup_at = 0.0
+        self.backpressured = False  # the last step found an output without room
+        self.backpressured_s = 0.0  # seconds spent back-pressured in all
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
@@ -71,8 +73,10 @@ class Task:
             return self._step_source(now)
         progressed = False
         gate = self.gate
+        self.backpressured = False
         for _ in range(ITEMS_PER_STEP):
             if not self.writers_available():
+                self.backpressured = True
                 break
             polled = gate.poll()
             if polled is None:
@@ -92,7 +96,11 @@ class Task:
         if self.stop_requested:
             self.finish()
             return True
-        if self.paused_for or now < self.wakeup_at or not self.writers_available():
+        self.backpressured = False
+        if self.paused_for or now < self.wakeup_at:
+            return False
+        if not self.writers_available():
+            self.backpressured = True
             return False
         batch = head.poll()
         if batch is None:
@@ -311,8 +319,13 @@ class SlotRuntime:
     def _loop(self) -> None:
         tasks = self.tasks
         next_metrics = time.monotonic() + self.metrics_interval
+        last = time.monotonic()
         while True:
             now = time.monotonic()
+            for task in tasks:
+                if task.backpressured:
+                    task.backpressured_s += now - last
+            last = now
             progressed = False
             for task in tasks:
                 if task.step(now):
@@ -480,7 +493,10 @@ class SlotRuntime:
     def _report_metrics(self) -> None:
         if self.control is not None:
             self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
-                               "started": self.started_at, "ended": self.ended_at})
+                               "started": self.started_at, "ended": self.ended_at,
+                               "backpressure": {t.vertex.name(self.graph): [round(t.backpressured_s, 3),
+                                                                            t.backpressured]
+                                                for t in self.tasks}})
 
     def _report_failure(self, e: BaseException) -> None:
         if self.control is None or self.control.closed:

@@ -1,0 +1,116 @@
+"""Prometheus metrics of one job, read from the job manager at scrape time (prometheus-client).
+
+Names are Flink's job and checkpoint metrics in snake case with a ``streamjob_``
+prefix, in Prometheus base units (seconds, bytes; counters end in ``_total``),
+and every sample has a ``job`` label (the job name) and ``job_id``:
+
+=============================================================  ==========================================
+streamjob_number_of_completed_checkpoints_total               numberOfCompletedCheckpoints (+ savepoints)
+streamjob_number_of_failed_checkpoints_total                  numberOfFailedCheckpoints
+streamjob_number_of_in_progress_checkpoints                   numberOfInProgressCheckpoints
+streamjob_last_checkpoint_duration_seconds                    lastCheckpointDuration
+streamjob_last_checkpoint_size_bytes                          lastCheckpointSize (bytes written)
+streamjob_last_checkpoint_full_size_bytes                     lastCheckpointFullSize
+streamjob_last_completed_checkpoint_id                        lastCompletedCheckpointId
+streamjob_last_checkpoint_completed_timestamp_seconds         when the last one completed (for staleness)
+streamjob_last_checkpoint_restore_timestamp_seconds           lastCheckpointRestoreTimestamp
+streamjob_checkpoint_alignment_time_seconds                   checkpointAlignmentTime (slowest task, last)
+streamjob_num_restarts_total                                  numRestarts
+streamjob_uptime_seconds / streamjob_job_state{state}          uptime, and 1 for the current state
+streamjob_num_records_in_total / _out_total {operator}        numRecordsIn / numRecordsOut
+streamjob_back_pressured_time_seconds_total {task, subtask}   backPressuredTimeMsPerSecond, as a counter
+streamjob_is_back_pressured {task, subtask}                   isBackPressured
+=============================================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+STATES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED")
+
+
+class JobMetrics:
+    """A registry of its own per job manager (several jobs in one process never mix)."""
+
+    def __init__(self, jm: Any):
+        self.jm = jm
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def collect(self) -> Iterator[Any]:
+        jm = self.jm
+        labels = ["job", "job_id"]
+        values = [jm.job_name, jm.job_id]
+
+        def gauge(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            if value is not None:
+                g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(values, value)
+            return c
+
+        snap = jm.metrics_snapshot()
+        state = GaugeMetricFamily("streamjob_job_state", "1 for the job's current state", labels=[*labels, "state"])
+        for s in STATES:
+            state.add_metric([*values, s], 1.0 if snap["state"] == s else 0.0)
+        yield state
+        yield gauge("streamjob_uptime_seconds", "Seconds since the job started", snap["uptime"])
+        yield counter("streamjob_num_restarts_total", "Restarts after failures (numRestarts)", snap["restarts"])
+        cp = snap["checkpoints"]
+        yield counter("streamjob_number_of_completed_checkpoints_total",
+                      "Completed checkpoints and savepoints (numberOfCompletedCheckpoints)", cp["completed"])
+        yield counter("streamjob_number_of_failed_checkpoints_total",
+                      "Failed, expired or declined checkpoints and savepoints (numberOfFailedCheckpoints)",
+                      cp["failed"])
+        yield gauge("streamjob_number_of_in_progress_checkpoints", "Checkpoints in flight (numberOfInProgressCheckpoints)",
+                    cp["in_progress"])
+        last = cp["last"]
+        yield gauge("streamjob_last_checkpoint_duration_seconds", "Trigger to completion of the last completed checkpoint",
+                    None if last is None else last["duration_ms"] / 1000.0)
+        yield gauge("streamjob_last_checkpoint_size_bytes", "Bytes the last completed checkpoint wrote (lastCheckpointSize)",
+                    None if last is None else last["checkpointed_size"])
+        yield gauge("streamjob_last_checkpoint_full_size_bytes", "Full state size of the last completed checkpoint",
+                    None if last is None else last["state_size"])
+        yield gauge("streamjob_last_completed_checkpoint_id", "Id of the last completed checkpoint",
+                    None if last is None else last["id"])
+        yield gauge("streamjob_last_checkpoint_completed_timestamp_seconds",
+                    "Unix time the last checkpoint completed (alert when it gets old)",
+                    None if last is None else last["completed_time"])
+        yield gauge("streamjob_checkpoint_alignment_time_seconds",
+                    "Barrier alignment of the slowest task in the last completed checkpoint",
+                    None if last is None else last["max_alignment_ms"] / 1000.0)
+        yield gauge("streamjob_last_checkpoint_restore_timestamp_seconds",
+                    "Unix time the job last restored state from a checkpoint or savepoint",
+                    snap["restored_time"])
+        rin = CounterMetricFamily("streamjob_num_records_in", "Records into an operator (numRecordsIn)",
+                                  labels=[*labels, "operator"])
+        rout = CounterMetricFamily("streamjob_num_records_out", "Records out of an operator (numRecordsOut)",
+                                   labels=[*labels, "operator"])
+        for name, (i, o) in sorted(snap["records"].items()):
+            rin.add_metric([*values, name], i)
+            rout.add_metric([*values, name], o)
+        yield rin
+        yield rout
+        bp = CounterMetricFamily("streamjob_back_pressured_time_seconds",
+                                 "Time a task could not emit because downstream had no room (rate() = "
+                                 "backPressuredTimeMsPerSecond / 1000)", labels=[*labels, "task", "subtask"])
+        is_bp = GaugeMetricFamily("streamjob_is_back_pressured", "1 while a task is back-pressured (isBackPressured)",
+                                  labels=[*labels, "task", "subtask"])
+        for (task, subtask), (seconds, now) in sorted(snap["backpressure"].items()):
+            bp.add_metric([*values, task, str(subtask)], seconds)
+            is_bp.add_metric([*values, task, str(subtask)], 1.0 if now else 0.0)
+        yield bp
+        yield is_bp
+

@@ -1,0 +1,265 @@
+"""The job manager's REST API (aiohttp), in the driver, on the job manager's event loop.
+
+JSON in and out, described by the OpenAPI document it serves at ``/v1/openapi.json``;
+Prometheus metrics at ``/metrics``. With ``rest.auth.token`` set, every ``/v1``
+route but the OpenAPI document needs ``Authorization: Bearer <token>``. Errors are
+``{"error": message}`` with a 4xx status that says whose fault it is.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from aiohttp import web
+
+from .jobmanager import JobManager, SavepointRefused
+from .metrics import JobMetrics
+
+API = "/v1"
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class RestServer:
+    def __init__(self, jm: JobManager, host: str, port: int, token: str = "", metrics: JobMetrics | None = None):
+        self.jm = jm
+        self.host = host
+        self.port = port
+        self.token = token
+        self.metrics = metrics
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+
+    # -- lifecycle (on the job manager's loop) ---------------------------------------------
+    async def start(self) -> str:
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=1 << 20)
+        app.router.add_get(f"{API}/openapi.json", self.openapi)
+        app.router.add_get(f"{API}/job", self.job)
+        app.router.add_get(f"{API}/checkpoints", self.checkpoints)
+        app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
+        app.router.add_get(f"{API}/savepoints/{{trigger_id}}", self.savepoint)
+        app.router.add_post(f"{API}/stop", self.stop)
+        app.router.add_post(f"{API}/cancel", self.cancel)
+        app.router.add_get("/metrics", self.prometheus)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def stop_serving(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- middleware ------------------------------------------------------------------------
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every error is JSON, also aiohttp's own 404 and 405."""
+        try:
+            return await handler(request)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            message = {404: f"no such resource: {request.path}",
+                       405: f"{request.method} is not allowed on {request.path}"}.get(e.status, e.reason)
+            return _error(e.status, message)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.token and request.path.startswith(API + "/") and request.path != f"{API}/openapi.json":
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                resp = _error(401, "missing or wrong bearer token (Authorization: Bearer <rest.auth.token>)")
+                resp.headers["WWW-Authenticate"] = 'Bearer realm="streamjob"'
+                return resp
+        return await handler(request)
+
+    # -- routes ----------------------------------------------------------------------------
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(OPENAPI)
+
+    async def job(self, request: web.Request) -> web.Response:
+        return web.json_response(self.jm.job_info())
+
+    async def checkpoints(self, request: web.Request) -> web.Response:
+        if self.jm.coordinator is None:
+            return web.json_response({"enabled": False, "counts": {"completed": 0, "failed": 0, "in_progress": 0},
+                                      "latest": {"completed": None, "savepoint": None, "failed": None,
+                                                 "restored": self.jm.restored_info()},
+                                      "history": []})
+        return web.json_response(self.jm.checkpoints_info())
+
+    async def trigger_savepoint(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        unknown = sorted(set(body) - {"target_dir", "stop", "drain"})
+        if unknown:
+            return _error(400, f"unknown field(s) {', '.join(map(repr, unknown))}; expected target_dir, stop, drain")
+        target = body.get("target_dir")
+        if target is not None and (not isinstance(target, str) or not target.strip()):
+            return _error(400, "field 'target_dir' must be a non-empty string (a directory URL such as s3://bucket/savepoints)")
+        for name in ("stop", "drain"):
+            if name in body and not isinstance(body[name], bool):
+                return _error(400, f"field {name!r} must be true or false, got {json.dumps(body[name])}")
+        if body.get("drain") and not body.get("stop"):
+            return _error(400, "field 'drain' needs 'stop': true (drain ends the job's input)")
+        try:
+            req = self.jm.trigger_savepoint(target, bool(body.get("stop")), bool(body.get("drain")))
+        except SavepointRefused as e:
+            return _error(409, str(e))
+        except ValueError as e:
+            return _error(400, f"field 'target_dir': {e}")
+        return web.json_response({"id": req.trigger_id, "path": req.path, "status": req.status}, status=202,
+                                 headers={"Location": f"{API}/savepoints/{req.trigger_id}"})
+
+    async def savepoint(self, request: web.Request) -> web.Response:
+        trigger_id = request.match_info["trigger_id"]
+        req = self.jm.savepoint_status(trigger_id)
+        if req is None:
+            return _error(404, f"no savepoint with id {trigger_id!r} was triggered on this job")
+        return web.json_response(req.summary())
+
+    async def stop(self, request: web.Request) -> web.Response:
+        if self.jm.status.state not in ("RUNNING", "RESTARTING"):
+            return _error(409, f"the job is {self.jm.status.state}")
+        self.jm.stop()
+        return web.json_response({"state": "STOPPING"}, status=202)
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        if self.jm.status.state in ("FINISHED", "FAILED", "CANCELED"):
+            return _error(409, f"the job is {self.jm.status.state}")
+        self.jm.cancel()
+        return web.json_response({"state": "CANCELING"}, status=202)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return _error(404, "metrics are off")
+        body, content_type = self.metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def _json_body(request: web.Request) -> dict | web.Response:
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        return _error(400, f"request body is not valid JSON: {e}")
+    if not isinstance(body, dict):
+        return _error(400, f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERRORS = {"401": _json(_ref("Error"), "missing or wrong bearer token")}
+_NUM = {"type": "number"}
+_NULLABLE_NUM = {"type": ["number", "null"]}
+_NULLABLE_STR = {"type": ["string", "null"]}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "streamjob job manager", "version": "1",
+             "description": "One running streamjob job: status, checkpoints, savepoints, stop and cancel."},
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+            "CheckpointRef": {
+                "type": ["object", "null"], "required": ["id", "path", "completed_time"],
+                "properties": {"id": {"type": "integer"}, "path": {"type": "string"}, "completed_time": _NUM}},
+            "Job": {
+                "type": "object",
+                "required": ["id", "name", "state", "parallelism", "max_parallelism", "restarts", "start_time",
+                             "latest_checkpoint"],
+                "properties": {
+                    "id": {"type": "string"}, "name": {"type": "string"},
+                    "state": {"enum": ["CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED"]},
+                    "parallelism": {"type": "integer"}, "max_parallelism": {"type": "integer"},
+                    "restarts": {"type": "integer"}, "start_time": _NUM, "end_time": _NULLABLE_NUM,
+                    "latest_checkpoint": _ref("CheckpointRef")}},
+            "CheckpointStats": {
+                "type": "object", "required": ["id", "status", "trigger_time", "duration_ms", "state_size"],
+                "properties": {
+                    "id": {"type": "integer"}, "status": {"enum": ["IN_PROGRESS", "COMPLETED", "FAILED"]},
+                    "trigger_time": _NUM, "duration_ms": _NULLABLE_NUM, "state_size": {"type": "integer"},
+                    "checkpointed_size": {"type": "integer"}, "max_sync_ms": _NUM, "max_async_ms": _NUM,
+                    "max_alignment_ms": _NUM, "failure": _NULLABLE_STR, "acks": {"type": "integer"},
+                    "savepoint": _NULLABLE_STR}},
+            "Checkpoints": {
+                "type": "object", "required": ["counts", "latest", "history"],
+                "properties": {
+                    "enabled": {"type": "boolean"},
+                    "counts": {"type": "object", "required": ["completed", "failed", "in_progress"],
+                               "properties": {k: {"type": "integer"} for k in ("completed", "failed", "in_progress")}},
+                    "latest": {"type": "object", "properties": {
+                        "completed": {"oneOf": [_ref("CheckpointStats"), {"type": "null"}]},
+                        "failed": {"oneOf": [_ref("CheckpointStats"), {"type": "null"}]},
+                        "savepoint": {"oneOf": [_ref("Savepoint"), {"type": "null"}]},
+                        "restored": {"type": ["object", "null"]}}},
+                    "history": {"type": "array", "items": _ref("CheckpointStats")}}},
+            "SavepointRequest": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"target_dir": {"type": "string", "minLength": 1}, "stop": {"type": "boolean"},
+                               "drain": {"type": "boolean"}}},
+            "SavepointTriggered": {
+                "type": "object", "required": ["id", "path", "status"],
+                "properties": {"id": {"type": "string"}, "path": {"type": "string"}, "status": {"type": "string"}}},
+            "Savepoint": {
+                "type": "object", "required": ["id", "status", "path", "error"],
+                "properties": {
+                    "id": {"type": "string"}, "status": {"enum": ["QUEUED", "IN_PROGRESS", "COMPLETED", "FAILED"]},
+                    "path": {"type": "string"}, "error": _NULLABLE_STR, "stop": {"type": "boolean"},
+                    "drain": {"type": "boolean"}, "checkpoint_id": {"type": ["integer", "null"]},
+                    "requested_time": _NUM, "completed_time": _NULLABLE_NUM}},
+            "Accepted": {"type": "object", "required": ["state"], "properties": {"state": {"type": "string"}}},
+        },
+    },
+    "security": [{"bearer": []}],
+    "paths": {
+        f"{API}/openapi.json": {"get": {"summary": "This document", "security": [],
+                                        "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
+        f"{API}/job": {"get": {"summary": "The job's status", "responses": {
+            "200": _json(_ref("Job"), "the job"), **_ERRORS}}},
+        f"{API}/checkpoints": {"get": {"summary": "Checkpoint counts, latest ones and history", "responses": {
+            "200": _json(_ref("Checkpoints"), "checkpoint statistics"), **_ERRORS}}},
+        f"{API}/savepoints": {"post": {
+            "summary": "Trigger a savepoint (stop: then stop the job; drain: end the input first)",
+            "requestBody": {"required": False, "content": {"application/json": {"schema": _ref("SavepointRequest")}}},
+            "responses": {"202": _json(_ref("SavepointTriggered"), "queued; poll its status"),
+                          "400": _json(_ref("Error"), "malformed request"),
+                          "409": _json(_ref("Error"), "the job cannot take a savepoint now"), **_ERRORS}}},
+        f"{API}/savepoints/{{id}}": {"get": {
+            "summary": "A savepoint's status, path and error",
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": _json(_ref("Savepoint"), "the savepoint"),
+                          "404": _json(_ref("Error"), "no such savepoint"), **_ERRORS}}},
+        f"{API}/stop": {"post": {
+            "summary": "Graceful stop: sources end their input, everything drains, the final checkpoint commits",
+            "responses": {"202": _json(_ref("Accepted"), "stopping"),
+                          "409": _json(_ref("Error"), "the job is not running"), **_ERRORS}}},
+        f"{API}/cancel": {"post": {
+            "summary": "Cancel: no final checkpoint; retained checkpoints follow the retention setting",
+            "responses": {"202": _json(_ref("Accepted"), "canceling"),
+                          "409": _json(_ref("Error"), "the job already ended"), **_ERRORS}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
+                             "responses": {"200": {"description": "Prometheus text format"}}}},
+    },
+}

@@ -1,0 +1,174 @@
+"""The job manager's REST API and Prometheus metrics, against a real job on local Spark.
+
+Responses are validated against the OpenAPI document the server itself serves (which is
+checked to be a valid OpenAPI 3.1 document); bad requests must get a 4xx JSON error that
+says what is wrong. The CLI commands run as subprocesses against the same job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import jsonschema
+import pytest
+from openapi_spec_validator import validate as validate_openapi
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import run_cli
+from jobs import counting
+from streamjob.runtime.checkpoint.storage import load_checkpoint
+
+TOKEN = "s3cret-token"
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, token: str | None = TOKEN,
+            content_type: str = "application/json") -> tuple[int, dict | str]:
+    req = urllib.request.Request(url, data=body, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if body is not None:
+        req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, raw, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        status, raw, ctype = e.code, e.read(), e.headers.get("Content-Type", "")
+    return status, json.loads(raw) if "json" in ctype else raw.decode()
+
+
+def conforms(doc: dict, openapi: dict, schema: str) -> None:
+    jsonschema.validate(doc, {"$ref": f"#/components/schemas/{schema}", "components": openapi["components"]},
+                        cls=jsonschema.Draft202012Validator)
+
+
+@pytest.fixture
+def running_job(spark_slots, tmp_path):
+    env = counting.build(str(tmp_path / "out"), str(tmp_path / "checkpoints"), 200_000, 5_000, interval_ms=200,
+                         parallelism=2, conf={"rest.auth.token": TOKEN})
+    client = env.execute_async("counting")
+    assert client.wait_until_running(60)
+    jm = client.job_manager
+    deadline = time.monotonic() + 60
+    while (jm.rest is None or jm.rest.url is None) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield client, jm.rest.url
+    if not client._finished.is_set():
+        client.cancel()
+    try:
+        client.get_job_execution_result(120)
+    except Exception:  # noqa: BLE001 - canceled on purpose
+        pass
+
+
+def test_rest_contract_cli_and_metrics(running_job, tmp_path):
+    client, url = running_job
+    status, openapi = request(f"{url}/v1/openapi.json", token=None)
+    assert status == 200
+    validate_openapi(openapi)
+
+    # -- authentication --------------------------------------------------------------------
+    status, doc = request(f"{url}/v1/job", token=None)
+    assert status == 401 and "bearer token" in doc["error"]
+    status, doc = request(f"{url}/v1/job", token="wrong")
+    assert status == 401
+
+    # -- job and checkpoints -----------------------------------------------------------------
+    status, job = request(f"{url}/v1/job")
+    assert status == 200
+    conforms(job, openapi, "Job")
+    assert job["id"] == client.job_id and job["state"] == "RUNNING" and job["parallelism"] == 2
+    assert job["max_parallelism"] == 128 and job["restarts"] == 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, cps = request(f"{url}/v1/checkpoints")
+        if cps["counts"]["completed"] >= 2:
+            break
+        time.sleep(0.1)
+    conforms(cps, openapi, "Checkpoints")
+    assert cps["latest"]["completed"]["status"] == "COMPLETED" and cps["history"][0]["id"] >= cps["history"][-1]["id"]
+    status, job = request(f"{url}/v1/job")
+    assert job["latest_checkpoint"]["id"] >= 1
+
+    # -- bad requests: 4xx with a message that says what is wrong --------------------------------
+    bad = [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"target_dir": str(tmp_path), "colour": "red"}).encode(), 400, "'colour'"),
+        (json.dumps({"target_dir": ""}).encode(), 400, "target_dir"),
+        (json.dumps({"target_dir": str(tmp_path), "stop": "yes"}).encode(), 400, "'stop' must be true or false"),
+        (json.dumps({"target_dir": str(tmp_path), "drain": True}).encode(), 400, "'drain' needs 'stop'"),
+        (json.dumps({"target_dir": "memory://x"}).encode(), 400, "memory://"),
+        (json.dumps({}).encode(), 409, "execution.checkpointing.savepoint-dir"),  # no default target configured
+    ]
+    for body, code, words in bad:
+        status, doc = request(f"{url}/v1/savepoints", "POST", body)
+        assert status == code and words in doc["error"], (body, status, doc)
+        conforms(doc, openapi, "Error")
+    status, doc = request(f"{url}/v1/savepoints/no-such-id")
+    assert status == 404 and "no-such-id" in doc["error"]
+    status, doc = request(f"{url}/v1/jobs")
+    assert status == 404 and "/v1/jobs" in doc["error"]
+    status, doc = request(f"{url}/v1/job", "DELETE")
+    assert status == 405 and "DELETE" in doc["error"]
+
+    # -- a savepoint over the API --------------------------------------------------------------
+    status, triggered = request(f"{url}/v1/savepoints", "POST", json.dumps({"target_dir": str(tmp_path / "sp")}).encode())
+    assert status == 202
+    conforms(triggered, openapi, "SavepointTriggered")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, sp = request(f"{url}/v1/savepoints/{triggered['id']}")
+        if sp["status"] not in ("QUEUED", "IN_PROGRESS"):
+            break
+        time.sleep(0.1)
+    conforms(sp, openapi, "Savepoint")
+    assert sp["status"] == "COMPLETED" and sp["error"] is None
+    assert load_checkpoint(sp["path"])[1].kind == "savepoint"
+
+    # -- the CLI against the same job ----------------------------------------------------------
+    env = {"STREAMJOB_ADDRESS": url, "STREAMJOB_TOKEN": TOKEN}
+    proc = run_cli("status", env=env, timeout=60)
+    assert proc.returncode == 0 and "RUNNING" in proc.stdout and client.job_id in proc.stdout, proc.stderr
+    proc = run_cli("checkpoints", "--json", env=env, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["counts"]["completed"] >= 2
+    proc = run_cli("savepoint", "--target-dir", str(tmp_path / "sp-cli"), env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cli_savepoint = proc.stdout.strip()
+    assert load_checkpoint(cli_savepoint)[1].kind == "savepoint"
+    proc = run_cli("status", "--address", url, "--token", "wrong", timeout=60)
+    assert proc.returncode == 1 and "401" in proc.stderr
+    proc = run_cli("savepoint", "--dispose", cli_savepoint, timeout=60)
+    assert proc.returncode == 0 and not os.path.exists(cli_savepoint.removeprefix("file://"))
+    proc = run_cli("savepoint", "--dispose", cli_savepoint, timeout=60)
+    assert proc.returncode == 1 and "no _metadata" in proc.stderr
+
+    # -- Prometheus metrics, scraped over HTTP ---------------------------------------------------
+    status, text = request(f"{url}/metrics", token=None)
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {s.name: s for f in families.values() for s in f.samples if not s.labels.get("operator")
+               and not s.labels.get("task") and not s.labels.get("state")}
+    completed = samples["streamjob_number_of_completed_checkpoints_total"]
+    assert completed.value >= 3 and completed.labels == {"job": "counting", "job_id": client.job_id}
+    assert samples["streamjob_number_of_failed_checkpoints_total"].value == 0
+    assert samples["streamjob_last_checkpoint_completed_timestamp_seconds"].value > time.time() - 60
+    assert samples["streamjob_last_checkpoint_full_size_bytes"].value > 0
+    assert samples["streamjob_num_restarts_total"].value == 0
+    assert families["streamjob_number_of_in_progress_checkpoints"].type == "gauge"
+    records_in = {s.labels["operator"]: s.value for s in families["streamjob_num_records_in"].samples
+                  if s.name.endswith("_total")}
+    assert records_in and max(records_in.values()) > 0
+    assert {s.labels["task"] for s in families["streamjob_back_pressured_time_seconds"].samples}
+    running = [s for s in families["streamjob_job_state"].samples if s.value == 1]
+    assert [s.labels["state"] for s in running] == ["RUNNING"]
+
+    # -- stop ----------------------------------------------------------------------------------
+    proc = run_cli("cancel", env=env, timeout=60)
+    assert proc.returncode == 0
+    with pytest.raises(Exception, match="canceled"):
+        client.get_job_execution_result(120)
+    assert client.get_job_status() == "CANCELED"
