@@ -64,7 +64,10 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
     if from_checkpoint and from_savepoint:
         _fail("--from-checkpoint and --from-savepoint: give one")
     if from_checkpoint or from_savepoint:
+        from .checkpoint import filesystems
         from .checkpoint.metadata import CheckpointFormatError
+
+        filesystems.configure(conf)
         from .checkpoint.storage import find_checkpoints
 
         flag = "--from-checkpoint" if from_checkpoint else "--from-savepoint"
@@ -179,9 +182,11 @@ def savepoint(address: str | None, token: str, target_dir: str | None, stop: boo
     import time
 
     if dispose:
+        from .checkpoint import filesystems
         from .checkpoint.metadata import CheckpointFormatError
         from .checkpoint.storage import dispose_savepoint
 
+        filesystems.configure(Configuration())  # endpoint and credentials from the AWS environment
         try:
             meta = dispose_savepoint(dispose)
         except (CheckpointFormatError, ValueError, OSError) as e:

@@ -45,6 +45,13 @@ class Options:
     SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"  # default target directory of savepoints
     REST_ADDRESS = "rest.address"  # HOST:PORT of the job manager's REST API (port 0: a free one)
     REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
+    S3_ENDPOINT = "s3.endpoint"  # else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS
+    S3_ACCESS_KEY = "s3.access-key"  # else the AWS default credential chain
+    S3_SECRET_KEY = "s3.secret-key"
+    S3_PATH_STYLE = "s3.path.style.access"
+    S3_CONNECT_TIMEOUT = "s3.connect-timeout"
+    S3_READ_TIMEOUT = "s3.read-timeout"
+    S3_MAX_ATTEMPTS = "s3.max-attempts"  # per request, transient errors included
     # restart strategy
     RESTART_STRATEGY = "restart-strategy.type"
 
@@ -74,6 +81,13 @@ DEFAULTS: dict[str, Any] = {
     Options.SAVEPOINT_DIR: "",
     Options.REST_ADDRESS: "127.0.0.1:0",
     Options.REST_TOKEN: "",
+    Options.S3_ENDPOINT: "",
+    Options.S3_ACCESS_KEY: "",
+    Options.S3_SECRET_KEY: "",
+    Options.S3_PATH_STYLE: False,
+    Options.S3_CONNECT_TIMEOUT: "5 s",
+    Options.S3_READ_TIMEOUT: "60 s",
+    Options.S3_MAX_ATTEMPTS: 3,
     Options.ROCKSDB_LOCAL_DIR: "",  # empty: <system temp dir>/streamjob-rocksdb
     Options.ROCKSDB_BLOCK_CACHE: "64 mb",
     Options.ROCKSDB_WRITE_BUFFER: "32 mb",

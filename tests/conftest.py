@@ -7,6 +7,12 @@ from streamjob.runtime.api.environment import execution_context
 
 SPARK_SLOTS = 4
 
+# The S3 tests' credentials come through the standard AWS variables. Set before the Spark JVM
+# starts, so its Python workers inherit them as a deployment's tasks would from their pod.
+for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    os.environ.setdefault(_k, _v)
+
 
 @pytest.fixture(scope="session")
 def spark_slots():

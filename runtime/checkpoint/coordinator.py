@@ -323,11 +323,14 @@ class CheckpointCoordinator:
         file no retained checkpoint references (leftovers of failed, aborted or killed uploads)."""
         keep = {c.checkpoint_id for c in self.completed}
         in_progress = set(self.pending) if keep_pending else set()
-        for n in self.storage.checkpoint_ids():
-            if n not in keep and n not in in_progress:
-                self.storage.discard(n)
-        if not self.storage.in_memory:
-            self.storage.discard_files(self.shared.orphans(self.storage.shared_files(), in_progress))
+        try:
+            for n in self.storage.checkpoint_ids():
+                if n not in keep and n not in in_progress:
+                    self.storage.discard(n)
+            if not self.storage.in_memory:
+                self.storage.discard_files(self.shared.orphans(self.storage.shared_files(), in_progress))
+        except Exception:  # noqa: BLE001 - store unreachable: the next sweep does it
+            pass
 
     def _discard_uploads(self, checkpoint_id: int, handles: Any) -> None:
         """Delete the shared files uploaded for checkpoint n that never became part of a completed one."""

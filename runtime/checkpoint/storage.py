@@ -189,12 +189,14 @@ class CheckpointStorage(StateLocation):
     def _write(self, path: str, data: bytes, exclusive: bool) -> None:
         write_file(self.fs, path, data, exclusive)
 
+    # Deletes are best effort: when the store is unreachable, what stays behind is an orphan the
+    # sweep after the next completed checkpoint removes; a failed delete never fails the job.
     def discard(self, checkpoint_id: int) -> None:
         path = self.checkpoint_path(checkpoint_id)
         try:
             if self.fs.exists(path):
                 self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
+        except Exception:  # noqa: BLE001 - see above
             pass
 
     def discard_files(self, relatives: list[str]) -> None:
@@ -203,6 +205,8 @@ class CheckpointStorage(StateLocation):
                 self.fs.rm(self.path(rel))
             except FileNotFoundError:
                 pass
+            except Exception:  # noqa: BLE001 - see above
+                return
 
     def checkpoint_ids(self) -> list[int]:
         """Every chk-<n> directory present, complete or not."""

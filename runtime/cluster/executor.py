@@ -19,6 +19,7 @@ import cloudpickle
 
 from ..api.environment import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
+from ..checkpoint import filesystems
 from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint, normalize_url
 from ..config import ConfigError, Configuration, Options
@@ -179,6 +180,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     from .spark import SparkDeployment
 
     job_id = job_id or uuid.uuid4().hex
+    filesystems.configure(config)
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
     try:
@@ -378,6 +380,10 @@ def _pick_restore(coordinator: CheckpointCoordinator | None,
             except CheckpointFormatError as e:
                 skipped.append(f"Skipping checkpoint {candidate.checkpoint_id}: {e}")
                 coordinator.drop_corrupt(candidate.checkpoint_id)
+            except Exception as e:  # noqa: BLE001 - storage unreachable: not a reason to give the checkpoint up
+                skipped.append(f"Could not check checkpoint {candidate.checkpoint_id} ({type(e).__name__}: {e}); "
+                               f"restoring it anyway")
+                return candidate, skipped
     return initial, skipped
 
 

@@ -21,7 +21,7 @@ from ..checkpoint.coordinator import (CheckpointCoordinator, CompletedCheckpoint
                                       SavepointRequest, TaskCheckpointStats)
 from . import control as C
 
-CAUSE_PRIORITY = ("operator", "task", "restore", "checkpoint", "lost", "peer")
+CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 
 
@@ -36,7 +36,8 @@ class TaskFailure:
     error_type: str
     error: str
     traceback: str
-    cause: str  # "operator" (user code), "task" (runtime), "restore", "checkpoint", "lost" (process gone), "peer"
+    cause: str  # "operator" (user code), "task" (runtime), "restore" (checkpoint unreadable), "storage"
+    # (checkpoint storage unreachable during restore), "checkpoint", "lost" (process gone), "peer"
     attempt: int = 0
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)

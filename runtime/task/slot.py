@@ -24,6 +24,7 @@ from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
+from ..checkpoint import filesystems
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
 from ..state.rocksdb import RocksDBSnapshot
 from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
@@ -36,7 +37,24 @@ IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking c
 
 
 class RestoreError(RuntimeError):
-    """A checkpoint could not be restored; the job manager falls back to the one before it."""
+    """A checkpoint could not be restored. Unless the cause was ``transient`` (storage unreachable:
+    the same checkpoint is tried again after the restart), the job manager falls back to the one before it."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
+def _transient(e: BaseException) -> bool:
+    """An I/O error reaching storage (connection refused, timeout, throttling) rather than a
+    checkpoint that is missing or malformed (those are CheckpointFormatError / SnapshotFormatError)."""
+    while e is not None:
+        if isinstance(e, (OSError, TimeoutError)) and not isinstance(e, FileNotFoundError):
+            return True
+        if type(e).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "urllib3"):
+            return True
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return False
 
 
 class Task:
@@ -161,6 +179,7 @@ class SlotRuntime:
         self.attempt = attempt
         self.control = control
         conf = Configuration(graph.config)
+        filesystems.configure(conf)  # s3:// settings of this job, in this task's process
         self.batch_size = conf.get_int(Options.BATCH_SIZE)
         self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
         self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
@@ -262,7 +281,7 @@ class SlotRuntime:
                 try:
                     op.initialize_state(entry["subtasks"], location, restore.get("id"))
                 except Exception as e:
-                    raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}") from e
+                    raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
     def _print(self, lines: list[str]) -> None:
         control = self.control
@@ -503,7 +522,7 @@ class SlotRuntime:
             return
         if isinstance(e, RestoreError):
             msg = {"operator": None, "error_type": type(e).__name__, "error": str(e), "traceback": traceback.format_exc(),
-                   "cause": "restore", "checkpoint": (self.restore or {}).get("id")}
+                   "cause": "storage" if e.transient else "restore", "checkpoint": (self.restore or {}).get("id")}
         elif isinstance(e, OperatorFailure):
             msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
                    "cause": "operator"}
