@@ -16,7 +16,6 @@ import pytest
 from conftest import run_cli
 from jobs import counting
 from s3server import MotoServer, Proxy
-from streamjob.runtime.checkpoint.storage import load_checkpoint
 from test_checkpointing import committed_rows
 
 HERE = os.path.dirname(__file__)
