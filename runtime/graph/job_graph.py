@@ -45,11 +45,13 @@ class OperatorNode:
     outputs: list[int] = field(default_factory=list)  # edge ids
     chained_outputs: list[int] = field(default_factory=list)  # operator ids (forward, same task)
     channel_outputs: list[int] = field(default_factory=list)  # edge ids leaving the task
+    position: int = 0  # 1-based place among the job's operators, in the order the program made them
 
     @property
     def state_key(self) -> str:
-        """Identity in checkpoints: the uid when set, else the operator's place in the graph."""
-        return self.uid or f"op{self.id}"
+        """Identity in checkpoints: the uid when set, else the operator's place in the program,
+        which is the same every time the same program builds the job (ids are process-wide)."""
+        return self.uid or f"op{self.position or self.id}"
 
     @property
     def is_source(self) -> bool:
@@ -125,7 +127,8 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         raise JobDefinitionError("the job has no sink: add one with stream.sink_to(...) or stream.print()")
     names = _display_names(real)
     operators = {
-        t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params)) for t in real
+        t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos)
+        for pos, t in enumerate(sorted(real, key=lambda t: t.id), start=1)
     }
 
     # Resolve virtual nodes into (upstream operator, partitioner, key) triples.
