@@ -72,7 +72,8 @@ def savepoints(keys: int, backend: str, work: str) -> dict:
     jm = client.job_manager
     wait(lambda: max((v[0] for v in jm.operator_totals().values()), default=0) >= keys * 1.2, 600)
     cc = jm.coordinator
-    wait(lambda: any(s.status == "COMPLETED" and s.savepoint is None and s.trigger_time > time.time() - 10
+    full = time.time()  # every key has a value from here on: the baseline is a checkpoint triggered after it
+    wait(lambda: any(s.status == "COMPLETED" and s.savepoint is None and s.trigger_time > full
                      for s in cc.history), 120)
     path = client.trigger_savepoint(timeout=600)
     stop_path = client.stop_with_savepoint(savepoint_directory=f"file://{work}/{backend}/savepoints", timeout=600)
