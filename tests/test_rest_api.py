@@ -172,3 +172,22 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     with pytest.raises(Exception, match="canceled"):
         client.get_job_execution_result(120)
     assert client.get_job_status() == "CANCELED"
+
+
+def test_rest_address_errors_are_clear(spark_slots, tmp_path):
+    import socket
+
+    from streamjob.runtime.graph.job_graph import JobDefinitionError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = counting.build(str(tmp_path / "out"), str(tmp_path / "c"), 100, 1000, parallelism=1,
+                             conf={"rest.address": f"127.0.0.1:{port}"})
+        with pytest.raises(JobDefinitionError, match=f"rest.address=127.0.0.1:{port}.*in use"):
+            env.execute("counting")
+    env = counting.build(str(tmp_path / "out"), str(tmp_path / "c"), 100, 1000, parallelism=1,
+                         conf={"rest.address": "localhost"})
+    with pytest.raises(JobDefinitionError, match="rest.address: expected HOST:PORT"):
+        env.execute("counting")

@@ -241,7 +241,12 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
                     operator_names=_metric_names(graph), rest=rest_config)
     if client is not None:
         client._attach(jm)
-    jm_address = jm.start()
+    try:
+        jm_address = jm.start()
+    except OSError as e:
+        jm.shutdown()
+        raise JobDefinitionError(f"cannot serve the REST API on {Options.REST_ADDRESS}="
+                                 f"{config.get(Options.REST_ADDRESS)}: {e}") from None
     if jm.rest is not None:
         display.note(f"Job {graph.job_name!r} ({job_id}): REST API and metrics at {jm.rest.url}")
     started = time.monotonic()
