@@ -75,7 +75,9 @@ def test_shared_files_are_exactly_those_of_the_retained_checkpoints_also_after_a
     assert len(refs) == 2
     older, newer = sorted(refs)
     assert refs[older] & refs[newer], "the newer checkpoint reuses files of the older one"
-    assert any(uploaded_for(f) < older for f in refs[older]), "files live on across many checkpoints"
+    # (Whether a file of the older one dates from before it depends on where the last compaction
+    # fell, so it is not asserted: a compaction right at the older checkpoint rewrites everything.)
+    assert all(uploaded_for(f) <= older for f in refs[older])
 
     # A new job manager claims the directory: its registry comes from the retained _metadata alone.
     env = counting.build(out, checkpoints, rows, rate=3000, interval_ms=100, backend="rocksdb", incremental=True,
