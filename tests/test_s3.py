@@ -94,8 +94,8 @@ S3_FAST_FAIL = {"s3.connect-timeout": "1 s", "s3.read-timeout": "3 s", "s3.max-a
 
 def test_s3_outage_fails_checkpoints_the_job_runs_on_and_recovers(spark_slots, s3, tmp_path):
     server, proxy, client = s3
-    out, rows = str(tmp_path / "out"), 40_000
-    env = counting.build(out, "s3://checkpoints/jobs", rows, 5_000, interval_ms=200, parallelism=2,
+    out, rows = str(tmp_path / "out"), 50_000  # 25 s of input: the outage and the recovery fit well inside
+    env = counting.build(out, "s3://checkpoints/jobs", rows, 2_000, interval_ms=200, parallelism=2,
                          conf={"s3.endpoint": proxy.url, "execution.checkpointing.tolerable-failed-checkpoints": 1000,
                                **S3_FAST_FAIL})
     job = env.execute_async("counting")
@@ -110,6 +110,7 @@ def test_s3_outage_fails_checkpoints_the_job_runs_on_and_recovers(spark_slots, s
     assert all(f for f in failures)
     proxy.up()
     wait_for(lambda: cc.counts["COMPLETED"] >= completed_at_outage + 3, 60, "checkpoints completing again")
+    assert not job._finished.is_set(), "the input ran out before the test saw recovery"
     result = job.get_job_execution_result(180)
     assert result.restarts == 0
     assert committed_rows(out) == counting.expected_rows(rows)
