@@ -274,10 +274,7 @@ class CheckpointCoordinator:
         except Exception as e:  # noqa: BLE001 - any storage error fails this checkpoint only
             self.fail(n, f"could not write {self.storage.checkpoint_url(n)}/_metadata: {type(e).__name__}: {e}", now)
             return None
-        del self.pending[n]
-        pending.stats.status = COMPLETED
-        pending.stats.duration_ms = (now - pending.started) * 1000.0
-        self.counts[COMPLETED] += 1
+        self._mark_completed(pending, now)
         self.consecutive_failures = 0
         self.last_completion = now
         self.final_completed = self.final_completed or pending.stats.final
@@ -290,6 +287,12 @@ class CheckpointCoordinator:
         self._apply_retention()
         return done
 
+    def _mark_completed(self, pending: PendingCheckpoint, now: float) -> None:
+        del self.pending[pending.checkpoint_id]
+        pending.stats.status = COMPLETED
+        pending.stats.duration_ms = (now - pending.started) * 1000.0
+        self.counts[COMPLETED] += 1
+
     def _complete_savepoint(self, pending: PendingCheckpoint, meta: CheckpointMetadata,
                             now: float) -> CompletedCheckpoint | None:
         request = pending.savepoint
@@ -299,10 +302,7 @@ class CheckpointCoordinator:
         except Exception as e:  # noqa: BLE001 - any storage error fails this savepoint only
             self.fail(pending.checkpoint_id, f"could not write {request.path}/_metadata: {type(e).__name__}: {e}", now)
             return None
-        del self.pending[pending.checkpoint_id]
-        pending.stats.status = COMPLETED
-        pending.stats.duration_ms = (now - pending.started) * 1000.0
-        self.counts[COMPLETED] += 1
+        self._mark_completed(pending, now)
         request.status, request.completed = COMPLETED, time.time()
         if request.stop:
             self.final_completed = True

@@ -96,6 +96,11 @@ def write_file(fs: Any, path: str, data: bytes, exclusive: bool) -> None:
         fs.pipe_file(path, data)
 
 
+def inline_handle(data: bytes, index: dict) -> dict:
+    """A state handle carrying its bytes inside ``_metadata`` (small state, or memory:// storage)."""
+    return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+
+
 class StateLocation:
     """Reads state handles relative to one job's checkpoint directory (tasks and job manager alike)."""
 
@@ -144,9 +149,9 @@ class CheckpointStorage(StateLocation):
                     f"state of {name} is {len(data)} bytes, more than the {self.memory_max_state} bytes the job "
                     f"manager's memory:// checkpoint storage takes; use file:// or s3:// checkpoint storage"
                 )
-            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+            return inline_handle(data, index)
         if len(data) <= self.inline_threshold:
-            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+            return inline_handle(data, index)
         relative = f"chk-{checkpoint_id}/{name}-{uuid.uuid4().hex[:8]}"
         self._write(self.path(relative), data, exclusive=False)
         return {"file": relative, "size": len(data), "index": index}
@@ -248,7 +253,7 @@ class SavepointTarget(StateLocation):
 
     def write_state(self, checkpoint_id: int, name: str, data: bytes, index: dict) -> dict:
         if len(data) <= self.inline_threshold:
-            return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+            return inline_handle(data, index)
         relative = f"{name}-{uuid.uuid4().hex[:8]}"
         write_file(self.fs, self.path(relative), data, exclusive=False)
         return {"file": relative, "size": len(data), "index": index}

@@ -181,6 +181,7 @@ class SlotRuntime:
         conf = Configuration(graph.config)
         filesystems.configure(conf)  # s3:// settings of this job, in this task's process
         self.batch_size = conf.get_int(Options.BATCH_SIZE)
+        self.inline_threshold = conf.get_int(Options.INLINE_STATE_THRESHOLD)
         self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
         self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
         self.metrics_interval = conf.get_int(Options.METRICS_INTERVAL) / 1000.0
@@ -264,19 +265,12 @@ class SlotRuntime:
             self.tasks.append(task)
 
     def _restore_state(self, restore: dict) -> None:
-        """Put every operator back to the checkpoint the job manager chose."""
+        """Put every operator back to the checkpoint the job manager chose. (State of operators this
+        job does not have was refused or allowed by the executor before deployment.)"""
         location = StateLocation(restore["root"])
         saved = restore["operators"]
-        by_key = {op.key: op for op in self.operators.values()}
-        unknown = [k for k, v in saved.items() if k not in by_key and any(v["subtasks"])]
-        if unknown and not Configuration(self.graph.config).get_bool(Options.ALLOW_NON_RESTORED_STATE):
-            names = ", ".join(f"{k} ({saved[k].get('name', '?')})" for k in unknown)
-            raise RestoreError(
-                f"checkpoint {restore['url']} has state for operators this job does not have: {names}; "
-                "give operators stable uids with .uid(...) so state finds them after the job changes"
-            )
-        for key, op in by_key.items():
-            entry = saved.get(key)
+        for op in self.operators.values():
+            entry = saved.get(op.key)
             if entry is not None:
                 try:
                     op.initialize_state(entry["subtasks"], location, restore.get("id"))
@@ -435,8 +429,7 @@ class SlotRuntime:
             self._collect_snapshots()
         started = time.perf_counter()
         if barrier.savepoint and n not in self.savepoints:
-            conf = Configuration(self.graph.config)
-            self.savepoints[n] = SavepointTarget(barrier.savepoint, conf.get_int(Options.INLINE_STATE_THRESHOLD))
+            self.savepoints[n] = SavepointTarget(barrier.savepoint, self.inline_threshold)
         full = barrier.savepoint is not None
         snaps = [s for s in (op.snapshot_state(n, full) for op in task.operators) if s is not None]
         if not task.finished:
