@@ -1,0 +1,365 @@
+"""The StreamJob custom resource: pydantic models of its spec and status.
+
+These models are the source of truth: the CRD in ``crds/`` is generated from
+them (``streamjob operator crd``), the operator parses every resource it reads
+with them, and the API server's own schema and CEL rules (``x-kubernetes-
+validations``, declared here next to the fields they guard) refuse what can be
+refused before the operator ever sees it. Field names are camelCase, as in
+every Kubernetes API; Python attributes are snake_case.
+
+Durations are Kubernetes/Go style strings (``30s``, ``5m``, ``1h30m``, ``500ms``).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from .version import API_GROUP, API_VERSION
+
+KIND = "StreamJob"
+PLURAL = "streamjobs"
+SINGULAR = "streamjob"
+SHORT_NAMES = ["sj"]
+CATEGORIES = ["all", "streamjob"]
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+# Kubernetes quantities (CPU "500m", "2"; memory "2Gi", "512M").
+Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")]
+
+
+def seconds(duration: str) -> float:
+    """``1h30m`` -> 5400.0 (the string already passed ``DURATION_PATTERN``)."""
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(duration))
+
+
+class _Model(BaseModel):
+    # validate_default: enum defaults become their values too, so a dump is plain JSON.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_enum_values=True, validate_default=True)
+
+
+# Kubernetes' own object types (env vars, volumes, affinity, ...) are passed through to the
+# pods as given: the API server validates them there, and copying their schemas here would
+# only drift. The CRD marks them x-kubernetes-preserve-unknown-fields.
+K8sObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+
+
+# -- spec --------------------------------------------------------------------------------------
+class JobState(str, Enum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+
+
+class UpgradeMode(str, Enum):
+    STATELESS = "stateless"  # redeploy fresh: state is dropped
+    SAVEPOINT = "savepoint"  # stop-with-savepoint, redeploy from it
+    LAST_STATE = "last-state"  # cancel, redeploy from the latest retained checkpoint
+
+
+class DeploymentMode(str, Enum):
+    LOCAL = "local"  # the whole job in the driver pod on local[N] Spark
+    KUBERNETES = "kubernetes"  # Spark's Kubernetes backend creates executor pods
+
+
+class JobSource(_Model):
+    """Which program to run: a file in the image, or an importable module."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.file) != has(self.module)", "message": "job: give exactly one of file or module"}]})
+    file: Annotated[str, Field(min_length=1, description="Path of the job file inside the image")] | None = None
+    module: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+                                 description="Python module to run (python -m)")] | None = None
+    args: list[str] = Field(default_factory=list, description="Arguments passed to the job")
+
+
+class Checkpointing(_Model):
+    interval: Duration = Field("10s", description="Time between checkpoints")
+    mode: Literal["EXACTLY_ONCE", "AT_LEAST_ONCE"] = "EXACTLY_ONCE"
+    timeout: Duration = Field("10m", description="A checkpoint not complete by then fails")
+    min_pause: Duration = Field("0s", description="Least time between the end of one checkpoint and the next")
+    tolerable_failures: int = Field(0, ge=0, description="Failed checkpoints in a row before the job restarts")
+    retained: int = Field(3, ge=1, description="Completed checkpoints kept (last-state upgrades use the newest)")
+    incremental: bool = Field(False, description="RocksDB: upload only new SST files")
+
+
+class RestartStrategy(_Model):
+    """The runtime's own restart strategy (Flink's ``restart-strategy.*``): restarts inside one deployment."""
+
+    type: Literal["none", "fixed-delay", "exponential-delay", "failure-rate"] = "exponential-delay"
+    attempts: int | None = Field(None, ge=0, description="fixed-delay: restarts before the job fails")
+    delay: Duration | None = Field(None, description="fixed-delay / failure-rate: wait between restarts")
+    initial_backoff: Duration | None = None
+    max_backoff: Duration | None = None
+    max_failures_per_interval: int | None = Field(None, ge=1)
+    failure_rate_interval: Duration | None = None
+
+
+class Resources(_Model):
+    cpu: Quantity = Field("1", description="CPU request (and limit unless cpuLimit is set)")
+    cpu_limit: Quantity | None = None
+    memory: Quantity = Field("2Gi", description="Memory request and limit")
+
+
+class DriverSpec(_Model):
+    resources: Resources = Field(default_factory=Resources)
+
+
+class ExecutorSpec(_Model):
+    cores: int = Field(1, ge=1, le=64, description="Task slots per executor pod (mode: kubernetes)")
+    resources: Resources = Field(default_factory=Resources)
+
+
+class PodOverrides(_Model):
+    """Applied to the driver pod and, in mode kubernetes, to executor pods."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    env: list[K8sObject] = Field(default_factory=list)
+    env_from: list[K8sObject] = Field(default_factory=list)
+    volumes: list[K8sObject] = Field(default_factory=list)
+    volume_mounts: list[K8sObject] = Field(default_factory=list)
+    service_account_name: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[K8sObject] = Field(default_factory=list)
+    affinity: K8sObject | None = None
+    security_context: K8sObject | None = Field(None, description="Pod security context")
+    container_security_context: K8sObject | None = None
+    image_pull_secrets: list[K8sObject] = Field(default_factory=list)
+
+
+class SecretKeyRef(_Model):
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class S3Spec(_Model):
+    endpoint: str | None = Field(None, description="S3 API endpoint (MinIO, Ceph, ...); empty: AWS")
+    region: str | None = None
+    path_style_access: bool = False
+    access_key_id: SecretKeyRef | None = Field(None, description="Secret key holding AWS_ACCESS_KEY_ID")
+    secret_access_key: SecretKeyRef | None = Field(None, description="Secret key holding AWS_SECRET_ACCESS_KEY")
+
+
+class SavepointPolicy(_Model):
+    periodic_interval: Duration | None = Field(None, description="Take a savepoint this often (empty: never)")
+    timeout: Duration = Field("10m", description="A savepoint not complete by then counts as failed")
+    history_max_count: int = Field(10, ge=1, description="Savepoints kept in status.savepointHistory")
+    history_max_age: Duration | None = Field(None, description="Older savepoints are disposed (never the newest)")
+
+
+class RedeployPolicy(_Model):
+    """What the operator does when the job fails beyond its restart strategy or its driver pod is lost."""
+
+    max_redeploys: int = Field(3, ge=0, description="Redeploys from the latest checkpoint before FAILED")
+    backoff: Duration = Field("10s", description="Wait before the first redeploy; doubles each time")
+    max_backoff: Duration = Field("5m")
+
+
+class HealthPolicy(_Model):
+    restarts_threshold: int = Field(5, ge=1, description="Restarts within restartsWindow that make the job Degraded")
+    restarts_window: Duration = "10m"
+    stable_after: Duration = Field("1m", description="Running this long after a deploy makes its spec the stable one")
+    rollback: bool = Field(False, description="Roll back to status.lastStableSpec if an upgrade is not stable in time")
+    rollback_timeout: Duration = "5m"
+
+
+class StreamJobSpec(_Model):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.maxParallelism) || self.parallelism <= self.maxParallelism",
+         "message": "parallelism must not exceed maxParallelism", "fieldPath": ".parallelism"},
+        {"rule": "!has(oldSelf.maxParallelism) || (has(self.maxParallelism) && self.maxParallelism == oldSelf.maxParallelism)",
+         "message": "maxParallelism cannot change once set (it is the number of key groups of the job's state)",
+         "fieldPath": ".maxParallelism"},
+        {"rule": "self.upgradeMode != 'savepoint' || (has(self.savepointDir) && size(self.savepointDir) > 0)",
+         "message": "upgradeMode savepoint needs savepointDir", "fieldPath": ".savepointDir"},
+        {"rule": "self.upgradeMode != 'last-state' || (has(self.checkpointDir) && size(self.checkpointDir) > 0)",
+         "message": "upgradeMode last-state needs checkpointDir", "fieldPath": ".checkpointDir"},
+        {"rule": "!self.savepointOnDeletion || (has(self.savepointDir) && size(self.savepointDir) > 0)",
+         "message": "savepointOnDeletion needs savepointDir", "fieldPath": ".savepointDir"},
+        {"rule": "!has(self.savepoints) || !has(self.savepoints.periodicInterval) || "
+                 "(has(self.savepointDir) && size(self.savepointDir) > 0)",
+         "message": "periodic savepoints need savepointDir", "fieldPath": ".savepointDir"},
+    ]})
+
+    image: str = Field(min_length=1, description="Image with streamjob and the job (one image for driver and executors)")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    job: JobSource
+    parallelism: int = Field(ge=1, le=32768)
+    max_parallelism: int | None = Field(None, ge=1, le=32768, description="Key groups; fixed for the job's life (default 128)")
+    state: JobState = JobState.RUNNING
+    upgrade_mode: UpgradeMode = UpgradeMode.STATELESS
+    mode: DeploymentMode = DeploymentMode.LOCAL
+    checkpointing: Checkpointing | None = Field(None, description="Off when absent")
+    state_backend: Literal["hashmap", "rocksdb"] = "hashmap"
+    checkpoint_dir: str | None = Field(None, description="file:// or s3:// directory for checkpoints")
+    savepoint_dir: str | None = Field(None, description="file:// or s3:// directory for savepoints")
+    initial_savepoint_path: str | None = Field(None, description="Savepoint the first deployment restores")
+    allow_non_restored_state: bool = False
+    restart_strategy: RestartStrategy | None = None
+    driver: DriverSpec = Field(default_factory=DriverSpec)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="spark.* settings for the job's Spark")
+    config: dict[str, str] = Field(default_factory=dict, description="Runtime options (as --conf key=value)")
+    pod: PodOverrides = Field(default_factory=PodOverrides)
+    s3: S3Spec | None = None
+    savepoints: SavepointPolicy = Field(default_factory=SavepointPolicy)
+    savepoint_on_deletion: bool = False
+    redeploy: RedeployPolicy = Field(default_factory=RedeployPolicy)
+    health: HealthPolicy = Field(default_factory=HealthPolicy)
+    restart_nonce: int | None = Field(None, description="Change to redeploy with the same spec (as an upgrade)")
+
+
+# -- status ------------------------------------------------------------------------------------
+class LifecycleState(str, Enum):
+    CREATED = "CREATED"  # seen, nothing deployed yet
+    DEPLOYED = "DEPLOYED"  # a deployment is running, not yet stable
+    STABLE = "STABLE"  # running its spec for health.stableAfter
+    UPGRADING = "UPGRADING"  # stopping the old deployment to start a new spec
+    SUSPENDED = "SUSPENDED"
+    ROLLING_BACK = "ROLLING_BACK"
+    ROLLED_BACK = "ROLLED_BACK"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+
+
+class JobStatusState(str, Enum):
+    """The job manager's state, as its REST API reports it, plus what the operator alone can know."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    DEPLOYING = "DEPLOYING"  # the driver pod exists, the job manager does not answer yet
+    UNKNOWN = "UNKNOWN"  # the job manager cannot be reached: never a stale RUNNING
+    NOT_DEPLOYED = "NOT_DEPLOYED"
+
+
+class TriggerType(str, Enum):
+    MANUAL = "manual"  # the streamjob.io/savepoint annotation
+    PERIODIC = "periodic"
+    UPGRADE = "upgrade"
+    SUSPEND = "suspend"
+    DELETE = "delete"
+
+
+class JobInfo(_Model):
+    state: JobStatusState = JobStatusState.NOT_DEPLOYED
+    job_id: str | None = None
+    start_time: str | None = None
+    restarts: int = 0
+    error: str | None = None
+    update_time: str | None = None
+
+
+class CheckpointInfo(_Model):
+    id: int
+    time: str
+    path: str
+
+
+class SavepointInfo(_Model):
+    path: str
+    time: str
+    trigger_type: TriggerType
+    nonce: str | None = None
+    request_id: str | None = None
+
+
+class SavepointTrigger(_Model):
+    """The savepoint in flight: written before it is triggered, so a restart resumes it, never repeats it."""
+
+    request_id: str
+    trigger_type: TriggerType
+    nonce: str | None = None
+    stop: bool = False
+    target_dir: str
+    trigger_time: str
+    attempts: int = 0
+    last_error: str | None = None
+    next_attempt_time: str | None = None
+
+
+class Deployment(_Model):
+    """The deployment the operator made last: what it runs and what it restored."""
+
+    number: int = 0  # 1, 2, ...: each redeploy is a new driver pod (name suffix)
+    pod_name: str | None = None
+    parallelism: int | None = None
+    restore_kind: Literal["savepoint", "checkpoint"] | None = None
+    restore_path: str | None = None
+    deploy_time: str | None = None
+    generation: int | None = None  # metadata.generation of the spec it runs
+
+
+class Upgrade(_Model):
+    """An upgrade (or rescale, suspend, rollback, redeploy) in progress: the write-ahead record."""
+
+    phase: Literal["STOPPING", "CANCELING", "DEPLOYING"]
+    reason: Literal["upgrade", "rescale", "suspend", "rollback", "redeploy"]
+    mode: UpgradeMode
+    savepoint_request_id: str | None = None
+    restore_kind: Literal["savepoint", "checkpoint"] | None = None
+    restore_path: str | None = None
+    started_time: str
+    phase_time: str
+    target_spec: K8sObject = Field(description="The spec the next deployment runs")
+    attempts: int = 0  # failed stop-with-savepoint attempts; the old job keeps running meanwhile
+    last_error: str | None = None
+    next_attempt_time: str | None = None
+
+
+class Condition(_Model):
+    type: Literal["Ready", "Progressing", "Degraded"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class StreamJobStatus(_Model):
+    model_config = ConfigDict(extra="ignore")  # kopf keeps its own bookkeeping in status too
+
+    lifecycle_state: LifecycleState = LifecycleState.CREATED
+    job_status: JobInfo = Field(default_factory=JobInfo)
+    parallelism: int = 0
+    selector: str | None = Field(None, description="Label selector of the job's pods (scale subresource)")
+    last_checkpoint: CheckpointInfo | None = None
+    last_savepoint: SavepointInfo | None = None
+    savepoint_history: list[SavepointInfo] = Field(default_factory=list)
+    pending_disposal: list[str] = Field(default_factory=list, description="Savepoints being disposed")
+    savepoint_trigger: SavepointTrigger | None = None
+    last_handled_nonce: str | None = None
+    savepoint_failures: int = 0
+    deployment: Deployment = Field(default_factory=Deployment)
+    upgrade: Upgrade | None = None
+    redeploys: int = 0
+    next_redeploy_time: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    error: str | None = None
+    observed_generation: int = 0
+    last_reconciled_spec: K8sObject | None = None
+    last_stable_spec: K8sObject | None = None
+    restart_history: list[str] = Field(default_factory=list, description="Times of recent job restarts")
+
+
+class StreamJob(BaseModel):
+    """A whole resource as the API server returns it."""
+
+    model_config = ConfigDict(extra="ignore")
+    api_version: str = Field(f"{API_GROUP}/{API_VERSION}", alias="apiVersion")
+    kind: str = KIND
+    metadata: dict[str, Any]
+    spec: StreamJobSpec
+    status: StreamJobStatus = Field(default_factory=StreamJobStatus)

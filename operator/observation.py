@@ -1,0 +1,81 @@
+"""What the observer saw of one StreamJob's deployment, as plain values the reconciler decides on.
+
+The observer (``observer.py``) fills these from the driver pod and the job
+manager's REST API; it records, it never acts. Everything here is immutable so
+a decision is a pure function of (spec, status, observation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    name: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool = False
+    ip: str | None = None
+    terminating: bool = False
+    # Why the container does not start (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...).
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    exit_code: int | None = None
+    # The job manager's final word, from the container's termination message (JSON) when it ended.
+    final_state: str | None = None
+    final_savepoint: str | None = None
+    final_error: str | None = None
+    final_job_id: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class CheckpointObservation:
+    id: int
+    path: str
+    completed_time: float  # epoch seconds
+
+
+@dataclass(frozen=True)
+class JobObservation:
+    """``GET /v1/job`` of the deployment's job manager; ``reachable=False`` when it did not answer."""
+
+    reachable: bool
+    state: str | None = None  # CREATED, RUNNING, RESTARTING, FINISHED, FAILED, CANCELED
+    job_id: str | None = None
+    restarts: int = 0
+    start_time: float | None = None
+    parallelism: int | None = None
+    latest_checkpoint: CheckpointObservation | None = None
+    final_savepoint: str | None = None
+    error: str | None = None
+    unreachable_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SavepointObservation:
+    """``GET /v1/savepoints/{request id}`` for the trigger in flight."""
+
+    request_id: str
+    status: str  # QUEUED, IN_PROGRESS, COMPLETED, FAILED, UNKNOWN (not known to this job manager)
+    path: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: datetime
+    pod: PodObservation | None = None  # the current deployment's driver pod; None: it does not exist
+    job: JobObservation | None = None  # None: not asked (no pod or no IP yet)
+    savepoint: SavepointObservation | None = None
+    # Results of actions the edge carried out since the last decision (idempotent if lost).
+    disposed: frozenset[str] = frozenset()  # savepoint paths whose disposal succeeded
+    dispose_errors: dict[str, str] = field(default_factory=dict)
+    trigger_errors: dict[str, str] = field(default_factory=dict)  # request id -> why the trigger was refused
+    # Problems with the spec the API server could not see: field path -> message.
+    spec_errors: dict[str, str] = field(default_factory=dict)
+    other_pods: tuple[str, ...] = ()  # driver pods of earlier deployments still present
