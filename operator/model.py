@@ -174,9 +174,9 @@ class HealthPolicy(_Model):
 
 class StreamJobSpec(_Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "!has(self.maxParallelism) || self.parallelism <= self.maxParallelism",
+        {"rule": "self.parallelism <= self.maxParallelism",
          "message": "parallelism must not exceed maxParallelism", "fieldPath": ".parallelism"},
-        {"rule": "!has(oldSelf.maxParallelism) || (has(self.maxParallelism) && self.maxParallelism == oldSelf.maxParallelism)",
+        {"rule": "self.maxParallelism == oldSelf.maxParallelism",
          "message": "maxParallelism cannot change once set (it is the number of key groups of the job's state)",
          "fieldPath": ".maxParallelism"},
         {"rule": "self.upgradeMode != 'savepoint' || (has(self.savepointDir) && size(self.savepointDir) > 0)",
@@ -194,7 +194,9 @@ class StreamJobSpec(_Model):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     job: JobSource
     parallelism: int = Field(ge=1, le=32768)
-    max_parallelism: int | None = Field(None, ge=1, le=32768, description="Key groups; fixed for the job's life (default 128)")
+    # Defaulted (to the runtime's own default) rather than optional, so the API server can hold it
+    # fixed from the first apply: a job that ran without it must not get other key groups later.
+    max_parallelism: int = Field(128, ge=1, le=32768, description="Key groups; fixed for the job's life")
     state: JobState = JobState.RUNNING
     upgrade_mode: UpgradeMode = UpgradeMode.STATELESS
     mode: DeploymentMode = DeploymentMode.LOCAL
@@ -346,7 +348,8 @@ class StreamJobStatus(_Model):
     upgrade: Upgrade | None = None
     redeploys: int = 0
     next_redeploy_time: str | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: Annotated[list[Condition], Field(json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})] = Field(default_factory=list)
     error: str | None = None
     observed_generation: int = 0
     last_reconciled_spec: K8sObject | None = None
