@@ -143,6 +143,13 @@ def openapi_schema() -> dict:
             "status": status,
         },
         "required": ["spec"],
+        # The name becomes the Service's (a DNS-1035 label) and prefixes its pods' names, Spark's
+        # executor pods' included: short enough for all of them.
+        "x-kubernetes-validations": [{
+            "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 45",
+            "message": "metadata.name: at most 45 lowercase letters, digits and '-', starting with a letter and "
+                       "ending with a letter or digit (it names the job's Service and prefixes its pods)",
+        }],
     }
 
 

@@ -34,6 +34,8 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
 # Kubernetes quantities (CPU "500m", "2"; memory "2Gi", "512M").
 Quantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")]
+ConfValue = Annotated[str, StringConstraints(max_length=4096)]
+MemoryQuantity = Annotated[str, StringConstraints(pattern=r"^[0-9]+(k|M|G|T|Ki|Mi|Gi|Ti)?$")]
 
 
 def seconds(duration: str) -> float:
@@ -104,9 +106,10 @@ class RestartStrategy(_Model):
 
 
 class Resources(_Model):
-    cpu: Quantity = Field("1", description="CPU request (and limit unless cpuLimit is set)")
-    cpu_limit: Quantity | None = None
-    memory: Quantity = Field("2Gi", description="Memory request and limit")
+    cpu: Quantity = Field("1", description="CPU request")
+    cpu_limit: Quantity | None = Field(None, description="CPU limit (none unless set)")
+    memory: MemoryQuantity = Field("2Gi", description="Memory request and limit of the container (Spark adds its "
+                                                      "memory overhead to executors)")
 
 
 class DriverSpec(_Model):
@@ -127,7 +130,8 @@ class PodOverrides(_Model):
     env_from: list[K8sObject] = Field(default_factory=list)
     volumes: list[K8sObject] = Field(default_factory=list)
     volume_mounts: list[K8sObject] = Field(default_factory=list)
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(None, description="Mode local: the driver's; mode kubernetes: the "
+                                                                "executors' (the driver uses the job's own)")
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[K8sObject] = Field(default_factory=list)
     affinity: K8sObject | None = None
@@ -172,6 +176,14 @@ class HealthPolicy(_Model):
     rollback_timeout: Duration = "5m"
 
 
+# Set by the operator so its pods, Service and job manager agree: a user's value would break the
+# deployment (the ports the Service names, where the final result is written, the Spark master).
+RESERVED_KEYS = frozenset({"rest.address", "jobmanager.rpc.port", "spark.driver.port", "spark.driver.blockManager.port",
+                           "spark.driver.host", "spark.driver.bindAddress", "spark.master",
+                           "kubernetes.termination-log", "rest.result-linger", "parallelism.default",
+                           "execution.state-recovery.path", "spark.kubernetes.driver.pod.name"})
+
+
 class StreamJobSpec(_Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.parallelism <= self.maxParallelism",
@@ -183,6 +195,21 @@ class StreamJobSpec(_Model):
          "message": "upgradeMode savepoint needs savepointDir", "fieldPath": ".savepointDir"},
         {"rule": "self.upgradeMode != 'last-state' || (has(self.checkpointDir) && size(self.checkpointDir) > 0)",
          "message": "upgradeMode last-state needs checkpointDir", "fieldPath": ".checkpointDir"},
+        {"rule": "self.upgradeMode != 'last-state' || has(self.checkpointing)",
+         "message": "upgradeMode last-state needs checkpointing (it restores the latest checkpoint)",
+         "fieldPath": ".checkpointing"},
+        {"rule": "!has(self.sparkConf) || self.sparkConf.all(k, k.startsWith('spark.') && !(k in "
+                 f"{sorted(RESERVED_KEYS)!r}))",
+         "message": "sparkConf: keys start with spark., and the ports, addresses and master the operator "
+                    "sets cannot be overridden", "fieldPath": ".sparkConf"},
+        {"rule": "!has(self.config) || self.config.all(k, !(k in " f"{sorted(RESERVED_KEYS)!r}))",
+         "message": "config: the ports, addresses and files the operator sets cannot be overridden",
+         "fieldPath": ".config"},
+        {"rule": "(!has(self.config) || self.config.all(k, !k.contains('=') && !k.contains('\\n') && "
+                 "!self.config[k].contains('\\n'))) && (!has(self.sparkConf) || self.sparkConf.all(k, "
+                 "!k.contains('=') && !k.contains('\\n') && !self.sparkConf[k].contains('\\n')))",
+         "message": "config and sparkConf: keys cannot contain '=' or line breaks, values cannot contain line breaks",
+         "fieldPath": ".config"},
         {"rule": "!self.savepointOnDeletion || (has(self.savepointDir) && size(self.savepointDir) > 0)",
          "message": "savepointOnDeletion needs savepointDir", "fieldPath": ".savepointDir"},
         {"rule": "!has(self.savepoints) || !has(self.savepoints.periodicInterval) || "
@@ -209,8 +236,12 @@ class StreamJobSpec(_Model):
     restart_strategy: RestartStrategy | None = None
     driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
-    spark_conf: dict[str, str] = Field(default_factory=dict, description="spark.* settings for the job's Spark")
-    config: dict[str, str] = Field(default_factory=dict, description="Runtime options (as --conf key=value)")
+    # maxProperties bounds the CEL rules' cost over these maps (the API server refuses unbounded ones).
+    # Bounded values too: without maxLength the API server costs every string as a whole request.
+    spark_conf: dict[str, ConfValue] = Field(default_factory=dict, max_length=256,
+                                             description="spark.* settings for the job's Spark")
+    config: dict[str, ConfValue] = Field(default_factory=dict, max_length=256,
+                                         description="Runtime options (as --conf key=value)")
     pod: PodOverrides = Field(default_factory=PodOverrides)
     s3: S3Spec | None = None
     savepoints: SavepointPolicy = Field(default_factory=SavepointPolicy)

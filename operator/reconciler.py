@@ -25,6 +25,7 @@ from .events import Reason
 from .model import (CheckpointInfo, Condition, Deployment, JobInfo, JobStatusState, LifecycleState, SavepointInfo,
                     SavepointTrigger, StreamJobSpec, StreamJobStatus, TriggerType, Upgrade, UpgradeMode, seconds)
 from .observation import Observation
+from .resources import names
 
 SAVEPOINT_ANNOTATION = "streamjob.io/savepoint"
 MAX_SAVEPOINT_ATTEMPTS = 3  # per manual/periodic savepoint; upgrades retry until the spec changes
@@ -143,10 +144,6 @@ def backoff(attempts: int, first: float, most: float) -> float:
 
 
 # -- names -------------------------------------------------------------------------------------
-def driver_pod_name(name: str, number: int) -> str:
-    return f"{name}-driver-{number}"
-
-
 def request_id(resource: Resource, kind: str, token: str, attempt: int = 0) -> str:
     """A savepoint request id the job manager de-duplicates: the same (resource, kind, token, attempt)
     always gives the same id, so a trigger repeated after an operator restart takes no second savepoint."""
@@ -221,7 +218,6 @@ def _record_observation(res: Resource, st: StreamJobStatus, obs: Observation, pl
     """Copy the observation into status.jobStatus: never a stale RUNNING when the job manager is silent."""
     js = st.job_status
     pod, job = obs.pod, obs.job
-    js.update_time = iso(obs.now)
     if st.deployment.pod_name is None:
         js.state = JobStatusState.NOT_DEPLOYED.value
         return
@@ -492,7 +488,7 @@ def _new_deployment(res: Resource, st: StreamJobStatus, obs: Observation, spec: 
     assert up is not None
     number = st.deployment.number + 1
     st.last_reconciled_spec = up.target_spec
-    st.deployment = Deployment(number=number, pod_name=driver_pod_name(res.name, number),
+    st.deployment = Deployment(number=number, pod_name=names.driver_pod(res.name, number),
                                parallelism=spec.parallelism, restore_kind=restore.kind if restore else None,
                                restore_path=restore.path if restore else None, deploy_time=iso(obs.now))
     st.last_checkpoint = None  # belongs to the job that stopped; the new one reports its own

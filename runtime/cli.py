@@ -38,7 +38,8 @@ def main() -> None:
 @click.option("--allow-non-restored-state", is_flag=True,
               help="Drop state of operators (uids) the job no longer has, instead of refusing to start.")
 @click.option("--rest-address", metavar="HOST:PORT",
-              help="Where the REST API and /metrics listen (default 127.0.0.1 and a free port; 'off': none).")
+              help="Where the REST API and /metrics listen (default 127.0.0.1, in a pod 0.0.0.0, and a free port; "
+                   "'off': none).")
 @click.option("--no-progress", is_flag=True, help="No live progress table; the summary is still printed.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple[str, ...], from_checkpoint: str | None,
@@ -145,6 +146,10 @@ def status(address: str, token: str, as_json: bool) -> None:
     click.echo(f"{job['name']} ({job['id']}): {job['state']}, parallelism {job['parallelism']} "
                f"(max {job['max_parallelism']}), {job['restarts']} restarts")
     click.echo(f"latest checkpoint: {latest['id']} at {latest['path']}" if latest else "latest checkpoint: none")
+    if job.get("final_savepoint"):
+        click.echo(f"final savepoint: {job['final_savepoint']}")
+    if job.get("error"):
+        click.echo(f"error: {job['error']}")
 
 
 @main.command()
@@ -176,8 +181,11 @@ def checkpoints(address: str, token: str, as_json: bool, last: int) -> None:
 @click.option("--no-wait", is_flag=True, help="Print the trigger id and return; do not wait for the outcome.")
 @click.option("--dispose", metavar="PATH", help="Delete the savepoint at PATH instead (no job needed).")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for the savepoint.")
+@click.option("--request-id", metavar="ID",
+              help="Your id for this request (1-128 of A-Z a-z 0-9 . _ : -): repeating it never takes a second "
+                   "savepoint; it becomes the savepoint's id.")
 def savepoint(address: str | None, token: str, target_dir: str | None, stop: bool, drain: bool, no_wait: bool,
-              dispose: str | None, timeout: float) -> None:
+              dispose: str | None, timeout: float, request_id: str | None) -> None:
     """Take a savepoint of a running job (or stop it with one), or dispose of one."""
     import time
 
@@ -200,6 +208,8 @@ def savepoint(address: str | None, token: str, target_dir: str | None, stop: boo
     body: dict = {"stop": stop, "drain": drain}
     if target_dir:
         body["target_dir"] = target_dir
+    if request_id:
+        body["request_id"] = request_id
     triggered = _api(address, token, "POST", "/v1/savepoints", body)
     if no_wait:
         click.echo(triggered["id"])
@@ -235,6 +245,17 @@ def cancel(address: str, token: str) -> None:
     _api(address, token, "POST", "/v1/cancel")
     click.echo("canceling")
 
+
+def _operator_commands() -> None:
+    """``streamjob operator``: the Kubernetes operator's commands (loaded only when installed with it)."""
+    try:
+        from streamjob.operator.cli import operator
+    except ImportError:  # pragma: no cover - the operator's dependencies are missing
+        return
+    main.add_command(operator)
+
+
+_operator_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -3,7 +3,8 @@
 ``structural_problems`` checks the rules of structural schemas; ``apply_defaults``, ``strict_validator``
 and ``cel_violations`` are the three steps a create or update goes through: defaulting (with pruning
 of nulls), OpenAPI validation with field validation Strict, and the ``x-kubernetes-validations``
-rules, evaluated with cel-python.
+rules, evaluated with cel-python. ``iterations`` finds what the rules iterate, whose sizes the API
+server's cost estimate needs.
 """
 
 from __future__ import annotations
@@ -120,19 +121,32 @@ def cel_violations(schema: dict, new, old=None) -> list[str]:
     """The messages of the ``x-kubernetes-validations`` rules ``new`` breaks, each rule with ``self``
     bound to the value at its own node. Transition rules (using ``oldSelf``) run, as in the API
     server, only where an old value exists at that node: never on create. ``new`` and ``old``
-    should be defaulted first (rules are written against defaulted objects)."""
+    should be defaulted first (rules are written against defaulted objects).
+
+    ``schema`` is a resource's openAPIV3Schema and ``new``/``old`` whole objects: the rules at its root
+    see ``self`` = the object (apiVersion, kind, metadata, spec, ...), with, as in the API server,
+    only ``metadata.name`` and ``metadata.generateName`` of the metadata."""
     messages: list[str] = []
-    _check(schema, new, old, messages)
+    _check(schema, new, old, messages, view=_root_view)
     return messages
 
 
-def _check(schema: dict, new, old, messages: list[str]) -> None:
+def _root_view(obj):
+    """``obj`` as root-level rules see it: of its metadata only name and generateName."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return obj
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "generateName")}
+    return {**obj, "metadata": meta}
+
+
+def _check(schema: dict, new, old, messages: list[str], view=lambda value: value) -> None:
+    """``view``: what the rules here see of a value (the root's see less of the metadata)."""
     for rule in schema.get("x-kubernetes-validations", []):
-        activation = {"self": celpy.json_to_cel(new)}
+        activation = {"self": celpy.json_to_cel(view(new))}
         if is_transition_rule(rule):
             if old is None:
                 continue
-            activation["oldSelf"] = celpy.json_to_cel(old)
+            activation["oldSelf"] = celpy.json_to_cel(view(old))
         result = _program(rule["rule"]).evaluate(activation)
         if isinstance(result, celpy.CELEvalError):  # the API server reports it as an error too
             raise result
@@ -149,3 +163,26 @@ def _check(schema: dict, new, old, messages: list[str]) -> None:
         # Plain lists have no old items to correlate with (only listType map/set lists do).
         for item in new:
             _check(schema["items"], item, None, messages)
+
+
+_MACRO = r"\.(?:all|exists_one|exists|map|filter)\("
+_TARGET = re.compile(r"\bself((?:\.[A-Za-z_]\w*)*)" + _MACRO)
+
+
+def iterations(schema: dict) -> Iterator[tuple[str, str, str, dict | None]]:
+    """Each list or map a rule iterates (all/exists/exists_one/map/filter), as (rule, the iterated
+    ``self.field...`` as the rule names it, its path, its schema node). The node is None where the
+    target is no path of fields under the rule's ``self``: what such a rule iterates is unknown."""
+    for path, node in nodes(schema):
+        for rule in node.get("x-kubernetes-validations", []):
+            text = rule["rule"]
+            targets = _TARGET.findall(text)
+            if len(targets) != len(re.findall(_MACRO, text)):
+                yield text, "?", f"{path}?", None
+            for fields in targets:
+                target = node
+                for name in fields.split(".")[1:]:
+                    target = target.get("properties", {}).get(name)
+                    if target is None:
+                        break
+                yield text, f"self{fields}", f"{path}{fields}", target

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import kubernetes_validate
@@ -13,7 +12,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from crd_schema import apply_defaults, cel_violations, is_transition_rule, nodes, strict_validator, structural_problems
+from crd_schema import (apply_defaults, cel_violations, is_transition_rule, iterations, nodes, strict_validator,
+                        structural_problems)
 from streamjob.operator import model
 from streamjob.operator.crd import CRD_FILENAME, build_crd, crd_yaml
 
@@ -133,11 +133,28 @@ def test_status_keeps_kopf_bookkeeping_and_validates_the_models_dump():
     assert schema_errors({**status, "parallelism": "4"}, STATUS) != []
 
 
-def test_no_rule_iterates_an_unbounded_list_or_map():
-    # The API server estimates each rule's worst cost from the sizes it can infer: a rule that
-    # iterates (all/exists/map/filter) a list or map needs maxItems/maxProperties on it. None does yet.
-    iterating = [r["rule"] for r in RULES if re.search(r"\.(all|exists|exists_one|map|filter)\(", r["rule"])]
-    assert iterating == [], "bound what these rules iterate (maxItems/maxProperties), then update this test"
+def test_rules_iterate_only_bounded_lists_and_maps():
+    # The API server estimates each rule's worst cost from the sizes it can infer, and refuses a CRD
+    # with a rule over budget: a list or map a rule iterates (all/exists/map/filter) needs maxItems or
+    # maxProperties, else it counts as big as a whole request.
+    iterated = set()
+    for rule, _, path, node in iterations(SCHEMA):
+        assert node is not None, f"cannot tell what {rule!r} iterates: name it as self.field..."
+        bound = "maxItems" if node.get("type") == "array" else "maxProperties"
+        assert bound in node, f"{path} has no {bound}, and {rule!r} iterates it"
+        iterated.add(path)
+    assert iterated >= {".spec.config", ".spec.sparkConf"}  # the walk finds them
+
+
+def test_rules_traverse_only_bounded_strings():
+    # Also a string a rule reads in each iteration needs maxLength: without it the estimate is a
+    # whole request (3 MiB), so a `.contains` on each of 256 map values costs ~80M of the 10M
+    # one rule may cost (and the CRD's 100M in all): the API server would refuse the CRD.
+    for rule, target, path, node in iterations(SCHEMA):
+        items = node.get("items") if node.get("type") == "array" else node.get("additionalProperties")
+        read = node.get("type") == "array" or f"{target}[" in rule  # list items, or map values by key
+        if read and items.get("type") == "string":
+            assert "maxLength" in items, f"{path}: its strings have no maxLength, and {rule!r} reads them"
 
 
 # -- agrees with the models --------------------------------------------------------------------
@@ -147,7 +164,10 @@ def test_rules_sit_on_the_objects_of_their_models():
 
     assert SPEC["x-kubernetes-validations"] == rules_of(model.StreamJobSpec)
     assert SPEC["properties"]["job"]["x-kubernetes-validations"] == rules_of(model.JobSource)
-    assert len(RULES) == len(rules_of(model.StreamJobSpec)) + len(rules_of(model.JobSource))
+    # The name's, on the object itself (the API server lets root rules read metadata.name).
+    assert [r["message"] for r in SCHEMA["x-kubernetes-validations"]] == [NAME]
+    assert "self.metadata.name" in SCHEMA["x-kubernetes-validations"][0]["rule"]
+    assert len(RULES) == len(rules_of(model.StreamJobSpec)) + len(rules_of(model.JobSource)) + 1
 
 
 def _without_empty(value):
@@ -198,6 +218,9 @@ SCHEMA_CASES = [  # id, spec, valid
     ("secret-ref-without-key", spec(s3={"accessKeyId": {"name": "s3"}}), False),
     ("unknown-field", spec(paralelism=2), False),
     ("unknown-nested-field", spec(job={"file": "j.py", "entrypoint": "main"}), False),
+    ("config-256-entries", spec(config={f"k{i}": "v" for i in range(256)}), True),
+    ("config-257-entries", spec(config={f"k{i}": "v" for i in range(257)}), False),
+    ("spark-conf-257-entries", spec(sparkConf={f"spark.k{i}": "v" for i in range(257)}), False),
 ]
 
 
@@ -212,9 +235,16 @@ PARALLELISM = "parallelism must not exceed maxParallelism"
 MAX_PARALLELISM_FIXED = "maxParallelism cannot change once set (it is the number of key groups of the job's state)"
 SAVEPOINT_MODE = "upgradeMode savepoint needs savepointDir"
 LAST_STATE_MODE = "upgradeMode last-state needs checkpointDir"
+LAST_STATE_CHECKPOINTING = "upgradeMode last-state needs checkpointing (it restores the latest checkpoint)"
+SPARK_CONF_KEYS = ("sparkConf: keys start with spark., and the ports, addresses and master the operator sets cannot "
+                   "be overridden")
+CONFIG_KEYS = "config: the ports, addresses and files the operator sets cannot be overridden"
+LINES = "config and sparkConf: keys cannot contain '=' or line breaks, values cannot contain line breaks"
 ON_DELETION = "savepointOnDeletion needs savepointDir"
 PERIODIC = "periodic savepoints need savepointDir"
 ONE_SOURCE = "job: give exactly one of file or module"
+NAME = ("metadata.name: at most 45 lowercase letters, digits and '-', starting with a letter and ending with a letter "
+        "or digit (it names the job's Service and prefixes its pods)")
 
 CREATE_CASES = [  # id, spec, messages of the broken rules
     ("minimal", MINIMAL, []),
@@ -227,8 +257,15 @@ CREATE_CASES = [  # id, spec, messages of the broken rules
     ("savepoint-mode-no-dir", spec(upgradeMode="savepoint"), [SAVEPOINT_MODE]),
     ("savepoint-mode-empty-dir", spec(upgradeMode="savepoint", savepointDir=""), [SAVEPOINT_MODE]),
     ("savepoint-mode-checkpoint-dir-only", spec(upgradeMode="savepoint", checkpointDir="s3://b/cp"), [SAVEPOINT_MODE]),
-    ("last-state", spec(upgradeMode="last-state", checkpointDir="s3://b/cp"), []),
-    ("last-state-no-dir", spec(upgradeMode="last-state", savepointDir="s3://b/sp"), [LAST_STATE_MODE]),
+    ("last-state", spec(upgradeMode="last-state", checkpointDir="s3://b/cp", checkpointing={}), []),
+    ("last-state-no-dir", spec(upgradeMode="last-state", savepointDir="s3://b/sp", checkpointing={}),
+     [LAST_STATE_MODE]),
+    ("last-state-no-checkpointing", spec(upgradeMode="last-state", checkpointDir="s3://b/cp"),
+     [LAST_STATE_CHECKPOINTING]),
+    ("last-state-null-checkpointing", spec(upgradeMode="last-state", checkpointDir="s3://b/cp", checkpointing=None),
+     [LAST_STATE_CHECKPOINTING]),  # null is pruned: absent
+    ("last-state-neither", spec(upgradeMode="last-state"), [LAST_STATE_MODE, LAST_STATE_CHECKPOINTING]),
+    ("checkpointing-without-last-state", spec(checkpointing={}), []),
     ("savepoint-on-deletion", spec(savepointOnDeletion=True, savepointDir="s3://b/sp"), []),
     ("savepoint-on-deletion-no-dir", spec(savepointOnDeletion=True), [ON_DELETION]),
     ("periodic-savepoints", spec(savepoints={"periodicInterval": "1h"}, savepointDir="s3://b/sp"), []),
@@ -238,6 +275,26 @@ CREATE_CASES = [  # id, spec, messages of the broken rules
     ("job-file-and-module", spec(job={"file": "j.py", "module": "jobs.wc"}), [ONE_SOURCE]),
     ("job-neither", spec(job={"args": ["x"]}), [ONE_SOURCE]),
     ("job-null-module", spec(job={"file": "j.py", "module": None}), []),  # null is pruned: absent
+    ("empty-maps", spec(config={}, sparkConf={}), []),
+    ("spark-conf", spec(sparkConf={"spark.executor.memoryOverhead": "1g", "spark.driver.extraJavaOptions": "-Da=b"}),
+     []),
+    ("spark-conf-not-spark", spec(sparkConf={"sql.shuffle.partitions": "8"}), [SPARK_CONF_KEYS]),
+    ("spark-conf-prefix-only-in-name", spec(sparkConf={"sparkling.x": "1"}), [SPARK_CONF_KEYS]),
+    ("spark-conf-reserved", spec(sparkConf={"spark.master": "local[2]"}), [SPARK_CONF_KEYS]),
+    ("spark-conf-near-reserved", spec(sparkConf={"spark.driver.portMaxRetries": "3"}), []),
+    ("config", spec(config={"taskmanager.slots": "2", "rest.port": "8081"}), []),
+    ("config-reserved", spec(config={"rest.address": "0.0.0.0"}), [CONFIG_KEYS]),
+    ("config-spark-reserved", spec(config={"spark.master": "local[2]"}), [CONFIG_KEYS]),
+    ("config-key-with-equals", spec(config={"a=b": "c"}), [LINES]),
+    ("config-value-with-equals", spec(config={"a": "b=c"}), []),  # split at the first '='
+    ("config-key-with-newline", spec(config={"a\nb": "c"}), [LINES]),
+    ("config-value-with-newline", spec(config={"a": "b\nc"}), [LINES]),
+    ("config-value-with-backslash-n", spec(config={"a": "b\\nc"}), []),  # the rule's '\n' is a newline
+    ("spark-conf-key-with-equals", spec(sparkConf={"spark.a=b": "c"}), [LINES]),
+    ("spark-conf-key-with-newline", spec(sparkConf={"spark.a\nb": "c"}), [LINES]),
+    ("spark-conf-value-with-newline", spec(sparkConf={"spark.a": "b\nc"}), [LINES]),
+    ("config-and-spark-conf", spec(config={"rest.address": "x\ny"}, sparkConf={"spark.master": "local"}),
+     [SPARK_CONF_KEYS, CONFIG_KEYS, LINES]),
     ("several", spec(parallelism=9, maxParallelism=8, upgradeMode="savepoint", savepointOnDeletion=True,
                      job={}), [PARALLELISM, SAVEPOINT_MODE, ON_DELETION, ONE_SOURCE]),
 ]
@@ -265,8 +322,9 @@ def rule_messages(new, old=None) -> list[str]:
     return cel_violations(SCHEMA, new, old)
 
 
-def resource(obj):
-    return {"apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob", "metadata": {"name": "wc"}, "spec": obj}
+def resource(obj, name="wc"):
+    return {"apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
+            "metadata": {"name": name, "namespace": "data", "labels": {"team": "data"}}, "spec": obj}
 
 
 @pytest.mark.parametrize("obj, messages", [c[1:] for c in CREATE_CASES], ids=[c[0] for c in CREATE_CASES])
@@ -279,8 +337,42 @@ def test_rules_on_update(old, new, messages):
     assert rule_messages(resource(new), resource(old)) == messages
 
 
+@pytest.mark.parametrize("key", sorted(model.RESERVED_KEYS))
+def test_reserved_keys_are_refused(key):
+    assert rule_messages(resource(spec(config={key: "x"}))) == [CONFIG_KEYS]
+    assert rule_messages(resource(spec(sparkConf={key: "x"}))) == [SPARK_CONF_KEYS]
+
+
+NAME_CASES = [  # id, metadata.name, messages of the broken rules
+    ("ok", "wordcount-2", []),
+    ("one-letter", "w", []),
+    ("45-characters", "w" * 45, []),
+    ("46-characters", "w" * 46, [NAME]),
+    ("uppercase", "WordCount", [NAME]),
+    ("starts-with-a-digit", "2wordcount", [NAME]),
+    ("starts-with-dash", "-wc", [NAME]),
+    ("ends-with-dash", "wordcount-", [NAME]),
+    ("dot", "word.count", [NAME]),  # a DNS-1123 subdomain, but no DNS-1035 label
+    ("underscore", "word_count", [NAME]),
+]
+
+
+@pytest.mark.parametrize("name, messages", [c[1:] for c in NAME_CASES], ids=[c[0] for c in NAME_CASES])
+def test_name_rule(name, messages):
+    assert rule_messages(resource(MINIMAL, name=name)) == messages
+    assert rule_messages(resource(MINIMAL, name=name), resource(MINIMAL, name=name)) == messages  # on update too
+
+
+def test_root_rules_see_only_name_and_generate_name_of_the_metadata():
+    schema = {"type": "object", "properties": {"metadata": {"type": "object"}}, "x-kubernetes-validations": [
+        {"rule": "has(self.metadata.name) && has(self.metadata.generateName) && !has(self.metadata.labels)"
+                 " && !has(self.metadata.namespace)", "message": "m"}]}
+    obj = {"metadata": {"name": "wc-x7k2p", "generateName": "wc-", "namespace": "data", "labels": {"a": "b"}}}
+    assert cel_violations(schema, obj) == []
+
+
 def test_every_rule_has_a_failing_case():
-    failing = {m for *_, messages in CREATE_CASES + UPDATE_CASES for m in messages}
+    failing = {m for *_, messages in CREATE_CASES + UPDATE_CASES + NAME_CASES for m in messages}
     assert {r["message"] for r in RULES} == failing
     assert [r["message"] for r in RULES if is_transition_rule(r)] == [MAX_PARALLELISM_FIXED]
 

@@ -1,0 +1,41 @@
+"""The operator's own Prometheus metrics (prometheus-client), served with its health endpoint."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .model import LifecycleState
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.reconciles = Counter("streamjob_operator_reconciles", "Reconcile passes (observe, decide, act)",
+                                  registry=self.registry)
+        self.reconcile_errors = Counter("streamjob_operator_reconcile_errors",
+                                        "Reconcile passes that failed on an API error", registry=self.registry)
+        self.reconcile_seconds = Histogram("streamjob_operator_reconcile_duration_seconds",
+                                           "Time of one reconcile pass", registry=self.registry,
+                                           buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.savepoints_triggered = Counter("streamjob_operator_savepoints_triggered",
+                                            "Savepoint triggers sent to job managers", registry=self.registry)
+        self.savepoints_failed = Counter("streamjob_operator_savepoints_failed",
+                                         "Savepoint triggers a job manager refused", registry=self.registry)
+        self.jobs = Gauge("streamjob_operator_streamjobs", "StreamJobs per lifecycle state", ["lifecycle_state"],
+                          registry=self.registry)
+        self._states: dict[str, str] = {}  # uid -> lifecycle state
+        for state in LifecycleState:
+            self.jobs.labels(state.value).set(0)
+
+    def observe_reconcile(self, seconds: float, lifecycle_state: str, uid: str) -> None:
+        self.reconciles.inc()
+        self.reconcile_seconds.observe(seconds)
+        self.set_state(uid, lifecycle_state)
+
+    def set_state(self, uid: str, state: str | None) -> None:
+        old = self._states.pop(uid, None)
+        if old is not None:
+            self.jobs.labels(old).dec()
+        if state is not None:
+            self._states[uid] = state
+            self.jobs.labels(state).inc()

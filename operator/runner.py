@@ -1,0 +1,51 @@
+"""Running the operator process: kopf with our handlers, plus the health and metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .metrics import OperatorMetrics
+
+
+async def serve_health(address: str, metrics: OperatorMetrics) -> web.AppRunner:
+    """``/healthz`` (the event loop answers) and ``/metrics`` (the operator's Prometheus metrics)."""
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def prometheus(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", prometheus)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    await web.TCPSite(runner, host or "0.0.0.0", int(port)).start()
+    return runner
+
+
+async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False, peering: str | None = None,
+                       health_address: str | None = None, delete_timeout: float = 300.0,
+                       idle_interval: float = 10.0, stop_flag: Any = None, ready_flag: Any = None,
+                       memo: kopf.Memo | None = None, registry: kopf.OperatorRegistry | None = None,
+                       settings: kopf.OperatorSettings | None = None) -> None:
+    from . import handlers  # registers the handlers with kopf's default registry
+
+    memo = memo if memo is not None else kopf.Memo()
+    memo.config = handlers.OperatorConfig(delete_timeout=delete_timeout, idle_interval=idle_interval)
+    memo.metrics = getattr(memo, "metrics", None) or OperatorMetrics()
+    health = await serve_health(health_address, memo.metrics) if health_address else None
+    try:
+        await kopf.operator(registry=registry, settings=settings, namespaces=namespaces, clusterwide=clusterwide,
+                            standalone=peering is None, peering_name=peering, memo=memo,
+                            stop_flag=stop_flag, ready_flag=ready_flag)
+    finally:
+        if health is not None:
+            await health.cleanup()
+        await asyncio.sleep(0)
