@@ -15,9 +15,23 @@ from .config import ConfigError, Configuration, Options
 err = Console(stderr=True, highlight=False)
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1, conf: Configuration | None = None) -> None:
     err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    if conf is not None:
+        _leave_termination_message(conf, message)
     sys.exit(code)
+
+
+def _leave_termination_message(conf: Configuration, message: str) -> None:
+    """In a pod, a job that cannot even start leaves its reason where the operator reads it."""
+    from .cluster import pod
+
+    path = pod.termination_log_path(conf)
+    if path:
+        try:
+            pod.write_termination_message(path, {"state": "FAILED", "error": message, "final_savepoint": None})
+        except OSError:
+            pass
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,7 +41,10 @@ def main() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_file", type=click.Path(dir_okay=False), required=False)
+@click.option("-m", "--module", metavar="MODULE", help="Run the job in this importable module (as python -m) "
+                                                       "instead of JOB_FILE.")
+@click.option("--conf-file", metavar="FILE", help="key=value lines (a job.conf); --conf and flags win over it.")
 @click.option("-p", "--parallelism", type=click.IntRange(min=1), help="Default parallelism of the job's operators.")
 @click.option("--master", help="Spark master: local[N] (default, N = parallelism), spark://..., k8s://...")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
@@ -42,22 +59,37 @@ def main() -> None:
                    "'off': none).")
 @click.option("--no-progress", is_flag=True, help="No live progress table; the summary is still printed.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
-def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple[str, ...], from_checkpoint: str | None,
-        from_savepoint: str | None, allow_non_restored_state: bool, rest_address: str | None, no_progress: bool,
-        job_args: tuple[str, ...]) -> None:
-    """Run JOB_FILE, a Python file that builds a job and calls env.execute()."""
+def run(job_file: str | None, module: str | None, conf_file: str | None, parallelism: int | None, master: str | None,
+        confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None, allow_non_restored_state: bool,
+        rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
+    """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
     from .api.environment import execution_context
     from .cluster.executor import JobExecutionError
     from .cluster.spark import ClusterError
     from .checkpoint.metadata import CheckpointFormatError
     from .graph.job_graph import JobDefinitionError
 
-    if not os.path.exists(job_file):
-        _fail(f"no such job file: {job_file}")
     try:
-        conf = Configuration.from_pairs(confs)
+        conf = Configuration.from_file(conf_file) if conf_file else Configuration()
+        conf.update(Configuration.from_pairs(confs))
     except ConfigError as e:
         _fail(str(e))
+    if module and job_file:  # with --module every positional argument is the job's
+        job_file, job_args = None, (job_file, *job_args)
+    if bool(job_file) == bool(module):
+        _fail("give a JOB_FILE or --module MODULE (one of them)", 2, conf)
+    if job_file and not os.path.exists(job_file):
+        _fail(f"no such job file: {job_file}", conf=conf)
+    found = None
+    if module:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as e:
+            found, module = None, f"{module} ({e})"
+        if found is None:
+            _fail(f"no such module: {module}", conf=conf)
     if parallelism is not None:
         conf.set(Options.PARALLELISM, parallelism)
     if master:
@@ -84,29 +116,35 @@ def run(job_file: str, parallelism: int | None, master: str | None, confs: tuple
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
-    sys.argv = [job_file, *job_args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(job_file)))
+    what = job_file or module
+    source = os.path.abspath(job_file) if job_file else found.origin
+    sys.argv = [source or what, *job_args]
+    if job_file:
+        sys.path.insert(0, os.path.dirname(source))
     try:
-        runpy.run_path(job_file, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(job_file, run_name="__main__")
     except JobExecutionError as e:
-        _fail(str(e))
+        _fail(str(e))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
-        _fail(f"{job_file}: {e}")
+        _fail(f"{what}: {e}", conf=conf)
     except SystemExit:
         raise
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BaseException as e:  # an error in the job file itself
         tb = traceback.extract_tb(e.__traceback__)
-        user = [f for f in tb if os.path.abspath(f.filename) == os.path.abspath(job_file)]
+        user = [f for f in tb if source and os.path.abspath(f.filename) == source]
         where = f" (line {user[-1].lineno})" if user else ""
         detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        _fail(f"{job_file}{where}: {type(e).__name__}: {e}\n\n{detail}")
+        _fail(f"{what}{where}: {type(e).__name__}: {e}\n\n{detail}", conf=conf)
     executed = [env for env in execution_context.environments if env._executed]
     if not executed:
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
-        _fail(f"{job_file} built no job: {hint}")
+        _fail(f"{what} built no job: {hint}", conf=conf)
 
 
 # -- commands against a running job's REST API ------------------------------------------------

@@ -45,6 +45,16 @@ class Options:
     SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"  # default target directory of savepoints
     REST_ADDRESS = "rest.address"  # HOST:PORT of the job manager's REST API (port 0: a free one)
     REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
+    REST_TOKEN_FILE = "rest.auth.token-file"  # ... read from this file (a mounted Kubernetes Secret)
+    REST_RESULT_LINGER = "rest.result-linger"  # how long the final result stays served after the job ended
+    JOBMANAGER_RPC_PORT = "jobmanager.rpc.port"  # the control server's port (0: a free one)
+    # Kubernetes (Spark on Kubernetes in client mode: the driver runs in the job's pod)
+    K8S_IMAGE = "kubernetes.container.image"  # the executors' image, else env STREAMJOB_IMAGE
+    K8S_NAMESPACE = "kubernetes.namespace"  # else env POD_NAMESPACE, else the service account's namespace
+    K8S_EXECUTOR_POD_TEMPLATE = "kubernetes.executor.pod-template-file"
+    K8S_EXECUTOR_CORES = "kubernetes.executor.cores"  # slots per executor pod
+    K8S_SCHEDULING_TIMEOUT = "kubernetes.executor.scheduling-timeout"  # how long to wait for every executor
+    K8S_TERMINATION_LOG = "kubernetes.termination-log"  # where the final result goes as the termination message
     S3_ENDPOINT = "s3.endpoint"  # else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS
     S3_ACCESS_KEY = "s3.access-key"  # else the AWS default credential chain
     S3_SECRET_KEY = "s3.secret-key"
@@ -81,6 +91,15 @@ DEFAULTS: dict[str, Any] = {
     Options.SAVEPOINT_DIR: "",
     Options.REST_ADDRESS: "127.0.0.1:0",
     Options.REST_TOKEN: "",
+    Options.REST_TOKEN_FILE: "",
+    Options.REST_RESULT_LINGER: "0 s",  # in a pod (POD_IP set) and not configured: 60 s, see cluster/pod.py
+    Options.JOBMANAGER_RPC_PORT: 0,
+    Options.K8S_IMAGE: "",
+    Options.K8S_NAMESPACE: "",
+    Options.K8S_EXECUTOR_POD_TEMPLATE: "",
+    Options.K8S_EXECUTOR_CORES: 1,
+    Options.K8S_SCHEDULING_TIMEOUT: "2 min",
+    Options.K8S_TERMINATION_LOG: "/dev/termination-log",  # written only if it exists, unless configured
     Options.S3_ENDPOINT: "",
     Options.S3_ACCESS_KEY: "",
     Options.S3_SECRET_KEY: "",
@@ -123,6 +142,25 @@ class Configuration:
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ConfigError(f"--conf {pair!r}: expected key=value")
+            conf.set(key.strip(), value.strip())
+        return conf
+
+    @staticmethod
+    def from_file(path: str) -> "Configuration":
+        """``key=value`` lines (``#`` starts a comment line), as ``--conf`` takes them: a job.conf."""
+        conf = Configuration()
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as e:
+            raise ConfigError(f"--conf-file {path}: {e.strerror or e}") from None
+        for number, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            key, sep, value = text.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"{path}, line {number}: expected key=value, got {text!r}")
             conf.set(key.strip(), value.strip())
         return conf
 

@@ -184,15 +184,16 @@ class CheckpointCoordinator:
         self._final_requested = True
 
     def request_savepoint(self, target_dir: str, stop: bool = False, drain: bool = False,
-                          inline_threshold: int = 20 << 10) -> SavepointRequest:
-        """Queue a savepoint into a new directory under ``target_dir``; triggered when nothing is in flight."""
+                          inline_threshold: int = 20 << 10, trigger_id: str | None = None) -> SavepointRequest:
+        """Queue a savepoint into a new directory under ``target_dir``; triggered when nothing is in flight.
+        ``trigger_id``: the client's request id (as Flink's triggerId), else one is made up."""
         if self.final_completed or self._final_requested and not stop:
             raise SavepointConflict("the job is finishing: no savepoint can be taken any more")
         if stop and any(r.stop and r.status in ("QUEUED", "IN_PROGRESS") for r in self.savepoints.values()):
             raise SavepointConflict("a stop-with-savepoint is already in progress")
         url = savepoint_url(target_dir, self.job_id)
         SavepointTarget(url, inline_threshold)  # refuses memory:// before anything is queued
-        request = SavepointRequest(url.rsplit("-", 1)[1], url, stop, drain)
+        request = SavepointRequest(trigger_id or url.rsplit("-", 1)[1], url, stop, drain)
         self.savepoints[request.trigger_id] = request
         self._queued.append(request)
         return request

@@ -26,8 +26,11 @@ from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
-from . import failover
-from .jobmanager import JobManager
+from . import failover, pod
+from .jobmanager import BindError, JobManager
+
+
+REST_TOKEN_ENV = "STREAMJOB_REST_TOKEN"  # the REST API's token when rest.auth.token is not set
 
 
 class JobExecutionError(RuntimeError):
@@ -177,9 +180,22 @@ def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[C
 
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
                 job_id: str | None = None, client: Any = None) -> JobExecutionResult:
+    job_id = job_id or uuid.uuid4().hex
+    deployed: list[JobManager] = []  # once the job manager runs, it leaves the final result itself
+    try:
+        return _execute_job(graph, config, show_progress, job_id, client, deployed)
+    except BaseException as e:
+        if not deployed:  # the job could not even be deployed: the operator still learns why
+            _leave_termination_message(config, {"id": job_id, "name": graph.job_name, "state": "FAILED",
+                                                "final_savepoint": None, "error": _error_text(e),
+                                                "end_time": time.time()}, _note)
+        raise
+
+
+def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None, job_id: str, client: Any,
+                 deployed: list[JobManager]) -> JobExecutionResult:
     from .spark import SparkDeployment
 
-    job_id = job_id or uuid.uuid4().hex
     filesystems.configure(config)
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
@@ -188,7 +204,8 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
     except ConfigError as e:
         raise JobDefinitionError(str(e)) from None
     settings = CheckpointSettings.from_configuration(config)
-    rest_config = _rest_config(config)
+    addresses = pod.driver_addresses(config, os.environ)
+    rest_config = _rest_config(config, addresses, os.environ)
     if backend == "rocksdb" and settings.enabled and config.get_bool(Options.INCREMENTAL_CHECKPOINTS) \
             and normalize_url(config.get_string(Options.CHECKPOINTING_DIR)).startswith("memory://"):
         raise JobDefinitionError(
@@ -220,7 +237,8 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             job_id = initial.metadata.job_id
             checkpoint_dir = job_root.rsplit("/", 1)[0]
             adopted = _claimable(job_root, initial, display.note)
-    deployment = SparkDeployment(config.spark_conf(), graph.parallelism, graph.job_name)
+    deployment = SparkDeployment(pod.spark_conf(config, os.environ, graph.parallelism, addresses),
+                                 graph.parallelism, graph.job_name)
     coordinator = None
     if settings.enabled:
         storage = CheckpointStorage(checkpoint_dir, job_id,
@@ -234,8 +252,9 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
         coordinator.adopt(adopted)
     display.coordinator = coordinator
-    jm = JobManager(job_id, graph.job_name, graph.parallelism, host=deployment.driver_host(),
-                    on_print=display.print_lines, coordinator=coordinator, max_parallelism=graph.max_parallelism,
+    jm = JobManager(job_id, graph.job_name, graph.parallelism, host=addresses.bind, advertise=addresses.advertise,
+                    port=config.get_int(Options.JOBMANAGER_RPC_PORT), on_print=display.print_lines,
+                    coordinator=coordinator, max_parallelism=graph.max_parallelism,
                     savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
                     inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
                     operator_names=_metric_names(graph), rest=rest_config)
@@ -243,10 +262,10 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
         client._attach(jm)
     try:
         jm_address = jm.start()
-    except OSError as e:
+    except BindError as e:
         jm.shutdown()
-        raise JobDefinitionError(f"cannot serve the REST API on {Options.REST_ADDRESS}="
-                                 f"{config.get(Options.REST_ADDRESS)}: {e}") from None
+        raise JobDefinitionError(str(e)) from None
+    deployed.append(jm)
     if jm.rest is not None:
         display.note(f"Job {graph.job_name!r} ({job_id}): REST API and metrics at {jm.rest.url}")
     started = time.monotonic()
@@ -324,33 +343,38 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
             time.sleep(delay / 1000.0)
         seconds = time.monotonic() - started
         totals = jm.operator_totals()
-        jm.status.state = "FINISHED"
+        jm.finish("FINISHED")
         display.close(totals, "FINISHED", seconds)
         named = {graph.operators[int(k)].name: {"records_in": v[0], "records_out": v[1]} for k, v in totals.items()}
         running = jm.running_seconds()
         return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named,
                                   None if running is None else int(running * 1000),
                                   checkpoints=_checkpoint_summaries(coordinator), restarts=jm.restarts)
-    except BaseException:
-        if jm.status.state not in ("CANCELED",):
-            jm.status.state = final_state
+    except BaseException as e:
+        state = "CANCELED" if jm.status.state == "CANCELED" else final_state
+        jm.finish(state, None if state == "CANCELED" else _error_text(e))
         display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
         raise
     finally:
+        if jm.status.ended is not None:
+            _leave_termination_message(config, jm.final_result(), display.note)
         if coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
                 coordinator.shutdown(jm.status.state)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
-        jm.status.ended = time.time()
+        _linger(config, jm, display)
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
 
 
-def _rest_config(config: Configuration) -> tuple[str, int, str] | None:
-    """(host, port, token) from ``rest.address`` (HOST:PORT; empty or "off": no REST API)."""
+def _rest_config(config: Configuration, driver: pod.Addresses, environ: Any) -> tuple[str, int, str] | None:
+    """(host, port, token) from ``rest.address`` (HOST:PORT; empty or "off": no REST API); not configured,
+    it listens where the job manager does (every interface in a pod) on a free port."""
+    if not config.contains_key(Options.REST_ADDRESS):
+        return driver.bind, 0, _rest_token(config, environ)
     address = str(config.get(Options.REST_ADDRESS) or "").strip()
     if address.lower() in ("", "off", "none"):
         return None
@@ -358,7 +382,60 @@ def _rest_config(config: Configuration) -> tuple[str, int, str] | None:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise JobDefinitionError(f"configuration {Options.REST_ADDRESS}: expected HOST:PORT (port 0: any free one), "
                                  f"got {address!r}")
-    return host.strip("[]") or "127.0.0.1", int(port), str(config.get(Options.REST_TOKEN) or "")
+    host = host.strip("[]") or "127.0.0.1"
+    if pod.is_wildcard(host) and environ.get(pod.BIND_HOST):
+        host = driver.bind  # "every interface" means every one this process may use
+    return host, int(port), _rest_token(config, environ)
+
+
+def _rest_token(config: Configuration, environ: Any) -> str:
+    """``rest.auth.token``, else the content of ``rest.auth.token-file`` (a mounted Secret), else the
+    environment variable STREAMJOB_REST_TOKEN (a Secret as env var); empty: no token needed."""
+    token = str(config.get(Options.REST_TOKEN) or "").strip()
+    path = str(config.get(Options.REST_TOKEN_FILE) or "").strip()
+    if token and path:
+        raise JobDefinitionError(f"configuration {Options.REST_TOKEN} and {Options.REST_TOKEN_FILE} are both set; "
+                                 f"set one")
+    if not path:
+        return token or environ.get(REST_TOKEN_ENV, "").strip()
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise JobDefinitionError(f"configuration {Options.REST_TOKEN_FILE}: cannot read {path}: "
+                                 f"{e.strerror or e}") from None
+    if not token:
+        raise JobDefinitionError(f"configuration {Options.REST_TOKEN_FILE}: {path} is empty; it must hold the "
+                                 f"REST API's bearer token")
+    return token
+
+
+def _leave_termination_message(config: Configuration, result: dict, note: Any) -> None:
+    """The final result as the pod's termination message: it outlives the pod (and a lost REST answer)."""
+    path = pod.termination_log_path(config)
+    if path is None:
+        return
+    try:
+        pod.write_termination_message(path, result)
+    except OSError as e:
+        note(f"Could not write the termination message to {path} ({Options.K8S_TERMINATION_LOG}): {e}")
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _error_text(error: BaseException) -> str:
+    return str(error).strip() or type(error).__name__
+
+
+def _linger(config: Configuration, jm: JobManager, display: Any) -> None:
+    seconds = pod.result_linger_ms(config, os.environ) / 1000.0
+    if jm.rest is None or seconds <= 0 or jm.result_was_read():
+        return
+    display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
+                 f"until read ({Options.REST_RESULT_LINGER})")
+    jm.linger(seconds)
 
 
 def _metric_names(graph: JobGraph) -> dict[str, str]:

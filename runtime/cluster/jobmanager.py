@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-from ..checkpoint.coordinator import (CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
+from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
                                       SavepointRequest, TaskCheckpointStats)
+from ..checkpoint.storage import normalize_url
+from ..config import Options
 from . import control as C
 
 CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
@@ -27,6 +31,10 @@ TICK = 0.01  # s between checkpoint coordinator ticks
 
 class SavepointRefused(RuntimeError):
     """A savepoint request that cannot be served; the message says why."""
+
+
+class BindError(RuntimeError):
+    """A server of the job manager cannot listen where it was configured to; the message names the key."""
 
 
 @dataclass
@@ -56,12 +64,14 @@ class TaskFailure:
 class JobStatus:
     state: str = "CREATED"  # CREATED, RUNNING, RESTARTING, FINISHED, FAILED, CANCELED
     started: float = field(default_factory=time.time)
-    ended: float | None = None
+    ended: float | None = None  # set with the final state: the job's final word is complete
+    error: str | None = None  # why the job FAILED
+    final_savepoint: str | None = None  # the path of the stop-with-savepoint that ended it
 
 
 class JobManager:
     def __init__(self, job_id: str, job_name: str, parallelism: int, host: str = "127.0.0.1",
-                 on_print: Callable[[list[str]], None] | None = None,
+                 advertise: str | None = None, port: int = 0, on_print: Callable[[list[str]], None] | None = None,
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
                  operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None):
@@ -77,7 +87,9 @@ class JobManager:
         self.backpressure: dict[int, dict[str, list]] = {}  # slot -> task name -> [seconds, now]
         self.rest_config = rest  # (host, port, bearer token) of the REST API, None: no API
         self.rest: Any = None
-        self.host = host
+        self.host = host  # where the control server (and by default the REST API) listens
+        self.advertise = advertise or host  # where tasks and REST clients reach them
+        self.port = port
         self.on_print = on_print or (lambda lines: print("\n".join(lines), flush=True))
         self.coordinator = coordinator
         self.status = JobStatus()
@@ -101,12 +113,17 @@ class JobManager:
         self._ticker: asyncio.Task | None = None
         self.address: tuple[str, int] | None = None
         self.failure_event = threading.Event()
+        self._result_read = threading.Event()  # a client saw the final result: no need to linger
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> tuple[str, int]:
         async def serve() -> None:
-            self._server = await asyncio.start_server(self._handle, self.host, 0)
-            self.address = self._server.sockets[0].getsockname()[:2]
+            try:
+                self._server = await asyncio.start_server(self._handle, self.host, self.port)
+            except OSError as e:
+                raise BindError(f"cannot serve the job manager's control channel on {Options.JOBMANAGER_RPC_PORT}="
+                                f"{self.port} ({self.host}): {e}") from None
+            self.address = (self.advertise, self._server.sockets[0].getsockname()[1])
             if self.coordinator is not None:
                 self._ticker = asyncio.ensure_future(self._tick_forever())
             if self.rest_config is not None:
@@ -115,7 +132,10 @@ class JobManager:
 
                 host, port, token = self.rest_config
                 self.rest = RestServer(self, host, port, token, JobMetrics(self))
-                await self.rest.start()
+                try:
+                    await self.rest.start()
+                except OSError as e:
+                    raise BindError(f"cannot serve the REST API on {Options.REST_ADDRESS}={host}:{port}: {e}") from None
 
         self._thread.start()
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)
@@ -133,6 +153,44 @@ class JobManager:
         while self._writers and time.monotonic() < deadline:
             time.sleep(0.02)
         return not self._writers
+
+    def finish(self, state: str, error: str | None = None) -> None:
+        """The job ended: record its final word (state, end time, final savepoint, error) at once."""
+        cc = self.coordinator
+        with self._lock:
+            stops = [r for r in (cc.savepoints.values() if cc is not None else ()) if r.stop and r.status == COMPLETED]
+            self.status.state, self.status.ended, self.status.error = state, time.time(), error
+            self.status.final_savepoint = stops[-1].path if stops else None
+
+    def final_result(self) -> dict[str, Any]:
+        """What the termination message says (the same fields as GET /v1/job)."""
+        with self._lock:
+            return {"id": self.job_id, "name": self.job_name, "state": self.status.state,
+                    "final_savepoint": self.status.final_savepoint, "error": self.status.error,
+                    "end_time": self.status.ended}
+
+    def note_result_read(self) -> None:
+        """A client was sent the final result: GET /v1/job after the end, or the completed stop-with-savepoint
+        (then it has the path, even if it read it just before the job ended). No need to linger for it."""
+        self._result_read.set()
+
+    def result_was_read(self) -> bool:
+        return self._result_read.is_set()
+
+    def linger(self, seconds: float) -> bool:
+        """After the end, keep serving the final result until a client read it, ``seconds`` passed or
+        SIGTERM came (Ctrl-C too), so a client polling once a second never misses it. True: it was read."""
+        if self.rest is None or seconds <= 0:
+            return self.result_was_read()
+        deadline = time.monotonic() + seconds
+        over = threading.Event()
+        with _sigterm_sets(over):
+            try:
+                while not (self._result_read.is_set() or over.is_set()) and time.monotonic() < deadline:
+                    self._result_read.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            except KeyboardInterrupt:
+                pass
+        return self.result_was_read()
 
     def shutdown(self) -> None:
         async def close() -> None:
@@ -195,9 +253,10 @@ class JobManager:
         self.cancel_requested = True
 
     def trigger_savepoint(self, target_dir: str | None = None, stop: bool = False,
-                          drain: bool = False) -> SavepointRequest:
+                          drain: bool = False, request_id: str | None = None) -> SavepointRequest:
         """Queue a savepoint (the coordinator triggers it when no checkpoint is in flight).
-        Raises SavepointRefused with the reason when it cannot be taken."""
+        Raises SavepointRefused with the reason when it cannot be taken. A ``request_id`` seen before
+        returns that request, whatever became of it: a retried trigger never takes a second savepoint."""
         cc = self.coordinator
         if cc is None:
             raise SavepointRefused("savepoints need checkpointing: the job runs without "
@@ -206,10 +265,13 @@ class JobManager:
         if not target:
             raise SavepointRefused("no target directory: pass one, or configure execution.checkpointing.savepoint-dir")
         with self._lock:
+            earlier = cc.savepoints.get(request_id) if request_id else None
+            if earlier is not None:
+                return _same_request(earlier, target, stop, drain)
             if self.status.state != "RUNNING" or self.cancel_requested:
                 raise SavepointRefused(f"the job is {self.status.state}; savepoints are taken of running jobs")
             try:
-                return cc.request_savepoint(target, stop, drain, self.inline_threshold)
+                return cc.request_savepoint(target, stop, drain, self.inline_threshold, trigger_id=request_id)
             except SavepointConflict as e:
                 raise SavepointRefused(str(e)) from None
 
@@ -220,6 +282,7 @@ class JobManager:
             return {"id": self.job_id, "name": self.job_name, "state": self.status.state,
                     "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
                     "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
+                    "final_savepoint": self.status.final_savepoint, "error": self.status.error,
                     "latest_checkpoint": None if latest is None else {
                         "id": latest.checkpoint_id, "path": latest.url,
                         "completed_time": latest.metadata.completed_ms / 1000.0}}
@@ -455,3 +518,28 @@ class JobManager:
                 self._fail(TaskFailure(slot, None, "TaskLost",
                                        f"the task process of slot {slot + 1} exited without reporting (killed, or out of memory?)",
                                        "", "lost", attempt or 0))
+
+
+def _same_request(earlier: SavepointRequest, target: str, stop: bool, drain: bool) -> SavepointRequest:
+    """A repeated request id: the same savepoint if the parameters match, else a conflict the client must see."""
+    same_target = earlier.path.rsplit("/", 1)[0] == normalize_url(target).rstrip("/")
+    if same_target and (earlier.stop, earlier.drain) == (stop, drain):
+        return earlier
+    raise SavepointRefused(
+        f"request_id {earlier.trigger_id!r} was already used for a savepoint with other parameters (into "
+        f"{earlier.path}, stop={str(earlier.stop).lower()}, drain={str(earlier.drain).lower()}); "
+        f"a new savepoint needs a new request_id")
+
+
+@contextmanager
+def _sigterm_sets(event: threading.Event) -> Iterator[None]:
+    """While inside, SIGTERM (the kubelet stopping the pod) sets ``event`` instead of killing the process.
+    Only the main thread may install signal handlers; elsewhere (execute_async) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: event.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from typing import Any
 
 from aiohttp import web
 
 from .jobmanager import JobManager, SavepointRefused
 from .metrics import JobMetrics
+from .pod import is_wildcard
 
 API = "/v1"
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # safe in a URL path, a label and a log line
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -50,8 +53,9 @@ class RestServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        self.url = f"http://{host}:{port}"
+        # Listening on every interface, it is reached where the job manager is advertised (a pod's IP).
+        host = self.jm.advertise if is_wildcard(self.host) else self.host
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         return self.url
 
     async def stop_serving(self) -> None:
@@ -85,8 +89,9 @@ class RestServer:
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(OPENAPI)
 
-    async def job(self, request: web.Request) -> web.Response:
-        return web.json_response(self.jm.job_info())
+    async def job(self, request: web.Request) -> web.StreamResponse:
+        info = self.jm.job_info()
+        return await self._sent(request, info, final=info["end_time"] is not None)
 
     async def checkpoints(self, request: web.Request) -> web.Response:
         if self.jm.coordinator is None:
@@ -100,9 +105,14 @@ class RestServer:
         body = await _json_body(request)
         if isinstance(body, web.Response):
             return body
-        unknown = sorted(set(body) - {"target_dir", "stop", "drain"})
+        unknown = sorted(set(body) - {"target_dir", "stop", "drain", "request_id"})
         if unknown:
-            return _error(400, f"unknown field(s) {', '.join(map(repr, unknown))}; expected target_dir, stop, drain")
+            return _error(400, f"unknown field(s) {', '.join(map(repr, unknown))}; expected target_dir, stop, drain, "
+                               f"request_id")
+        request_id = body.get("request_id")
+        if request_id is not None and not (isinstance(request_id, str) and REQUEST_ID.fullmatch(request_id)):
+            return _error(400, f"field 'request_id' must be 1-128 characters of A-Z a-z 0-9 . _ : -, "
+                               f"got {json.dumps(request_id)[:150]}")
         target = body.get("target_dir")
         if target is not None and (not isinstance(target, str) or not target.strip()):
             return _error(400, "field 'target_dir' must be a non-empty string (a directory URL such as s3://bucket/savepoints)")
@@ -111,13 +121,15 @@ class RestServer:
                 return _error(400, f"field {name!r} must be true or false, got {json.dumps(body[name])}")
         if body.get("drain") and not body.get("stop"):
             return _error(400, "field 'drain' needs 'stop': true (drain ends the job's input)")
+        repeated = request_id is not None and self.jm.savepoint_status(request_id) is not None
         try:
-            req = self.jm.trigger_savepoint(target, bool(body.get("stop")), bool(body.get("drain")))
+            req = self.jm.trigger_savepoint(target, bool(body.get("stop")), bool(body.get("drain")), request_id)
         except SavepointRefused as e:
             return _error(409, str(e))
         except ValueError as e:
             return _error(400, f"field 'target_dir': {e}")
-        return web.json_response({"id": req.trigger_id, "path": req.path, "status": req.status}, status=202,
+        return web.json_response({"id": req.trigger_id, "path": req.path, "status": req.status},
+                                 status=200 if repeated else 202,
                                  headers={"Location": f"{API}/savepoints/{req.trigger_id}"})
 
     async def savepoint(self, request: web.Request) -> web.Response:
@@ -125,7 +137,8 @@ class RestServer:
         req = self.jm.savepoint_status(trigger_id)
         if req is None:
             return _error(404, f"no savepoint with id {trigger_id!r} was triggered on this job")
-        return web.json_response(req.summary())
+        summary = req.summary()
+        return await self._sent(request, summary, final=summary["stop"] and summary["status"] == "COMPLETED")
 
     async def stop(self, request: web.Request) -> web.Response:
         if self.jm.status.state not in ("RUNNING", "RESTARTING"):
@@ -138,6 +151,16 @@ class RestServer:
             return _error(409, f"the job is {self.jm.status.state}")
         self.jm.cancel()
         return web.json_response({"state": "CANCELING"}, status=202)
+
+    async def _sent(self, request: web.Request, doc: dict, final: bool) -> web.StreamResponse:
+        """Send ``doc``; if it held the final result (the job's end, or the completed stop-with-savepoint),
+        tell the job manager only once it is out: it may stop lingering, and the server with it."""
+        response = web.json_response(doc)
+        await response.prepare(request)
+        await response.write_eof()
+        if final:
+            self.jm.note_result_read()
+        return response
 
     async def prometheus(self, request: web.Request) -> web.Response:
         if self.metrics is None:
@@ -188,13 +211,17 @@ OPENAPI: dict[str, Any] = {
             "Job": {
                 "type": "object",
                 "required": ["id", "name", "state", "parallelism", "max_parallelism", "restarts", "start_time",
-                             "latest_checkpoint"],
+                             "end_time", "latest_checkpoint", "final_savepoint", "error"],
                 "properties": {
                     "id": {"type": "string"}, "name": {"type": "string"},
                     "state": {"enum": ["CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED"]},
                     "parallelism": {"type": "integer"}, "max_parallelism": {"type": "integer"},
-                    "restarts": {"type": "integer"}, "start_time": _NUM, "end_time": _NULLABLE_NUM,
-                    "latest_checkpoint": _ref("CheckpointRef")}},
+                    "restarts": {"type": "integer"}, "start_time": _NUM,
+                    "end_time": {"type": ["number", "null"], "description": "set with the final state"},
+                    "latest_checkpoint": _ref("CheckpointRef"),
+                    "final_savepoint": {"type": ["string", "null"],
+                                        "description": "path of the stop-with-savepoint that ended the job"},
+                    "error": {"type": ["string", "null"], "description": "why the job FAILED"}}},
             "CheckpointStats": {
                 "type": "object", "required": ["id", "status", "trigger_time", "duration_ms", "state_size"],
                 "properties": {
@@ -218,7 +245,10 @@ OPENAPI: dict[str, Any] = {
             "SavepointRequest": {
                 "type": "object", "additionalProperties": False,
                 "properties": {"target_dir": {"type": "string", "minLength": 1}, "stop": {"type": "boolean"},
-                               "drain": {"type": "boolean"}}},
+                               "drain": {"type": "boolean"},
+                               "request_id": {"type": "string", "pattern": f"^{REQUEST_ID.pattern}$",
+                                              "description": "client-chosen; a repeated request_id returns the "
+                                                             "same savepoint (it becomes the id)"}}},
             "SavepointTriggered": {
                 "type": "object", "required": ["id", "path", "status"],
                 "properties": {"id": {"type": "string"}, "path": {"type": "string"}, "status": {"type": "string"}}},
@@ -236,7 +266,8 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         f"{API}/openapi.json": {"get": {"summary": "This document", "security": [],
                                         "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
-        f"{API}/job": {"get": {"summary": "The job's status", "responses": {
+        f"{API}/job": {"get": {"summary": "The job's status; after the end its final word, served for "
+                                          "rest.result-linger or until read", "responses": {
             "200": _json(_ref("Job"), "the job"), **_ERRORS}}},
         f"{API}/checkpoints": {"get": {"summary": "Checkpoint counts, latest ones and history", "responses": {
             "200": _json(_ref("Checkpoints"), "checkpoint statistics"), **_ERRORS}}},
@@ -244,8 +275,10 @@ OPENAPI: dict[str, Any] = {
             "summary": "Trigger a savepoint (stop: then stop the job; drain: end the input first)",
             "requestBody": {"required": False, "content": {"application/json": {"schema": _ref("SavepointRequest")}}},
             "responses": {"202": _json(_ref("SavepointTriggered"), "queued; poll its status"),
+                          "200": _json(_ref("SavepointTriggered"), "request_id seen before: that savepoint"),
                           "400": _json(_ref("Error"), "malformed request"),
-                          "409": _json(_ref("Error"), "the job cannot take a savepoint now"), **_ERRORS}}},
+                          "409": _json(_ref("Error"), "the job cannot take a savepoint now, or the request_id "
+                                                      "was used with other parameters"), **_ERRORS}}},
         f"{API}/savepoints/{{id}}": {"get": {
             "summary": "A savepoint's status, path and error",
             "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],

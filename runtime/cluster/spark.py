@@ -18,8 +18,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -59,6 +59,44 @@ def is_local(master: str) -> bool:
     return master.strip().startswith("local")
 
 
+def _readable(duration: str) -> str:
+    m = re.fullmatch(r"(\d+)ms", duration.strip())
+    return f"{int(m.group(1)) / 1000:g} s" if m else duration
+
+
+@dataclass
+class SlotReport:
+    """Slots a barrier stage needs and what the cluster offers, for an error that says what is missing."""
+
+    parallelism: int
+    master: str
+    registered: int  # executors registered with the driver (-1: unknown)
+    requested: int  # spark.executor.instances
+    cores: int  # spark.executor.cores
+    slots_per_executor: int
+    offered: int  # Spark's default parallelism: the cores it has now
+    waited: str = ""  # spark.scheduler.maxRegisteredResourcesWaitingTime
+    namespace: str = ""
+    app_id: str = ""
+
+    def message(self) -> str:
+        p = self.parallelism
+        need = f"the job needs {p} slots (parallelism {p})"
+        if not self.master.startswith("k8s://"):
+            return (f"{need}, but Spark master {self.master} offers fewer (default parallelism {self.offered}); "
+                    f"add executors/cores or lower the parallelism")
+        waited = f" within {self.waited} (kubernetes.executor.scheduling-timeout)" if self.waited else ""
+        offering = "" if self.registered < 0 else f", offering {self.registered * self.slots_per_executor} slots"
+        selector = "spark-role=executor" + (f",spark-app-selector={self.app_id}" if self.app_id else "")
+        namespace = f" -n {self.namespace}" if self.namespace else ""
+        return (f"{need}, but only {'some' if self.registered < 0 else self.registered} of the {self.requested} "
+                f"executors requested (spark.executor.instances={self.requested} x spark.executor.cores={self.cores}: "
+                f"{self.requested * self.slots_per_executor} slots) registered with the driver{waited}{offering}. "
+                f"Missing executor pods are usually Pending or failing: `kubectl get pods{namespace} -l {selector}` "
+                f"and `kubectl describe pod <name>` say why (the namespace's resource quota, nodes without enough "
+                f"free CPU or memory, an image that cannot be pulled); or lower the parallelism")
+
+
 class SparkDeployment:
     """The SparkSession a job runs on, created (or reused) for the job's parallelism."""
 
@@ -86,6 +124,8 @@ class SparkDeployment:
         if self._spark is None:
             check_java()
             self._spark = self._create(conf, app_name)
+            if self.master.startswith("k8s://"):
+                self._check_registered_slots()
 
     def _create(self, conf: dict[str, str], app_name: str) -> Any:
         from pyspark.sql import SparkSession
@@ -110,7 +150,8 @@ class SparkDeployment:
                     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
                 }
             )
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            if conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod (POD_IP)
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = SparkSession.builder.master(self.master).appName(app_name)
         for k, v in {**defaults, **conf}.items():
             builder = builder.config(k, v)
@@ -126,11 +167,30 @@ class SparkDeployment:
     def spark_context(self) -> Any:
         return self._spark.sparkContext
 
-    def driver_host(self) -> str:
-        if self.local:
-            return "127.0.0.1"
-        host = self.spark_context.getConf().get("spark.driver.host")
-        return host or socket.gethostbyname(socket.gethostname())
+    def slot_report(self) -> SlotReport:
+        """What the cluster offers the barrier stage now (for the error when it is not enough)."""
+        sc = self.spark_context
+        conf = sc.getConf()
+        try:
+            registered = max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)  # the driver is listed too
+        except Exception:  # noqa: BLE001 - only the message loses a detail
+            registered = -1
+        cores = int(conf.get("spark.executor.cores", "1"))
+        return SlotReport(self.parallelism, self.master, registered, int(conf.get("spark.executor.instances", "0")),
+                          cores, max(1, cores // int(conf.get("spark.task.cpus", "1"))), sc.defaultParallelism,
+                          _readable(conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime", "")),
+                          conf.get("spark.kubernetes.namespace", ""), sc.applicationId)
+
+    def _check_registered_slots(self) -> None:
+        """Spark on Kubernetes waited (up to kubernetes.executor.scheduling-timeout) for every executor to
+        register before the session started; if slots are still missing, say which now instead of letting
+        the barrier stage wait as long again."""
+        if float(self.spark_context.getConf().get("spark.scheduler.minRegisteredResourcesRatio", "0")) < 1.0:
+            return  # the user chose to start with fewer executors
+        report = self.slot_report()
+        if 0 <= report.registered * report.slots_per_executor < self.parallelism:
+            self._spark.stop()  # releases the executor pods that did come
+            raise NotEnoughSlotsError(report.message())
 
     def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int]) -> list[str]:
         """Run the barrier stage until every task returns (or the stage fails)."""
@@ -148,10 +208,7 @@ class SparkDeployment:
         except Exception as e:
             text = str(e)
             if "BarrierJobSlotsNumberCheckFailed" in text or "SPARK-24819" in text:
-                raise NotEnoughSlotsError(
-                    f"the job needs {p} slots (parallelism {p}), but Spark master {self.master} "
-                    f"offers fewer (default parallelism {sc.defaultParallelism}); add executors/cores or lower the parallelism"
-                ) from None
+                raise NotEnoughSlotsError(self.slot_report().message()) from None
             raise
 
     def cancel(self, job_id: str) -> None:
@@ -168,6 +225,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
 
     from ..task.slot import SlotRuntime
     from .control import ControlClient
+    from .pod import task_addresses
 
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
@@ -179,8 +237,9 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
         deployment = control.wait_for("deploy")
         attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
-        host = "127.0.0.1" if local else socket.gethostbyname(socket.gethostname())
-        slot = SlotRuntime(graph, subtask, host=host, attempt=attempt, control=control, deployment=deployment)
+        addresses = task_addresses(os.environ, local)
+        slot = SlotRuntime(graph, subtask, host=addresses.bind, advertise_host=addresses.advertise, attempt=attempt,
+                           control=control, deployment=deployment)
     except BaseException as e:
         import traceback
 

@@ -169,8 +169,11 @@ class Task:
 
 class SlotRuntime:
     def __init__(self, graph: JobGraph, subtask: int, host: str = "127.0.0.1", attempt: int = 0,
-                 control: Any = None, deployment: dict | None = None):
+                 control: Any = None, deployment: dict | None = None, advertise_host: str | None = None):
+        """``host``: the interface the data server listens on; ``advertise_host``: the address peers
+        connect to (in a pod it listens on 0.0.0.0 and is reached at the pod's IP)."""
         self.graph = graph
+        self.advertise_host = advertise_host or host
         deployment = deployment or {}
         self.job_id = deployment.get("job_id", "local")
         self.restore = deployment.get("restore")
@@ -206,7 +209,7 @@ class SlotRuntime:
 
     @property
     def address(self) -> tuple[str, int]:
-        return self.transport.address
+        return self.advertise_host, self.transport.address[1]
 
     # -- wiring ------------------------------------------------------------------
     def _build(self) -> None:

@@ -1,0 +1,57 @@
+"""`streamjob run` as the operator's driver pods call it: --conf-file, --module, and a job that
+cannot start leaving its reason in the termination message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from streamjob.runtime.config import ConfigError, Configuration
+
+
+def test_conf_file_lines_comments_and_errors_naming_the_line(tmp_path):
+    path = tmp_path / "job.conf"
+    path.write_text("# written by the operator\n\nparallelism.default = 3\nrest.address=0.0.0.0:8081\n")
+    conf = Configuration.from_file(str(path))
+    assert conf.get_int("parallelism.default") == 3 and conf.get("rest.address") == "0.0.0.0:8081"
+    path.write_text("a=1\nthis line has no equals sign\n")
+    with pytest.raises(ConfigError, match=r"job.conf, line 2: expected key=value"):
+        Configuration.from_file(str(path))
+    with pytest.raises(ConfigError, match="--conf-file .*missing.conf"):
+        Configuration.from_file(str(tmp_path / "missing.conf"))
+
+
+@pytest.mark.spark
+def test_module_job_with_conf_file_and_args(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    (tmp_path / "jobs" / "echo.py").write_text(
+        "import sys\n"
+        "from streamjob.runtime import StreamExecutionEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection(sys.argv[1:]).map(lambda s: s.upper()).print()\n"
+        "env.execute('echo')\n")
+    conf = tmp_path / "job.conf"
+    conf.write_text("parallelism.default=2\nexecution.buffer-timeout=5\n")
+    result = run_cli("run", "--module", "jobs.echo", "--conf-file", str(conf), "--no-progress",
+                     "--conf", "parallelism.default=1", "--", "alpha", "beta",
+                     env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()[-2:]) == ["ALPHA", "BETA"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--module", "no_such_module_here"], "no such module: no_such_module_here"),
+    (["/no/such/job.py"], "no such job file: /no/such/job.py"),
+])
+def test_job_that_cannot_start_leaves_its_reason_for_the_operator(tmp_path, args, message):
+    term = tmp_path / "termination-log"
+    result = run_cli("run", *args, "--conf", f"kubernetes.termination-log={term}")
+    assert result.returncode == 1 and message in result.stderr
+    assert json.loads(term.read_text()) == {"state": "FAILED", "error": message, "final_savepoint": None}
+
+
+def test_job_file_or_module_not_both_nor_none():
+    assert run_cli("run").returncode == 2
