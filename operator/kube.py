@@ -63,17 +63,21 @@ class Kube:
     async def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
                     content_type: str = "application/json") -> Any:
         def call() -> Any:
+            method_, url, headers, payload, post = self.client.param_serialize(
+                method, path, query_params=query or [], body=body, auth_settings=["BearerToken"],
+                header_params={"Accept": "application/json", "Content-Type": content_type})
             try:
-                data = self.client.call_api(
-                    path, method, query_params=query or [], body=body,
-                    header_params={"Accept": "application/json", "Content-Type": content_type},
-                    auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True,
-                    _preload_content=True, _request_timeout=30)
-                return data
+                response = self.client.call_api(method_, url, headers, payload, post, _request_timeout=30)
+                raw = response.read()
             except ApiException as e:
-                if e.status == 409:
-                    raise Conflict(_message(e)) from None
-                raise KubeError(e.status, _message(e)) from None
+                status, raw, reason = e.status, e.body, e.reason
+            else:
+                status, reason = response.status, response.reason
+            if status == 409:
+                raise Conflict(_message(raw, reason))
+            if status >= 400:
+                raise KubeError(status, _message(raw, reason))
+            return json.loads(raw) if raw else None
 
         return await asyncio.to_thread(call)
 
@@ -161,8 +165,9 @@ def _differs(desired: dict, current: dict) -> bool:
     return not covered(desired, current)
 
 
-def _message(e: ApiException) -> str:
+def _message(raw: Any, reason: Any) -> str:
+    """The API server's Status message of an error response, else the HTTP reason."""
     try:
-        return json.loads(e.body or "{}").get("message") or e.reason
-    except (ValueError, AttributeError):
-        return str(e.reason)
+        return json.loads(raw or "{}").get("message") or str(reason)
+    except (ValueError, AttributeError, TypeError):
+        return str(reason)

@@ -1,0 +1,107 @@
+"""The operator end to end: real kopf handlers against a Kubernetes API test server, driver pods
+run as real `streamjob run` processes on real local Spark, savepoints and checkpoints on disk.
+
+What cannot run here is stood in for and said so: the API server is kmock's emulator with
+resourceVersions and subresources added (tests/kube/apiserver.py: no schema/CEL validation,
+no admission or RBAC, no controllers); the kubelet is tests/kube/kubelet.py, which runs each
+pod's command as a local process with its own loopback address instead of a container (no
+images, no resource limits, no probes). Everything between them, the operator, the job
+manager's REST API and the jobs, is the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import kopf
+import pytest
+
+from jobs.counting import expected_rows
+from kube.apiserver import kube_api, run_operator, wait_for  # noqa: F401 - kube_api is a fixture
+from kube.kubelet import FakeKubelet
+from streamjob.operator import resources
+from streamjob.operator.handlers import OperatorConfig
+from test_checkpointing import committed_rows
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRYPOINT = {resources.ENTRYPOINT: [str(REPO / "docker" / "entrypoint.sh")]}
+JOB = str(REPO / "tests" / "jobs" / "operated.py")
+NS = "default"
+pytestmark = pytest.mark.spark
+
+
+def streamjob(name: str, tmp_path: Path, rows: int, rate: int, **spec) -> dict:
+    return {"apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob", "metadata": {"name": name},
+            "spec": {"image": "streamjob:test", "job": {"file": JOB, "args": [str(tmp_path / "out"), str(rows), str(rate)]},
+                     "parallelism": 2, "upgradeMode": "savepoint",
+                     "checkpointing": {"interval": "500ms", "retained": 2},
+                     "checkpointDir": f"file://{tmp_path}/checkpoints", "savepointDir": f"file://{tmp_path}/savepoints",
+                     "redeploy": {"maxRedeploys": 2, "backoff": "1s"},
+                     "config": {"execution.buffer-timeout": "20"}, **spec}}
+
+
+def status(api, name: str) -> dict:
+    return ((api.objects.get("sj", NS, name) or {}).get("status")) or {}
+
+
+def job_state(api, name: str) -> str | None:
+    return status(api, name).get("jobStatus", {}).get("state")
+
+
+def reasons(api, name: str) -> list[str]:
+    return [e["reason"] for e in api.objects.list("v1/events", NS)
+            if e.get("involvedObject", {}).get("name") == name]
+
+
+def operator(api, **config):
+    memo = kopf.Memo(config=OperatorConfig(idle_interval=1.0, **config))
+    return run_operator(api, module="streamjob.operator.handlers", memo=memo)
+
+
+def test_apply_annotate_scale_runs_exactly_once(kube_api, tmp_path):
+    """kubectl apply -> a running job; annotate -> a savepoint in status; kubectl scale 2 -> 3 ->
+    stop-with-savepoint and a new deployment restored from it; the committed output of both
+    deployments is exactly one run's, row for row."""
+    rows, rate = 16_000, 800
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
+        kube_api.objects.create("sj", streamjob("counter", tmp_path, rows, rate), namespace=NS)
+        wait_for(lambda: job_state(kube_api, "counter") == "RUNNING" and status(kube_api, "counter").get("lastCheckpoint"),
+                 timeout=120, message="the job runs and checkpoints")
+        st = status(kube_api, "counter")
+        assert st["lifecycleState"] == "DEPLOYED" and st["parallelism"] == 2
+        assert st["selector"] == "streamjob.io/job=counter"
+        for kind, name in (("v1/services", "counter"), ("v1/configmaps", "counter-config"),
+                           ("v1/secrets", "counter-rest-token"), ("v1/pods", "counter-driver-1")):
+            obj = kube_api.objects.get(kind, NS, name)
+            assert obj is not None, name
+            assert obj["metadata"]["ownerReferences"][0]["name"] == "counter"
+
+        kube_api.objects.patch("sj", NS, "counter", {"metadata": {"annotations": {"streamjob.io/savepoint": "first"}}})
+        wait_for(lambda: (status(kube_api, "counter").get("lastSavepoint") or {}).get("nonce") == "first", timeout=60,
+                 message="the annotation's savepoint is recorded")
+        manual = status(kube_api, "counter")["lastSavepoint"]
+        assert manual["triggerType"] == "manual"
+        assert os.path.exists(manual["path"].removeprefix("file://") + "/_metadata")
+
+        kube_api.objects.patch("sj", NS, "counter", {"spec": {"replicas": 3}}, subresource="scale")
+        wait_for(lambda: status(kube_api, "counter").get("deployment", {}).get("number") == 2, timeout=60,
+                 message="a second deployment")
+        st = status(kube_api, "counter")
+        assert st["deployment"]["restoreKind"] == "savepoint"
+        assert st["lastSavepoint"]["triggerType"] == "upgrade"
+        wait_for(lambda: job_state(kube_api, "counter") in ("RUNNING", "FINISHED"), timeout=120)
+        assert status(kube_api, "counter")["parallelism"] == 3
+        wait_for(lambda: job_state(kube_api, "counter") == "FINISHED", timeout=120, message="the input ends")
+        assert kube_api.objects.get("v1/pods", NS, "counter-driver-1") is None  # the old driver went
+        first_log = kubelet.logs(NS, "counter-driver-1")
+        assert "Restoring from savepoint" in kubelet.logs(NS, "counter-driver-2"), first_log[-2000:]
+
+    assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
+    savepoints = [p for p in os.listdir(tmp_path / "savepoints")]
+    assert len(savepoints) == 2  # the annotation's and the rescale's: none taken twice
+    got = reasons(kube_api, "counter")
+    for reason in ("Deploying", "Deployed", "SavepointTriggered", "SavepointCompleted", "Rescaling"):
+        assert reason in got, got
