@@ -16,6 +16,12 @@ import click
 @click.option("--peering", metavar="NAME", default=None,
               help="Leader election among replicas through kopf's peering object NAME (one replica acts, "
                    "the others stand by). Without it the operator runs standalone.")
+@click.option("--priority", type=int, default=None, metavar="N",
+              help="With --peering: the replica with the highest priority acts (default: random, so two "
+                   "replicas never tie; kopf pauses both on a tie).")
+@click.option("--peering-lifetime", default=60, show_default=True, metavar="SECONDS",
+              help="With --peering: how long a replica's heartbeat counts; a standby takes over this long "
+                   "after the active replica dies.")
 @click.option("--health-address", default="0.0.0.0:8080", show_default=True, metavar="HOST:PORT",
               help="Liveness at /healthz and Prometheus metrics at /metrics ('off': none).")
 @click.option("--delete-timeout", default=300.0, show_default=True,
@@ -25,7 +31,8 @@ import click
 @click.option("-v", "--verbose", is_flag=True)
 @click.pass_context
 def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bool, peering: str | None,
-             health_address: str, delete_timeout: float, idle_interval: float, verbose: bool) -> None:
+             priority: int | None, peering_lifetime: int, health_address: str, delete_timeout: float,
+             idle_interval: float, verbose: bool) -> None:
     """Run the StreamJob operator (kopf): reconcile StreamJobs into Spark driver pods."""
     if ctx.invoked_subcommand is not None:
         return
@@ -37,6 +44,7 @@ def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bo
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(run_operator(namespaces=list(namespaces), clusterwide=all_namespaces, peering=peering,
+                                 priority=priority, peering_lifetime=peering_lifetime,
                                  health_address=None if health_address == "off" else health_address,
                                  delete_timeout=delete_timeout, idle_interval=idle_interval))
     except KeyboardInterrupt:

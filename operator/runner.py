@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import kopf
@@ -31,19 +32,25 @@ async def serve_health(address: str, metrics: OperatorMetrics) -> web.AppRunner:
 
 
 async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False, peering: str | None = None,
+                       priority: int | None = None, peering_lifetime: int = 60,
                        health_address: str | None = None, delete_timeout: float = 300.0,
                        idle_interval: float = 10.0, stop_flag: Any = None, ready_flag: Any = None,
                        memo: kopf.Memo | None = None, registry: kopf.OperatorRegistry | None = None,
                        settings: kopf.OperatorSettings | None = None) -> None:
     from . import handlers  # registers the handlers with kopf's default registry
 
+    if settings is None:
+        settings = kopf.OperatorSettings()
+    settings.peering.lifetime = peering_lifetime
+    if peering is not None and priority is None:
+        priority = random.randint(1, 2**31 - 1)  # kopf pauses every replica of a tie: never tie
     memo = memo if memo is not None else kopf.Memo()
     memo.config = handlers.OperatorConfig(delete_timeout=delete_timeout, idle_interval=idle_interval)
     memo.metrics = getattr(memo, "metrics", None) or OperatorMetrics()
     health = await serve_health(health_address, memo.metrics) if health_address else None
     try:
         await kopf.operator(registry=registry, settings=settings, namespaces=namespaces, clusterwide=clusterwide,
-                            standalone=peering is None, peering_name=peering, memo=memo,
+                            standalone=peering is None, peering_name=peering, priority=priority, memo=memo,
                             stop_flag=stop_flag, ready_flag=ready_flag)
     finally:
         if health is not None:

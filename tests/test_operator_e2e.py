@@ -11,16 +11,18 @@ manager's REST API and the jobs, is the real thing.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import time
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import kopf
 import pytest
 
 from jobs.counting import expected_rows
-from kube.apiserver import kube_api, run_operator, wait_for  # noqa: F401 - kube_api is a fixture
+from kube.apiserver import KOPF_PEERING_CRDS, kube_api, run_operator, wait_for  # noqa: F401 - a fixture
 from kube.kubelet import FakeKubelet
 from streamjob.operator import resources
 from streamjob.operator.handlers import OperatorConfig
@@ -105,3 +107,59 @@ def test_apply_annotate_scale_runs_exactly_once(kube_api, tmp_path):
     got = reasons(kube_api, "counter")
     for reason in ("Deploying", "Deployed", "SavepointTriggered", "SavepointCompleted", "Rescaling"):
         assert reason in got, got
+
+
+@contextlib.contextmanager
+def cli_operator(api, log_dir: Path, *args: str):
+    """The real `streamjob operator` command in a subprocess (so a test can SIGKILL it)."""
+    log = tempfile.NamedTemporaryFile(prefix="operator-", suffix=".log", dir=log_dir, delete=False)
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "operator", "--namespace", NS,
+                             "--health-address", "off", "--idle-interval", "1", *args],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": api.kubeconfig})
+    proc.log_path = log.name
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+def test_active_replica_killed_mid_upgrade_the_standby_finishes_it(kube_api, tmp_path):
+    """Two operator replicas with kopf peering: exactly one acts. The active one is SIGKILLed right
+    after it started a rescale's stop-with-savepoint; the standby takes over from the status (the
+    write-ahead log) and finishes the rescale: one savepoint, output exactly once."""
+    for crd in KOPF_PEERING_CRDS:
+        kube_api.apply_crd(crd)
+    kube_api.objects.create("kopfpeerings", {"metadata": {"name": "streamjob"}}, namespace=NS)
+    peering = ("--peering", "streamjob", "--peering-lifetime", "3")
+    rows, rate = 16_000, 800
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, \
+            cli_operator(kube_api, tmp_path, *peering, "--priority", "100") as active, \
+            cli_operator(kube_api, tmp_path, *peering, "--priority", "50") as standby:
+        wait_for(lambda: len((kube_api.objects.get("kopfpeerings", NS, "streamjob") or {}).get("status", {})) == 2,
+                 timeout=30, message="both replicas join the peering")
+        kube_api.objects.create("sj", streamjob("failover", tmp_path, rows, rate), namespace=NS)
+        wait_for(lambda: job_state(kube_api, "failover") == "RUNNING" and status(kube_api, "failover").get("lastCheckpoint"),
+                 timeout=120, message=f"the job runs; operator log: {active.log_path}")
+        wait_for(lambda: "Pausing operations" in Path(standby.log_path).read_text(), timeout=10,
+                 message="one replica acts, the other stands by")
+        kube_api.objects.patch("sj", NS, "failover", {"spec": {"parallelism": 3}})
+        wait_for(lambda: (status(kube_api, "failover").get("upgrade") or {}).get("phase") == "STOPPING",
+                 timeout=30, interval=0.01, message="the upgrade starts")
+        active.kill()
+        active.wait()
+        wait_for(lambda: status(kube_api, "failover").get("deployment", {}).get("number") == 2, timeout=60,
+                 message=f"the standby finishes the upgrade; its log: {standby.log_path}")
+        assert "Resuming operations" in Path(standby.log_path).read_text()
+        wait_for(lambda: job_state(kube_api, "failover") == "FINISHED", timeout=150, message="the input ends")
+        st = status(kube_api, "failover")
+        assert st["parallelism"] == 3 and st["deployment"]["restoreKind"] == "savepoint"
+        assert "Restoring from savepoint" in kubelet.logs(NS, "failover-driver-2")
+    assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
+    assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
