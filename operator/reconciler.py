@@ -524,8 +524,10 @@ def _deploying(st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
 def _redeploy_after_failure(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Observation,
                             plan: Plan) -> None:
     pod = obs.pod
+    lost = pod is None or (pod.ended and pod.final_state is None)  # no word from its job manager
     why = (f"driver pod {st.deployment.pod_name} is gone" if pod is None else
-           f"job failed: {st.job_status.error or 'no error reported'}")
+           f"driver pod {pod.name} died (exit code {pod.exit_code}) without a result from its job manager"
+           if lost else f"job failed: {st.job_status.error or 'no error reported'}")
     if st.next_redeploy_time is None:
         if st.redeploys >= spec.redeploy.max_redeploys:
             st.error = f"{why}; gave up after {st.redeploys} redeploys (spec.redeploy.maxRedeploys)"
@@ -534,7 +536,7 @@ def _redeploy_after_failure(res: Resource, spec: StreamJobSpec, st: StreamJobSta
         wait = backoff(st.redeploys + 1, seconds(spec.redeploy.backoff), seconds(spec.redeploy.max_backoff))
         st.next_redeploy_time = iso(obs.now + timedelta(seconds=wait))
         st.error = why
-        plan.event(Reason.DRIVER_LOST if pod is None else Reason.JOB_FAILED,
+        plan.event(Reason.DRIVER_LOST if lost else Reason.JOB_FAILED,
                    f"{why}; redeploying from the latest checkpoint in {wait:.0f} s "
                    f"({st.redeploys + 1}/{spec.redeploy.max_redeploys})", warning=True)
         plan.soon(wait)

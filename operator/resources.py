@@ -464,6 +464,10 @@ def driver_args(spec: StreamJobSpec, target: DeploymentTarget) -> list[str]:
              "--conf-file", f"{CONFIG_DIR}/{JOB_CONF}"]
     if target.restore is not None:
         args += [f"--from-{target.restore.kind}", target.restore.path]
+        if target.restore.kind == "checkpoint":
+            # Continue as the same job in its own directory (Flink's CLAIM): its retained checkpoints
+            # stay under retention instead of piling up as a new job's leftovers on every redeploy.
+            args += ["--conf", "execution.state-recovery.claim-mode=CLAIM"]
     if spec.allow_non_restored_state:
         args.append("--allow-non-restored-state")
     args.append("--no-progress")  # a pod's log is no terminal

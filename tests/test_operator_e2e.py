@@ -163,3 +163,46 @@ def test_active_replica_killed_mid_upgrade_the_standby_finishes_it(kube_api, tmp
         assert "Restoring from savepoint" in kubelet.logs(NS, "failover-driver-2")
     assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
     assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
+
+
+def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepoint(kube_api, tmp_path):
+    """The driver's node dies (SIGKILL, pod Failed): the operator redeploys from the latest
+    checkpoint (claiming the job's checkpoint directory) and the output stays exactly once. Then
+    `kubectl delete` with savepointOnDeletion: a final savepoint, everything goes, and deletion
+    does not hang although every event post is refused (a namespace being terminated)."""
+    rows, rate = 40_000, 800
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
+        kube_api.objects.create("sj", streamjob("lossy", tmp_path, rows, rate, savepointOnDeletion=True),
+                                namespace=NS)
+        wait_for(lambda: job_state(kube_api, "lossy") == "RUNNING"
+                 and (status(kube_api, "lossy").get("lastCheckpoint") or {}).get("id", 0) >= 3,
+                 timeout=120, message="the job runs and checkpoints")
+        job_id = status(kube_api, "lossy")["jobStatus"]["jobId"]
+        kubelet.lose(NS, "lossy-driver-1")
+        wait_for(lambda: status(kube_api, "lossy").get("deployment", {}).get("number") == 2, timeout=60,
+                 message=lambda: f"a redeploy; status: {status(kube_api, 'lossy')}")
+        st = status(kube_api, "lossy")
+        assert st["deployment"]["restoreKind"] == "checkpoint"
+        assert st["deployment"]["restorePath"] == f"file://{tmp_path}/checkpoints/{job_id}"
+        wait_for(lambda: job_state(kube_api, "lossy") == "RUNNING"
+                 and status(kube_api, "lossy").get("lastCheckpoint"), timeout=120, message="running again")
+        assert status(kube_api, "lossy")["jobStatus"]["jobId"] == job_id  # the same job, claimed
+        assert {"DriverLost", "Redeploying"} <= set(reasons(kube_api, "lossy"))
+
+        refused = kube_api.fail_next(403, count=10_000, method="create", resource="v1/events", namespace=NS)
+        kube_api.objects.delete("sj", NS, "lossy")
+        wait_for(lambda: kube_api.objects.get("sj", NS, "lossy") is None, timeout=90,
+                 message="the StreamJob is deleted")
+        assert refused.requests, "events were posted (and refused) during the deletion"
+        assert not [p for p in kube_api.objects.list("v1/pods", NS)
+                    if p["metadata"]["name"].startswith("lossy-")]
+    savepoints = os.listdir(tmp_path / "savepoints")
+    assert len(savepoints) == 1  # the deletion's
+    committed = committed_rows(str(tmp_path / "out"))
+    assert len(committed) == len(set(committed)), "no row committed twice"
+    assert set(committed) <= set(expected_rows(rows))
+    counts: dict[int, list[int]] = {}
+    for key, _, count, _ in committed:
+        counts.setdefault(key, []).append(count)
+    assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values()), "no row lost"
+    assert len(committed) < rows  # stopped by the deletion, before the input ended

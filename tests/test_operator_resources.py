@@ -186,9 +186,10 @@ ARGS_CASES = {
         ["driver", "run", "/app/wordcount.py", "--parallelism", "8", "--master", "local[8]", "--conf-file", CONF_FILE,
          "--from-savepoint", "s3://sp/savepoint-7", "--allow-non-restored-state", "--no-progress", "--"]),
     "from checkpoint": (
-        make_spec(), target(restore=r.Restore("checkpoint", "s3://ckpt/wc/chk-12")),
+        make_spec(), target(restore=r.Restore("checkpoint", "s3://ckpt/wc")),
         ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[2]", "--conf-file", CONF_FILE,
-         "--from-checkpoint", "s3://ckpt/wc/chk-12", "--no-progress", "--"]),
+         "--from-checkpoint", "s3://ckpt/wc", "--conf", "execution.state-recovery.claim-mode=CLAIM", "--no-progress",
+         "--"]),
 }
 
 

@@ -961,15 +961,18 @@ def kube_api(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[KubeAPI
         yield api
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05, message: str = "") -> Any:
-    """Poll until condition() is truthy; return its value, or fail the test after `timeout` seconds."""
+def wait_for(condition: Callable[[], Any], timeout: float = 10, interval: float = 0.05,
+             message: str | Callable[[], str] = "") -> Any:
+    """Poll until condition() is truthy; return its value, or fail the test after `timeout` seconds.
+    A callable message is called at the failure, to show the state then."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or condition}: last value {value!r}")
+            what = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}: last value {value!r}")
         time.sleep(interval)
 
 
