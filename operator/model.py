@@ -332,7 +332,10 @@ class Deployment(_Model):
     restore_kind: Literal["savepoint", "checkpoint"] | None = None
     restore_path: str | None = None
     deploy_time: str | None = None
-    generation: int | None = None  # metadata.generation of the spec it runs
+    running_since: str | None = None  # when its job was first seen RUNNING; None: it never started
+    spec: K8sObject | None = Field(None, description="The spec this deployment runs")
+    previous_spec: K8sObject | None = Field(None, description="The spec of the last deployment whose job ran: "
+                                                              "what a rollback deploys")
 
 
 class Upgrade(_Model):

@@ -177,7 +177,8 @@ def decide(res: Resource, current: StreamJobStatus, obs: Observation) -> Plan:
     st = plan.status
     spec = _valid_spec(res, obs, plan)
     _record_observation(res, st, obs, plan)
-    running_spec = StreamJobSpec.model_validate(st.last_reconciled_spec) if st.last_reconciled_spec else spec
+    running = st.deployment.spec or st.last_reconciled_spec
+    running_spec = StreamJobSpec.model_validate(running) if running else spec
     if spec is not None:
         st.observed_generation = res.generation
     if st.upgrade is not None:
@@ -227,6 +228,8 @@ def _record_observation(res: Resource, st: StreamJobStatus, obs: Observation, pl
         elif job.restarts > js.restarts:
             st.restart_history.extend([iso(obs.now)] * (job.restarts - js.restarts))
         js.state, js.job_id, js.restarts = job.state, job.job_id or js.job_id, job.restarts
+        if job.state == "RUNNING" and st.deployment.running_since is None:
+            st.deployment.running_since = iso(obs.now)
         js.start_time = from_epoch(job.start_time) if job.start_time else js.start_time
         js.error = job.error
         if job.parallelism:
@@ -291,8 +294,19 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
         initial = Restore("savepoint", spec.initial_savepoint_path) if spec.initial_savepoint_path else None
         _begin_deploy(res, spec, st, obs, plan, "upgrade", initial, first=True)
         return
+    if st.lifecycle_state == LifecycleState.FAILED.value and change == "none" and new != st.last_reconciled_spec:
+        change = "upgrade"  # any edit of a failed job is a new attempt (initialSavepointPath included)
+    startup = startup_failure(st, obs)
+    if startup is not None and st.lifecycle_state != LifecycleState.FAILED.value and change in ("none", "rescale"):
+        _after_startup_failure(res, spec, st, obs, plan, *startup)
+        return
     if change == "none":
         st.last_reconciled_spec = new  # operator-only fields take effect in place
+        if _should_roll_back(spec, st, obs):
+            plan.event(Reason.ROLLING_BACK, f"not stable within {spec.health.rollback_timeout}: "
+                       "rolling back to the last spec that ran", warning=True)
+            _begin_upgrade(res, spec, st.deployment.previous_spec or {}, st, obs, plan, "rollback")
+            return
         if _failed(st, obs) and st.lifecycle_state not in (LifecycleState.SUSPENDED.value, LifecycleState.FAILED.value):
             _redeploy_after_failure(res, spec, st, obs, plan)
         elif _job_running(st, obs):
@@ -311,6 +325,54 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
     _begin_upgrade(res, spec, new, st, obs, plan, reason)
 
 
+# What a driver's first words say about the spec: (pattern of its error, the field to blame).
+_STARTUP_ERRORS = (("no such job file", "spec.job.file"), ("no such module", "spec.job.module"),
+                   ("--from-savepoint", "spec.initialSavepointPath"), ("--from-checkpoint", "status.deployment.restorePath"),
+                   ("cannot be restored", "status.deployment.restorePath"))
+
+
+def startup_failure(st: StreamJobStatus, obs: Observation) -> tuple[str, str] | None:
+    """(field, message) when the current deployment failed before its job ever ran: a spec the
+    API server could not refuse (an image that cannot start, a job file not in the image, a
+    savepoint that is not there). Redeploying the same spec would only fail again."""
+    pod = obs.pod
+    if pod is None or st.deployment.running_since is not None or st.upgrade is not None:
+        return None
+    if pod.waiting_reason in IMAGE_ERRORS:
+        return ("spec.image", f"driver pod {pod.name} cannot start: {pod.waiting_reason}"
+                + (f": {pod.waiting_message}" if pod.waiting_message else ""))
+    if not pod.ended or pod.final_state in (None, "FINISHED", "CANCELED"):
+        return None
+    error = (pod.final_error or f"exit code {pod.exit_code}").strip()
+    field_ = next((f for pattern, f in _STARTUP_ERRORS if pattern in error), "spec.job")
+    if field_ == "spec.initialSavepointPath" and st.deployment.restore_path and st.deployment.number > 1:
+        field_ = "status.deployment.restorePath"
+    return field_, f"the job did not start: {error.splitlines()[0][:500]}"
+
+
+def _after_startup_failure(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Observation, plan: Plan,
+                           field_: str, message: str) -> None:
+    """Roll back to the last spec that ran (from the state this deployment was to restore), or,
+    with none, stop at FAILED with the field named: the same spec would fail the same way."""
+    st.error = f"{field_}: {message}"
+    previous = st.deployment.previous_spec
+    if previous:
+        plan.event(Reason.ROLLING_BACK, f"{st.error}; rolling back to the last spec that ran", warning=True)
+        _begin_upgrade(res, spec, previous, st, obs, plan, "rollback")
+        st.error = f"{field_}: {message} (rolled back to the last spec that ran)"
+        return
+    if obs.pod is not None and obs.pod.waiting_reason in IMAGE_ERRORS:
+        return  # the kubelet keeps pulling (it runs if the image appears); _health reports it Degraded
+    _set_lifecycle(st, LifecycleState.FAILED, plan, Reason.FAILED, st.error, warning=True)
+
+
+def _should_roll_back(spec: StreamJobSpec, st: StreamJobStatus, obs: Observation) -> bool:
+    """health.rollback: a new spec that did not become stable within health.rollbackTimeout."""
+    return (spec.health.rollback and st.deployment.previous_spec is not None
+            and st.lifecycle_state == LifecycleState.DEPLOYED.value
+            and _age(obs.now, st.deployment.deploy_time) > seconds(spec.health.rollback_timeout))
+
+
 def _failed(st: StreamJobStatus, obs: Observation) -> bool:
     """The deployment is gone or its job failed beyond its own restart strategy."""
     if st.deployment.pod_name is None:
@@ -322,10 +384,19 @@ def _failed(st: StreamJobStatus, obs: Observation) -> bool:
     return bool(obs.job and obs.job.reachable and obs.job.state == "FAILED")
 
 
+def _restore_after(spec: StreamJobSpec, st: StreamJobStatus) -> Restore | None:
+    """What a new deployment restores when no savepoint can be taken: the newest durable state; for a
+    job whose first deployment never ran, what the (maybe corrected) spec says to start from."""
+    if st.deployment.running_since is None and st.last_checkpoint is None and st.deployment.previous_spec is None:
+        return Restore("savepoint", spec.initial_savepoint_path) if spec.initial_savepoint_path else None
+    return latest_restore_point(st)
+
+
 def _begin_upgrade(res: Resource, spec: StreamJobSpec, new: dict, st: StreamJobStatus, obs: Observation, plan: Plan,
                    reason: str) -> None:
     mode = UpgradeMode(spec.upgrade_mode)
-    what = {"suspend": "suspending", "rescale": f"rescaling to parallelism {spec.parallelism}"}.get(reason, "upgrading")
+    what = {"suspend": "suspending", "rescale": f"rescaling to parallelism {spec.parallelism}",
+            "rollback": "rolling back"}.get(reason, "upgrading")
     running = _job_running(st, obs)
     if mode == UpgradeMode.LAST_STATE and running and latest_restore_point(st) is None:
         # Canceling now would drop the state the job built since it started: wait for a checkpoint.
@@ -344,7 +415,7 @@ def _begin_upgrade(res: Resource, spec: StreamJobSpec, new: dict, st: StreamJobS
         plan.act(TriggerSavepoint(rid, spec.savepoint_dir or "", stop=True))
         plan.event(Reason.SAVEPOINT_TRIGGERED, f"{what}: stop-with-savepoint into {spec.savepoint_dir} (request {rid})")
     else:
-        restore = None if mode == UpgradeMode.STATELESS else latest_restore_point(st)
+        restore = None if mode == UpgradeMode.STATELESS else _restore_after(spec, st)
         if mode != UpgradeMode.STATELESS and not running:
             plan.event(Reason.UPGRADE_BLOCKED if restore is None else Reason.UPGRADING,
                        f"{what}: the job is not running ({st.job_status.state}), so no savepoint can be taken; "
@@ -355,8 +426,9 @@ def _begin_upgrade(res: Resource, spec: StreamJobSpec, new: dict, st: StreamJobS
                              target_spec=new)
         _cancel_step(res, st, obs, plan)
     reason_event = {"suspend": Reason.SUSPENDING, "rescale": Reason.RESCALING}.get(reason, Reason.UPGRADING)
-    plan.event(reason_event, f"{what} (upgradeMode {mode.value})")
-    st.lifecycle_state = LifecycleState.UPGRADING.value
+    if reason != "rollback":  # a rollback's event says why
+        plan.event(reason_event, f"{what} (upgradeMode {mode.value})")
+    st.lifecycle_state = (LifecycleState.ROLLING_BACK if reason == "rollback" else LifecycleState.UPGRADING).value
     st.error = None
     plan.soon()
 
@@ -367,6 +439,7 @@ def _advance_upgrade(res: Resource, spec: StreamJobSpec | None, st: StreamJobSta
     assert up is not None
     if spec is not None and up.reason != "redeploy" and classify(st.last_reconciled_spec, spec_dict(spec)) != "none":
         up.target_spec = spec_dict(spec)  # edited again meanwhile: the next deployment runs the newest
+        up.reason = "upgrade" if up.reason == "rollback" else up.reason
     if up.phase == "STOPPING":
         _stopping(res, spec, st, obs, plan)
     elif up.phase == "CANCELING":
@@ -487,16 +560,28 @@ def _new_deployment(res: Resource, st: StreamJobStatus, obs: Observation, spec: 
     up = st.upgrade
     assert up is not None
     number = st.deployment.number + 1
-    st.last_reconciled_spec = up.target_spec
+    old = st.deployment
+    if up.reason not in ("rollback", "redeploy"):
+        st.last_reconciled_spec = up.target_spec  # a rollback runs another spec than the one asked for
+    # What a rollback would go back to: the spec of the last deployment whose job ran (never the
+    # spec a rollback just left).
+    if up.reason == "rollback":
+        previous = None
+    elif up.reason == "redeploy":
+        previous = old.previous_spec
+    else:
+        previous = old.spec if old.running_since else old.previous_spec
     st.deployment = Deployment(number=number, pod_name=names.driver_pod(res.name, number),
                                parallelism=spec.parallelism, restore_kind=restore.kind if restore else None,
-                               restore_path=restore.path if restore else None, deploy_time=iso(obs.now))
+                               restore_path=restore.path if restore else None, deploy_time=iso(obs.now),
+                               spec=up.target_spec, previous_spec=previous)
     st.last_checkpoint = None  # belongs to the job that stopped; the new one reports its own
     st.job_status = JobInfo(state=JobStatusState.DEPLOYING.value, job_id=st.job_status.job_id if restore and
                             restore.kind == "checkpoint" else None)
     st.restart_history = []
     up.phase, up.phase_time = "DEPLOYING", iso(obs.now)
-    st.lifecycle_state = (LifecycleState.CREATED if number == 1 else LifecycleState.UPGRADING).value
+    st.lifecycle_state = (LifecycleState.CREATED if number == 1 else LifecycleState.ROLLING_BACK
+                          if up.reason == "rollback" else LifecycleState.UPGRADING).value
     _deploying(st, obs, plan)
     plan.event(Reason.DEPLOYING, f"deployment {number}: driver pod {st.deployment.pod_name}, parallelism "
                f"{spec.parallelism}" + (f", restoring {restore.kind} {restore.path}" if restore else ", no state"))
@@ -507,17 +592,21 @@ def _deploying(st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
     assert up is not None
     pod = obs.pod
     if pod is not None and pod.name == st.deployment.pod_name:
+        rollback = up.reason == "rollback"
         st.upgrade = None
-        _set_lifecycle(st, LifecycleState.DEPLOYED, plan, Reason.DEPLOYED, f"driver pod {pod.name} created")
+        if rollback:
+            _set_lifecycle(st, LifecycleState.ROLLED_BACK, plan, Reason.ROLLED_BACK,
+                           f"rolled back: driver pod {pod.name} runs the last spec that ran; fix the spec to go on")
+        else:
+            _set_lifecycle(st, LifecycleState.DEPLOYED, plan, Reason.DEPLOYED, f"driver pod {pod.name} created")
         return
     if obs.other_pods:
         plan.soon()  # an earlier driver is still going away (deleted in decide)
         return
-    spec = _spec_of(st)
     restore = Restore(st.deployment.restore_kind, st.deployment.restore_path) \
         if st.deployment.restore_kind and st.deployment.restore_path else None
-    plan.act(Deploy(st.deployment.number, st.deployment.pod_name or "", st.last_reconciled_spec or {},
-                    spec.parallelism, restore))
+    plan.act(Deploy(st.deployment.number, st.deployment.pod_name or "", st.deployment.spec or {},
+                    st.deployment.parallelism or 1, restore))
     plan.soon()
 
 
@@ -552,7 +641,7 @@ def _redeploy_after_failure(res: Resource, spec: StreamJobSpec, st: StreamJobSta
     now = iso(obs.now)
     st.upgrade = Upgrade(phase="CANCELING", reason="redeploy", mode=spec.upgrade_mode, started_time=now,
                          phase_time=now, restore_kind=restore.kind if restore else None,
-                         restore_path=restore.path if restore else None, target_spec=st.last_reconciled_spec or {})
+                         restore_path=restore.path if restore else None, target_spec=st.deployment.spec or st.last_reconciled_spec or {})
     _cancel_step(res, st, obs, plan)
 
 
@@ -688,6 +777,9 @@ def _health(spec: StreamJobSpec, st: StreamJobStatus, obs: Observation, plan: Pl
     window = seconds(spec.health.restarts_window)
     st.restart_history = [t for t in st.restart_history if _age(obs.now, t) <= window]
     problems: list[tuple[Reason, str]] = []
+    if obs.pod is not None and obs.pod.waiting_reason in IMAGE_ERRORS:
+        problems.append((Reason.IMAGE_ERROR, f"spec.image: driver pod {obs.pod.name} cannot start: "
+                                             f"{obs.pod.waiting_reason}"))
     if len(st.restart_history) >= spec.health.restarts_threshold:
         problems.append((Reason.RESTART_LOOP, f"{len(st.restart_history)} job restarts within "
                                               f"{spec.health.restarts_window}"))

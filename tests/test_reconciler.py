@@ -88,7 +88,8 @@ class World:
                                  "Failed" if ended else p.get("phase", "Running"), ready=True, ip="10.0.0.1",
                                  waiting_reason=p.get("waiting"),
                                  final_state=j["state"] if ended else None,
-                                 final_savepoint=j.get("final_savepoint") if ended else None)
+                                 final_savepoint=j.get("final_savepoint") if ended else None,
+                                 final_error=p.get("error") if ended else None)
             if p.get("unreachable") or ended or p.get("waiting"):
                 job = JobObservation(False, unreachable_reason="connection refused")
             else:
@@ -128,7 +129,15 @@ class World:
             prev = [j for j in self.jobs.values()]
             job_id = action.restore.path.rsplit("/", 1)[1] if claim else f"job{next(self.ids)}"
             self.pods[action.pod_name] = {}
-            self.jobs[action.pod_name] = {"state": "RUNNING", "id": job_id, "restarts": 0, "age": 0.0,
+            if action.spec["image"].startswith("missing"):
+                self.pods[action.pod_name] = {"waiting": "ImagePullBackOff", "phase": "Pending"}
+            if action.spec["job"].get("file") == "/missing.py":
+                self.pods[action.pod_name] = {"exited": True, "error": "no such job file: /missing.py"}
+            if action.restore is not None and action.restore.path.endswith("/gone"):
+                self.pods[action.pod_name] = {"exited": True, "error": f"--from-savepoint: {action.restore.path}: "
+                                                                       "no _metadata (not a completed checkpoint)"}
+            self.jobs[action.pod_name] = {"state": "FAILED" if self.pods[action.pod_name].get("exited") else "RUNNING",
+                                          "id": job_id, "restarts": 0, "age": 0.0,
                                           "parallelism": action.parallelism, "rids": set()}
             del prev
         elif isinstance(action, R.DeletePod):
@@ -661,3 +670,77 @@ def test_delete_never_hangs():
 ])
 def test_classify(old, new, kind):
     assert R.classify(old, new) == kind
+
+
+# -- bad input the API server cannot refuse -------------------------------------------------------
+def test_upgrade_to_an_image_that_cannot_start_rolls_back_and_keeps_the_job_running():
+    w = World()
+    w.running()
+    w.job()["age"] = 120
+    w.tick(61)
+    assert lifecycle(w) == "STABLE"
+    w.edit(image="missing/image:2")
+    w.tick()
+    w.complete_savepoints()
+    w.run_until(lambda: len(w.deploys) == 2)
+    upgrade_savepoint = w.deploys[1].restore
+    w.run_until(lambda: len(w.deploys) == 3)
+    rollback = w.deploys[2]
+    assert rollback.spec["image"] == "streamjob:1" and rollback.restore == upgrade_savepoint
+    w.run_until(lambda: w.status.job_status.state == "RUNNING")
+    assert lifecycle(w) == "ROLLED_BACK" and w.status.error.startswith("spec.image: ")
+    assert "ImagePullBackOff" in w.status.error and "RollingBack" in w.reasons()
+    assert w.status.last_reconciled_spec["image"] == "missing/image:2"  # what was asked: not retried
+    for _ in range(5):
+        w.tick(30)
+    assert len(w.deploys) == 3
+    w.edit(image="streamjob:2")  # the fix goes ahead from the rolled-back job, with a savepoint
+    w.tick()
+    w.complete_savepoints()
+    w.run_until(lambda: len(w.deploys) == 4)
+    assert w.deploys[3].spec["image"] == "streamjob:2" and w.deploys[3].restore.kind == "savepoint"
+    w.run_until(lambda: lifecycle(w) == "DEPLOYED")
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"job": {"file": "/missing.py"}}, "spec.job.file"),
+    ({"initialSavepointPath": "s3://b/sp/gone"}, "spec.initialSavepointPath"),
+])
+def test_first_deployment_that_cannot_start_fails_naming_the_field_until_fixed(spec, field):
+    w = World({**BASE, **spec})
+    w.run_until(lambda: lifecycle(w) == "FAILED")
+    assert w.status.error.startswith(f"{field}: the job did not start")
+    for _ in range(3):
+        w.tick(60)
+    assert len(w.deploys) == 1  # the same spec would fail the same way: no redeploy loop
+    w.edit(job={"file": "/jobs/count.py"}, initialSavepointPath=None)
+    w.run_until(lambda: w.status.job_status.state == "RUNNING")
+    assert len(w.deploys) == 2 and lifecycle(w) == "DEPLOYED"
+
+
+def test_first_deployment_with_an_image_that_cannot_be_pulled_is_degraded_naming_the_image():
+    w = World({**BASE, "image": "missing/image:1"})
+    w.tick()
+    w.tick()
+    assert w.status.error.startswith("spec.image: ") and len(w.deploys) == 1
+    assert {c.type: c for c in w.status.conditions}["Degraded"].reason == "ImageError"
+
+
+def test_health_rollback_when_an_upgrade_is_not_stable_in_time():
+    w = World({**BASE, "health": {"rollback": True, "rollbackTimeout": "2m", "stableAfter": "1m"}})
+    w.running()
+    w.job()["age"] = 120
+    w.tick(61)
+    w.edit(config={"x": "1"})
+    w.tick()
+    w.complete_savepoints()
+    w.run_until(lambda: len(w.deploys) == 2)
+    w.run_until(lambda: w.status.job_status.state == "RUNNING")
+    for _ in range(3):
+        w.job()["restarts"] += 1  # it restarts and never holds its start long enough
+        w.job()["age"] = 0
+        w.tick(50)
+    w.complete_savepoints()
+    w.run_until(lambda: len(w.deploys) == 3)
+    assert w.deploys[2].spec.get("config", {}) == {}
+    w.run_until(lambda: lifecycle(w) == "ROLLED_BACK")
