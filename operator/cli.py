@@ -42,6 +42,8 @@ def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bo
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:  # not a line per handled watch event
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         asyncio.run(run_operator(namespaces=list(namespaces), clusterwide=all_namespaces, peering=peering,
                                  priority=priority, peering_lifetime=peering_lifetime,

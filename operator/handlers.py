@@ -68,7 +68,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
     settings.persistence.finalizer = FINALIZER
-    settings.posting.level = logging.INFO
+    # Our own events go out whatever the level (kopf.event); kopf's log lines become events only
+    # from WARNING up (a handler failing), not one per handled watch event.
+    settings.posting.level = logging.WARNING
     memo.kube = getattr(memo, "kube", None) or Kube()
     memo.session = aiohttp.ClientSession()
     memo.jm = JobManagerClient(memo.session)
@@ -81,6 +83,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     session = getattr(memo, "session", None)
     if session is not None:
         await session.close()
+    if getattr(memo, "kube", None) is not None:
+        await memo.kube.close()
 
 
 def _context(memo: kopf.Memo, uid: str) -> JobContext:
@@ -152,11 +156,21 @@ async def reconcile_once(obj: dict, memo: kopf.Memo, ctx: JobContext, logger: lo
     started = time.perf_counter()
     res = resource_view(obj)
     current = _status_of(obj)
-    if ctx.token is None:
+    if ctx.token is None and current.deployment.pod_name:  # there is a job manager to ask
         ctx.token = await memo.kube.read_secret_value(res.namespace, resources.names.rest_token_secret(res.name), "token")
     obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback)
     plan = R.decide(res, current, obs)
-    if not await _write_status(memo, obj, current, plan.status, logger):
+    for _ in range(3):
+        if await _write_status(memo, obj, current, plan.status, logger):
+            break
+        # The resource changed since it was read (often kopf's own annotations): decide again on
+        # the fresh object; what was observed a moment ago still stands.
+        obj = await memo.kube.get("StreamJob", res.namespace, res.name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return 0.5
+        res, current = resource_view(obj), _status_of(obj)
+        plan = R.decide(res, current, obs)
+    else:
         return 0.5
     await _carry_out(plan, res, obs, memo, ctx, logger)
     _post_events(obj, plan.events)
@@ -200,15 +214,16 @@ async def _act(action: R.Action, res: R.Resource, obs: Observation, memo: kopf.M
                logger: logging.Logger) -> None:
     kube: Kube = memo.kube
     if isinstance(action, R.Deploy):
-        if ctx.token is None:
-            ctx.token = secrets.token_urlsafe(32)
+        token = ctx.token or secrets.token_urlsafe(32)
         spec = StreamJobSpec.model_validate(action.spec)
         restore = (action.restore.kind, action.restore.path) if action.restore else None
         target = resources.DeploymentTarget(number=action.number, parallelism=action.parallelism, restore=restore)
-        for obj in resources.owned_objects(res.name, res.namespace, res.uid, spec, target, ctx.token):
-            await kube.ensure(obj)
-        # The token that counts is the one stored (a Secret made before a restart is kept).
-        ctx.token = await kube.read_secret_value(res.namespace, resources.names.rest_token_secret(res.name), "token")
+        for obj in resources.owned_objects(res.name, res.namespace, res.uid, spec, target, token):
+            done = await kube.ensure(obj)
+            if obj["kind"] == "Secret":
+                # The token that counts is the one stored (a Secret made before a restart is kept).
+                ctx.token = token if done == "created" else await kube.read_secret_value(
+                    res.namespace, obj["metadata"]["name"], resources.REST_TOKEN_KEY)
     elif isinstance(action, R.DeletePod):
         await kube.delete("Pod", res.namespace, action.name)
     elif isinstance(action, R.CancelJob):
