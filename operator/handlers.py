@@ -293,3 +293,4 @@ async def teardown(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_
     if not done:
         raise kopf.TemporaryError("deletion in progress", delay=plan.requeue_after)
     memo.jobs.pop(res.uid, None)
+    memo.metrics.set_state(res.uid, None)
