@@ -26,7 +26,7 @@ import kopf
 from pydantic import ValidationError
 
 from . import reconciler as R
-from . import resources
+from . import resources, storage
 from .kube import Conflict, Kube, KubeError
 from .metrics import OperatorMetrics
 from .model import PLURAL, StreamJobSpec, StreamJobStatus
@@ -54,6 +54,7 @@ class JobContext:
     seen: tuple = ()  # (generation, annotations) last looked at: status writes alone wake nothing
     feedback: dict[str, Any] = field(default_factory=dict)  # action results for the next observation
     token: str | None = None
+    checked: tuple[int, float] = (0, 0.0)  # (generation, monotonic time) of the last storage check
 
 
 def operator_config(memo: Any) -> OperatorConfig:
@@ -158,6 +159,7 @@ async def reconcile_once(obj: dict, memo: kopf.Memo, ctx: JobContext, logger: lo
     current = _status_of(obj)
     if ctx.token is None and current.deployment.pod_name:  # there is a job manager to ask
         ctx.token = await memo.kube.read_secret_value(res.namespace, resources.names.rest_token_secret(res.name), "token")
+    await _check_storage(res, current, memo, ctx)
     obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback)
     plan = R.decide(res, current, obs)
     for _ in range(3):
@@ -176,6 +178,23 @@ async def reconcile_once(obj: dict, memo: kopf.Memo, ctx: JobContext, logger: lo
     _post_events(obj, plan.events)
     memo.metrics.observe_reconcile(time.perf_counter() - started, plan.status.lifecycle_state, res.uid)
     return plan.requeue_after
+
+
+STORAGE_RECHECK = 30.0  # s between checks of a spec whose storage had a problem
+
+
+async def _check_storage(res: R.Resource, current: StreamJobStatus, memo: kopf.Memo, ctx: JobContext) -> None:
+    """Object-store locations of a new spec, once per generation (again while they have problems)."""
+    generation, at = ctx.checked
+    problems = ctx.feedback.get("spec_errors")
+    if res.spec is None or (generation == res.generation and (not problems or time.monotonic() - at < STORAGE_RECHECK)):
+        return
+
+    async def secret(name: str, key: str) -> str | None:
+        return await memo.kube.read_secret_value(res.namespace, name, key)
+
+    ctx.feedback["spec_errors"] = await storage.spec_errors(res.spec, current.deployment.number == 0, secret)
+    ctx.checked = (res.generation, time.monotonic())
 
 
 async def _write_status(memo: kopf.Memo, obj: dict, current: StreamJobStatus, new: StreamJobStatus,
