@@ -476,7 +476,7 @@ def _stopping(res: Resource, spec: StreamJobSpec | None, st: StreamJobStatus, ob
     if not _job_running(st, obs) and (obs.pod is None or obs.pod.ended):
         # The job is gone without a savepoint: keep its state, restore the latest checkpoint.
         restore = latest_restore_point(st)
-        plan.event(Reason.SAVEPOINT_FAILED, f"the job ended before its stop-with-savepoint completed; "
+        plan.event(Reason.SAVEPOINT_FAILED, "the job ended before its stop-with-savepoint completed; "
                    + (f"restoring its latest {restore.kind} {restore.path}" if restore else "no state to restore"),
                    warning=True)
         up.phase, up.phase_time = "CANCELING", iso(obs.now)

@@ -98,7 +98,6 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         _fail("--from-checkpoint and --from-savepoint: give one")
     if from_checkpoint or from_savepoint:
         from .checkpoint import filesystems
-        from .checkpoint.metadata import CheckpointFormatError
 
         filesystems.configure(conf)
         from .checkpoint.storage import find_checkpoints

@@ -11,18 +11,14 @@ manager's REST API and the jobs, is the real thing.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import kopf
 import pytest
 
 from jobs.counting import expected_rows
-from kube.apiserver import KOPF_PEERING_CRDS, kube_api, run_operator, wait_for  # noqa: F401 - a fixture
+from kube.apiserver import KOPF_PEERING_CRDS, kube_api, run_operator, spawn_process, wait_for  # noqa: F401
 from kube.kubelet import FakeKubelet
 from streamjob.operator import resources
 from streamjob.operator.handlers import OperatorConfig
@@ -109,25 +105,10 @@ def test_apply_annotate_scale_runs_exactly_once(kube_api, tmp_path):
         assert reason in got, got
 
 
-@contextlib.contextmanager
 def cli_operator(api, log_dir: Path, *args: str):
     """The real `streamjob operator` command in a subprocess (so a test can SIGKILL it)."""
-    log = tempfile.NamedTemporaryFile(prefix="operator-", suffix=".log", dir=log_dir, delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "operator", "--namespace", NS,
-                             "--health-address", "off", "--idle-interval", "1", *args],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": api.kubeconfig})
-    proc.log_path = log.name
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
+    return spawn_process(api, ["-m", "streamjob.runtime.cli", "operator", "--namespace", NS, "--health-address", "off",
+                               "--idle-interval", "1", *args], log_dir=log_dir)
 
 
 def test_active_replica_killed_mid_upgrade_the_standby_finishes_it(kube_api, tmp_path):

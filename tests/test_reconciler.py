@@ -126,7 +126,6 @@ class World:
                 return
             self.deploys.append(action)
             claim = action.restore is not None and action.restore.kind == "checkpoint"
-            prev = [j for j in self.jobs.values()]
             job_id = action.restore.path.rsplit("/", 1)[1] if claim else f"job{next(self.ids)}"
             self.pods[action.pod_name] = {}
             if action.spec["image"].startswith("missing"):
@@ -139,7 +138,6 @@ class World:
             self.jobs[action.pod_name] = {"state": "FAILED" if self.pods[action.pod_name].get("exited") else "RUNNING",
                                           "id": job_id, "restarts": 0, "age": 0.0,
                                           "parallelism": action.parallelism, "rids": set()}
-            del prev
         elif isinstance(action, R.DeletePod):
             self.pods.pop(action.name, None)
         elif isinstance(action, R.TriggerSavepoint):

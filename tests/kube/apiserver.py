@@ -1096,15 +1096,23 @@ def run_operator(api: KubeAPI, *, registry: kopf.OperatorRegistry | None = None,
 @contextlib.contextmanager
 def spawn_operator(api: KubeAPI, path: str | os.PathLike, *args: str,
                    env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """`kopf run [args] path` in a subprocess against `api` (it logs in through a kubeconfig).
+    """`kopf run [args] path` in a subprocess against `api` (see spawn_process).
 
-    Settings can only come from the file (an @kopf.on.startup handler). The output goes to a
-    temporary file, `proc.log_path`. On exit: SIGTERM (graceful), SIGKILL after 10 s.
+    Settings can only come from the file (an @kopf.on.startup handler).
     """
+    with spawn_process(api, ["-m", "kopf", "run", "--verbose", *args, os.fspath(path)], env=env) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def spawn_process(api: KubeAPI, python_args: list[str], env: dict[str, str] | None = None,
+                  log_dir: str | os.PathLike | None = None) -> Iterator[subprocess.Popen]:
+    """This interpreter with `python_args` in a subprocess that reaches `api` through a kubeconfig
+    (an operator a test may SIGKILL). The output goes to a file, `proc.log_path`. On exit:
+    SIGTERM (graceful), SIGKILL after 10 s."""
     kubeconfig = api.kubeconfig or api.write_kubeconfig(tempfile.mktemp(prefix="kubeconfig-"))
-    log = tempfile.NamedTemporaryFile(prefix="kopf-", suffix=".log", delete=False)
-    proc = subprocess.Popen([sys.executable, "-m", "kopf", "run", "--verbose", *args, os.fspath(path)],
-                            stdout=log, stderr=subprocess.STDOUT,
+    log = tempfile.NamedTemporaryFile(prefix="operator-", suffix=".log", dir=log_dir, delete=False)
+    proc = subprocess.Popen([sys.executable, *python_args], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "KUBECONFIG": kubeconfig, **(env or {})})
     proc.log_path = log.name
     try:
