@@ -18,7 +18,7 @@ import kopf
 import pytest
 
 from jobs.counting import expected_rows
-from kube.apiserver import KOPF_PEERING_CRDS, kube_api, run_operator, spawn_process, wait_for  # noqa: F401
+from kube.apiserver import kube_api, run_operator, spawn_process, wait_for  # noqa: F401 - kube_api: a fixture
 from kube.kubelet import FakeKubelet
 from streamjob.operator import resources
 from streamjob.operator.handlers import OperatorConfig
@@ -111,37 +111,30 @@ def cli_operator(api, log_dir: Path, *args: str):
                                "--idle-interval", "1", *args], log_dir=log_dir)
 
 
-def test_active_replica_killed_mid_upgrade_the_standby_finishes_it(kube_api, tmp_path):
-    """Two operator replicas with kopf peering: exactly one acts. The active one is SIGKILLed right
-    after it started a rescale's stop-with-savepoint; the standby takes over from the status (the
-    write-ahead log) and finishes the rescale: one savepoint, output exactly once."""
-    for crd in KOPF_PEERING_CRDS:
-        kube_api.apply_crd(crd)
-    kube_api.objects.create("kopfpeerings", {"metadata": {"name": "streamjob"}}, namespace=NS)
-    peering = ("--peering", "streamjob", "--peering-lifetime", "3")
+def test_operator_killed_mid_upgrade_a_new_one_finishes_it(kube_api, tmp_path):
+    """The operator is SIGKILLed right after it wrote the rescale's STOPPING step (and sent the
+    stop-with-savepoint); a new operator process takes over from the status alone (the
+    write-ahead log) and finishes the rescale: one savepoint, output exactly once.
+    (Two replicas electing one active operator through kopf's peering: tests/test_kube_apiserver.py.)"""
     rows, rate = 16_000, 800
-    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, \
-            cli_operator(kube_api, tmp_path, *peering, "--priority", "100") as active, \
-            cli_operator(kube_api, tmp_path, *peering, "--priority", "50") as standby:
-        wait_for(lambda: len((kube_api.objects.get("kopfpeerings", NS, "streamjob") or {}).get("status", {})) == 2,
-                 timeout=30, message="both replicas join the peering")
-        kube_api.objects.create("sj", streamjob("failover", tmp_path, rows, rate), namespace=NS)
-        wait_for(lambda: job_state(kube_api, "failover") == "RUNNING" and status(kube_api, "failover").get("lastCheckpoint"),
-                 timeout=120, message=f"the job runs; operator log: {active.log_path}")
-        wait_for(lambda: "Pausing operations" in Path(standby.log_path).read_text(), timeout=10,
-                 message="one replica acts, the other stands by")
-        kube_api.objects.patch("sj", NS, "failover", {"spec": {"parallelism": 3}})
-        wait_for(lambda: (status(kube_api, "failover").get("upgrade") or {}).get("phase") == "STOPPING",
-                 timeout=30, interval=0.01, message="the upgrade starts")
-        active.kill()
-        active.wait()
-        wait_for(lambda: status(kube_api, "failover").get("deployment", {}).get("number") == 2, timeout=60,
-                 message=f"the standby finishes the upgrade; its log: {standby.log_path}")
-        assert "Resuming operations" in Path(standby.log_path).read_text()
-        wait_for(lambda: job_state(kube_api, "failover") == "FINISHED", timeout=150, message="the input ends")
-        st = status(kube_api, "failover")
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet:
+        with cli_operator(kube_api, tmp_path) as first:
+            kube_api.objects.create("sj", streamjob("restart", tmp_path, rows, rate), namespace=NS)
+            wait_for(lambda: job_state(kube_api, "restart") == "RUNNING" and status(kube_api, "restart").get("lastCheckpoint"),
+                     timeout=120, message=f"the job runs; operator log: {first.log_path}")
+            kube_api.objects.patch("sj", NS, "restart", {"spec": {"parallelism": 3}})
+            wait_for(lambda: (status(kube_api, "restart").get("upgrade") or {}).get("phase") == "STOPPING",
+                     timeout=30, interval=0.01, message="the upgrade starts")
+            first.kill()
+            first.wait()
+        assert status(kube_api, "restart")["deployment"]["number"] == 1
+        with cli_operator(kube_api, tmp_path) as second:
+            wait_for(lambda: status(kube_api, "restart").get("deployment", {}).get("number") == 2, timeout=60,
+                     message=f"the new operator finishes the upgrade; its log: {second.log_path}")
+            wait_for(lambda: job_state(kube_api, "restart") == "FINISHED", timeout=150, message="the input ends")
+        st = status(kube_api, "restart")
         assert st["parallelism"] == 3 and st["deployment"]["restoreKind"] == "savepoint"
-        assert "Restoring from savepoint" in kubelet.logs(NS, "failover-driver-2")
+        assert "Restoring from savepoint" in kubelet.logs(NS, "restart-driver-2")
     assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
     assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
 
