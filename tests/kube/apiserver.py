@@ -25,8 +25,8 @@ Recipe: an operator test
             kube_api.objects.create("streamjobs", {"metadata": {"name": "j1"}, "spec": {...}},
                                     namespace="default")
             wait_for(lambda: (kube_api.objects.get("streamjobs", "default", "j1") or {})
-                     .get("status", {}).get("lifecycleState") == "running")
-            pod = kube_api.objects.get("pods", "default", "j1-driver")
+                     .get("status", {}).get("lifecycleState") == "DEPLOYED")
+            pod = kube_api.objects.get("pods", "default", "j1-driver-1")
         # Leaving the block stops the operator gracefully (kopf's cleanup runs) and joins its
         # thread; the fixture stops the server after the test.
 
