@@ -176,7 +176,7 @@ async def reconcile_once(obj: dict, memo: kopf.Memo, ctx: JobContext, logger: lo
         return 0.5
     await _carry_out(plan, res, obs, memo, ctx, logger)
     _post_events(obj, plan.events)
-    memo.metrics.observe_reconcile(time.perf_counter() - started, plan.status.lifecycle_state, res.uid)
+    memo.metrics.observe_reconcile(time.perf_counter() - started, plan.status, res.uid, res.namespace, res.name)
     return plan.requeue_after
 
 
@@ -312,4 +312,4 @@ async def teardown(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_
     if not done:
         raise kopf.TemporaryError("deletion in progress", delay=plan.requeue_after)
     memo.jobs.pop(res.uid, None)
-    memo.metrics.set_state(res.uid, None)
+    memo.metrics.forget(res.uid, res.namespace, res.name)

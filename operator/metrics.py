@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .model import LifecycleState
+from .model import LifecycleState, StreamJobStatus
+
+CONDITIONS = ("Ready", "Progressing", "Degraded")
 
 
 class OperatorMetrics:
@@ -23,14 +25,30 @@ class OperatorMetrics:
                                          "Savepoint triggers a job manager refused", registry=self.registry)
         self.jobs = Gauge("streamjob_operator_streamjobs", "StreamJobs per lifecycle state", ["lifecycle_state"],
                           registry=self.registry)
+        # Per StreamJob, so an alert names the job (label cardinality: one series per job and condition).
+        self.conditions = Gauge("streamjob_operator_streamjob_condition",
+                                "1 while the StreamJob's condition is True (Ready, Progressing, Degraded)",
+                                ["namespace", "name", "condition"], registry=self.registry)
         self._states: dict[str, str] = {}  # uid -> lifecycle state
         for state in LifecycleState:
             self.jobs.labels(state.value).set(0)
 
-    def observe_reconcile(self, seconds: float, lifecycle_state: str, uid: str) -> None:
+    def observe_reconcile(self, seconds: float, status: StreamJobStatus, uid: str, namespace: str, name: str) -> None:
         self.reconciles.inc()
         self.reconcile_seconds.observe(seconds)
-        self.set_state(uid, lifecycle_state)
+        self.set_state(uid, status.lifecycle_state)
+        true = {c.type for c in status.conditions if c.status == "True"}
+        for condition in CONDITIONS:
+            self.conditions.labels(namespace, name, condition).set(1.0 if condition in true else 0.0)
+
+    def forget(self, uid: str, namespace: str, name: str) -> None:
+        """A deleted StreamJob leaves every per-job series."""
+        self.set_state(uid, None)
+        for condition in CONDITIONS:
+            try:
+                self.conditions.remove(namespace, name, condition)
+            except KeyError:
+                pass
 
     def set_state(self, uid: str, state: str | None) -> None:
         old = self._states.pop(uid, None)

@@ -158,6 +158,10 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     assert samples["streamjob_last_checkpoint_completed_timestamp_seconds"].value > time.time() - 60
     assert samples["streamjob_last_checkpoint_full_size_bytes"].value > 0
     assert samples["streamjob_num_restarts_total"].value == 0
+    assert samples["streamjob_checkpoint_interval_seconds"].value == 0.2  # interval_ms=200 above
+    # the REST savepoint and the CLI's: both completed, none failed
+    assert samples["streamjob_number_of_completed_savepoints_total"].value == 2
+    assert samples["streamjob_number_of_failed_savepoints_total"].value == 0
     assert families["streamjob_number_of_in_progress_checkpoints"].type == "gauge"
     records_in = {s.labels["operator"]: s.value for s in families["streamjob_num_records_in"].samples
                   if s.name.endswith("_total")}

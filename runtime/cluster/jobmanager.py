@@ -326,6 +326,10 @@ class JobManager:
                     "checkpoints": {"completed": cc.counts["COMPLETED"] if cc else 0,
                                     "failed": cc.counts["FAILED"] if cc else 0,
                                     "in_progress": len(cc.pending) if cc else 0, "last": last},
+                    "checkpoint_interval": (cc.settings.interval_ms / 1000.0
+                                            if cc is not None and cc.settings.enabled else None),
+                    "savepoints": {status: sum(1 for r in cc.savepoints.values() if r.status == status) if cc else 0
+                                   for status in ("COMPLETED", "FAILED")},
                     "restored_time": self.restored[1] if self.restored else None,
                     "records": {self.operator_names.get(k, k): v for k, v in self.operator_totals().items()},
                     "backpressure": bp}

@@ -8,6 +8,8 @@ and every sample has a ``job`` label (the job name) and ``job_id``:
 streamjob_number_of_completed_checkpoints_total               numberOfCompletedCheckpoints (+ savepoints)
 streamjob_number_of_failed_checkpoints_total                  numberOfFailedCheckpoints
 streamjob_number_of_in_progress_checkpoints                   numberOfInProgressCheckpoints
+streamjob_checkpoint_interval_seconds                         execution.checkpointing.interval (for alert rules)
+streamjob_number_of_completed_savepoints_total / failed       savepoints by outcome
 streamjob_last_checkpoint_duration_seconds                    lastCheckpointDuration
 streamjob_last_checkpoint_size_bytes                          lastCheckpointSize (bytes written)
 streamjob_last_checkpoint_full_size_bytes                     lastCheckpointFullSize
@@ -74,6 +76,12 @@ class JobMetrics:
         yield counter("streamjob_number_of_failed_checkpoints_total",
                       "Failed, expired or declined checkpoints and savepoints (numberOfFailedCheckpoints)",
                       cp["failed"])
+        yield gauge("streamjob_checkpoint_interval_seconds",
+                    "Configured checkpoint interval (absent when checkpointing is off): alerts scale with it",
+                    snap["checkpoint_interval"])
+        sp = snap["savepoints"]
+        yield counter("streamjob_number_of_completed_savepoints_total", "Savepoints that completed", sp["COMPLETED"])
+        yield counter("streamjob_number_of_failed_savepoints_total", "Savepoints that failed", sp["FAILED"])
         yield gauge("streamjob_number_of_in_progress_checkpoints", "Checkpoints in flight (numberOfInProgressCheckpoints)",
                     cp["in_progress"])
         last = cp["last"]
