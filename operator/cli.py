@@ -28,11 +28,13 @@ import click
               help="Seconds a deletion may take (savepoint, pod shutdown) before it finishes regardless.")
 @click.option("--idle-interval", default=10.0, show_default=True,
               help="Seconds between observations of a job with nothing in progress.")
+@click.option("--max-concurrent-reconciles", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Reconcile passes run at once; the others wait in line, changed StreamJobs first.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.pass_context
 def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bool, peering: str | None,
              priority: int | None, peering_lifetime: int, health_address: str, delete_timeout: float,
-             idle_interval: float, verbose: bool) -> None:
+             idle_interval: float, max_concurrent_reconciles: int, verbose: bool) -> None:
     """Run the StreamJob operator (kopf): reconcile StreamJobs into Spark driver pods."""
     if ctx.invoked_subcommand is not None:
         return
@@ -48,7 +50,8 @@ def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bo
         asyncio.run(run_operator(namespaces=list(namespaces), clusterwide=all_namespaces, peering=peering,
                                  priority=priority, peering_lifetime=peering_lifetime,
                                  health_address=None if health_address == "off" else health_address,
-                                 delete_timeout=delete_timeout, idle_interval=idle_interval))
+                                 delete_timeout=delete_timeout, idle_interval=idle_interval,
+                                 max_concurrent_reconciles=max_concurrent_reconciles))
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -13,13 +13,14 @@ client write; this module wires them to kopf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import kopf
@@ -32,6 +33,7 @@ from .metrics import OperatorMetrics
 from .model import PLURAL, StreamJobSpec, StreamJobStatus
 from .observation import Observation
 from .observer import JobManagerClient, observe
+from .slots import ROUTINE, URGENT, ReconcileSlots
 from .version import API_GROUP, API_VERSION
 
 FINALIZER = "streamjob.io/finalizer"
@@ -43,6 +45,7 @@ class OperatorConfig:
 
     delete_timeout: float = 300.0  # s a deletion may take before the finalizer goes regardless
     idle_interval: float = 10.0  # s between observations of a job with nothing in progress
+    max_concurrent_reconciles: int = 8  # passes at once; the rest wait in line (changes first)
     entrypoint: str = resources.ENTRYPOINT
 
 
@@ -61,13 +64,29 @@ def operator_config(memo: Any) -> OperatorConfig:
     return getattr(memo, "config", None) or OperatorConfig()
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No "last handled configuration": nothing here reacts to kopf's diffs (the reconciler compares
+    the spec with ``status.lastReconciledSpec`` itself, and deletion is told by deletionTimestamp).
+    kopf's default would PATCH an annotation on every spec change, and that write would make our
+    status write, with the resourceVersion read just before, fail and be decided again."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> None:  # type: ignore[override]
+        return None
+
+    def fetch(self, *, body: kopf.Body) -> None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        pass
+
+
 # -- lifecycle of the operator process -------------------------------------------------------------
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # kopf's own bookkeeping goes into annotations: the status belongs to the reconciler, which
     # replaces it as a whole (with its resourceVersion) and would wipe anything kopf kept there.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.persistence.finalizer = FINALIZER
     # Our own events go out whatever the level (kopf.event); kopf's log lines become events only
     # from WARNING up (a handler failing), not one per handled watch event.
@@ -77,6 +96,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.jm = JobManagerClient(memo.session)
     memo.metrics = getattr(memo, "metrics", None) or OperatorMetrics()
     memo.jobs = {}
+    memo.slots = ReconcileSlots(operator_config(memo).max_concurrent_reconciles)
 
 
 @kopf.on.cleanup()
@@ -98,18 +118,31 @@ def _context(memo: kopf.Memo, uid: str) -> JobContext:
 async def reconcile_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger,
                          **_: Any) -> None:
     ctx = _context(memo, body["metadata"]["uid"])
+    idle = operator_config(memo).idle_interval
+    priority = URGENT
     while not stopped:
-        ctx.wake.clear()
+        async with _slot(memo, priority):
+            ctx.wake.clear()  # in the slot: a change made while waiting for it is in this snapshot
+            try:
+                after = await reconcile_once(_snapshot(body), memo, ctx, logger)
+            except (KubeError, aiohttp.ClientError, OSError) as e:
+                logger.warning(f"reconcile of {body['metadata']['name']} failed, retrying: {e}")
+                memo.metrics.reconcile_errors.inc()
+                after = 5.0
         try:
-            after = await reconcile_once(_snapshot(body), memo, ctx, logger)
-        except (KubeError, aiohttp.ClientError, OSError) as e:
-            logger.warning(f"reconcile of {body['metadata']['name']} failed, retrying: {e}")
-            memo.metrics.reconcile_errors.inc()
-            after = 5.0
-        try:
-            await asyncio.wait_for(ctx.wake.wait(), timeout=min(after, operator_config(memo).idle_interval))
+            await asyncio.wait_for(ctx.wake.wait(), timeout=min(after, idle))
+            priority = URGENT
         except asyncio.TimeoutError:
-            pass
+            priority = URGENT if after < idle else ROUTINE  # a step in progress asked to be back soon
+
+
+@contextlib.asynccontextmanager
+async def _slot(memo: kopf.Memo, priority: int) -> AsyncIterator[None]:
+    """A reconcile slot; the wait for it is the queue time, reported apart from the pass."""
+    asked = time.perf_counter()
+    async with memo.slots.slot(priority):
+        memo.metrics.reconcile_queue_seconds.observe(time.perf_counter() - asked)
+        yield
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
@@ -293,7 +326,11 @@ def _post_events(obj: dict, events: list[R.Event]) -> None:
 # -- deletion ------------------------------------------------------------------------------------------
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="teardown")
 async def teardown(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-    obj = _snapshot(body)
+    async with _slot(memo, URGENT):
+        await _teardown_once(_snapshot(body), memo, logger)
+
+
+async def _teardown_once(obj: dict, memo: kopf.Memo, logger: logging.Logger) -> None:
     res = resource_view(obj)
     ctx = _context(memo, res.uid)
     since = R.parse_time(obj["metadata"].get("deletionTimestamp")) or _now()

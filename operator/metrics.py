@@ -19,6 +19,10 @@ class OperatorMetrics:
         self.reconcile_seconds = Histogram("streamjob_operator_reconcile_duration_seconds",
                                            "Time of one reconcile pass", registry=self.registry,
                                            buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.reconcile_queue_seconds = Histogram("streamjob_operator_reconcile_queue_seconds",
+                                                 "Wait for a reconcile slot (--max-concurrent-reconciles)",
+                                                 registry=self.registry,
+                                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.savepoints_triggered = Counter("streamjob_operator_savepoints_triggered",
                                             "Savepoint triggers sent to job managers", registry=self.registry)
         self.savepoints_failed = Counter("streamjob_operator_savepoints_failed",

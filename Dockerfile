@@ -1,0 +1,89 @@
+# syntax=docker/dockerfile:1
+# One image for the StreamJob operator, a job's driver (job manager) and Spark executors:
+# Debian 12, Python 3.11, Java 17 (headless JRE), PySpark and streamjob in a virtualenv.
+#
+#   docker build -t streamjob:0.1.0 .          (Docker with BuildKit, anywhere)
+#   docker/build-image.sh                      (buildah, no registry: the base image from debootstrap)
+#
+# The operator's pods run it as UID 185 with a read-only root filesystem and an emptyDir on /tmp
+# (operator/resources.py: IMAGE_UID, TMP_DIR, ENTRYPOINT): everything that writes at run time is
+# pointed at /tmp below.
+
+# -- python: the Debian base plus the system Python, shared by both stages ---------------------------
+# The venv made in the builder links to /usr/bin/python3, so builder and final image must have
+# the very same interpreter: both start from this stage.
+FROM debian:bookworm-slim AS python
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/*
+
+# -- builder: the venv with PySpark, the other dependencies and streamjob ----------------------------
+FROM python AS builder
+# python3-venv (ensurepip) is needed only here; the final image gets the finished venv.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3-venv \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/streamjob/venv
+ENV PATH=/opt/streamjob/venv/bin:$PATH \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+# Dependencies first, from pyproject.toml alone: this layer (PySpark is ~450 MB) stays cached
+# while only streamjob's sources change. The pip cache mount keeps downloads and the wheel built
+# from PySpark's sdist between builds that do redo it.
+COPY pyproject.toml ./
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt
+COPY README.md ./
+COPY runtime runtime
+COPY operator operator
+# --no-deps: the dependencies are all there; a missing one fails `pip check` instead of being
+# fetched unseen. Bytecode is compiled at install: the root filesystem is read-only at run time.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --no-deps . \
+    && pip check
+
+# -- the image ----------------------------------------------------------------------------------------
+FROM python
+# The JRE's directory is named after the architecture (java-17-openjdk-amd64, -arm64): a fixed
+# link gives JAVA_HOME one value on every architecture.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+    && /usr/lib/jvm/java-17/bin/java -version \
+    && groupadd --system --gid 185 streamjob \
+    && useradd --system --uid 185 --gid 185 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin streamjob
+
+COPY --from=builder /opt/streamjob/venv /opt/streamjob/venv
+# The examples the k8s manifests in examples/k8s/ run (spec.job.file: /opt/streamjob/examples/...).
+COPY examples/*.py /opt/streamjob/examples/
+COPY --chmod=755 docker/entrypoint.sh /opt/streamjob/entrypoint.sh
+
+# HOME, the working directory and Spark's scratch space are /tmp, the one writable place in the
+# operator's pods (an emptyDir): Spark writes spark-warehouse/derby.log to the working directory
+# and ~/.ivy2 caches to HOME. On Kubernetes executors Spark sets SPARK_LOCAL_DIRS to its own
+# volume, overriding this. Bytecode was compiled at install, so Python writes none at run time.
+ENV PATH=/opt/streamjob/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    JAVA_HOME=/usr/lib/jvm/java-17 \
+    PYSPARK_PYTHON=/opt/streamjob/venv/bin/python3 \
+    PYSPARK_DRIVER_PYTHON=/opt/streamjob/venv/bin/python3 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    LANG=C.UTF-8 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    SPARK_LOCAL_DIRS=/tmp
+WORKDIR /tmp
+
+LABEL org.opencontainers.image.title="streamjob" \
+      org.opencontainers.image.description="StreamJob operator, job driver and Spark executor (Python 3.11, Java 17, PySpark)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# The operator's pods use runAsUser 185 (Spark images' convention); numeric, so Kubernetes'
+# runAsNonRoot can verify it without reading /etc/passwd.
+USER 185:185
+# No CMD: the role is always given (the operator's pods: command entrypoint.sh, args driver|executor);
+# without one the entrypoint prints its usage.
+ENTRYPOINT ["/opt/streamjob/entrypoint.sh"]
