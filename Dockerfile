@@ -14,25 +14,30 @@
 # the very same interpreter: both start from this stage.
 FROM debian:bookworm-slim AS python
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/*
 
 # -- builder: the venv with PySpark, the other dependencies and streamjob ----------------------------
 FROM python AS builder
 # python3-venv (ensurepip) is needed only here; the final image gets the finished venv.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3-venv \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/streamjob/venv
 ENV PATH=/opt/streamjob/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+# Behind a TLS-intercepting proxy pip needs the proxy's CA: pass a PEM bundle as the optional build
+# secret ca-certificates (docker build --secret id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt;
+# docker/build-image.sh passes this machine's). A secret, so it lands in no layer.
 # Dependencies first, from pyproject.toml alone: this layer (PySpark is ~450 MB) stays cached
 # while only streamjob's sources change. The pip cache mount keeps downloads and the wheel built
 # from PySpark's sdist between builds that do redo it.
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    --mount=type=secret,id=ca-certificates,required=false \
+    if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
+    && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 COPY README.md ./
@@ -41,15 +46,19 @@ COPY operator operator
 # --no-deps: the dependencies are all there; a missing one fails `pip check` instead of being
 # fetched unseen. Bytecode is compiled at install: the root filesystem is read-only at run time.
 RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --no-deps . \
+    --mount=type=secret,id=ca-certificates,required=false \
+    if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
+    && pip install --no-deps . \
     && pip check
 
 # -- the image ----------------------------------------------------------------------------------------
 FROM python
-# The JRE's directory is named after the architecture (java-17-openjdk-amd64, -arm64): a fixed
-# link gives JAVA_HOME one value on every architecture.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+# The JRE's postinst links its man page into /usr/share/man/man1, which slim images leave out
+# (the link is dropped again by dpkg's path-exclude). The JRE's directory is named after the
+# architecture (java-17-openjdk-amd64, -arm64): a fixed link gives JAVA_HOME one value everywhere.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
     && /usr/lib/jvm/java-17/bin/java -version \

@@ -183,7 +183,13 @@ fi
 start=$SECONDS
 # --layers: unchanged steps come from buildah's cache (the dependencies' layer above all);
 # --pull=never: the base image is the one made above, nothing is fetched from a registry.
-"${BUILDAH[@]}" bud "${ISOLATION[@]}" --pull=never --layers \
+# This machine's CA bundle is the Dockerfile's optional secret for pip: it includes the CA of a
+# TLS-intercepting proxy, where there is one (as here), and is harmless where there is none.
+secret=()
+if [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+    secret=(--secret id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt)
+fi
+"${BUILDAH[@]}" bud "${ISOLATION[@]}" --pull=never --layers "${secret[@]}" \
     --label "$HASH_LABEL=$hash" --label "org.opencontainers.image.version=$version" \
     -t "$tag" -f Dockerfile .
 say "image $tag: built in $((SECONDS - start))s"

@@ -40,7 +40,7 @@ NAMESPACE_SELECTOR = {
 ENDPOINT = {
     "type": "object", "additionalProperties": False, "required": ["port"],
     "properties": {"port": {"type": "string", "minLength": 1}, "path": {"type": "string", "pattern": "^/"},
-                   "interval": DURATION, "scrapeTimeout": DURATION},
+                   "honorLabels": {"type": "boolean"}, "interval": DURATION, "scrapeTimeout": DURATION},
 }
 
 

@@ -18,7 +18,8 @@ import kopf
 import pytest
 
 from jobs.counting import expected_rows
-from kube.apiserver import kube_api, run_operator, spawn_process, wait_for  # noqa: F401 - kube_api: a fixture
+from kube.apiserver import (KOPF_PEERING_CRDS, kube_api, run_operator, spawn_process,  # noqa: F401 - kube_api
+                            wait_for)
 from kube.kubelet import FakeKubelet
 from streamjob.operator import resources
 from streamjob.operator.handlers import OperatorConfig
@@ -111,30 +112,50 @@ def cli_operator(api, log_dir: Path, *args: str):
                                "--idle-interval", "1", *args], log_dir=log_dir)
 
 
-def test_operator_killed_mid_upgrade_a_new_one_finishes_it(kube_api, tmp_path):
-    """The operator is SIGKILLed right after it wrote the rescale's STOPPING step (and sent the
-    stop-with-savepoint); a new operator process takes over from the status alone (the
-    write-ahead log) and finishes the rescale: one savepoint, output exactly once.
-    (Two replicas electing one active operator through kopf's peering: tests/test_kube_apiserver.py.)"""
+def test_two_replicas_active_killed_mid_upgrade_the_standby_finishes_it(kube_api, tmp_path):
+    """Two `streamjob operator --peering` replicas: only the higher priority one acts. It is
+    SIGKILLed right after it wrote the rescale's STOPPING step (and sent the stop-with-savepoint);
+    the standby takes over once the dead one's peering lifetime passed and finishes the rescale
+    from the status alone (the write-ahead log): one savepoint, output exactly once.
+    (The emulator cannot show a replica joining a running peering: its kopfpeerings watch
+    stream stalls for the late joiner, so both replicas start together.)"""
     rows, rate = 16_000, 800
-    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet:
-        with cli_operator(kube_api, tmp_path) as first:
+    for crd in KOPF_PEERING_CRDS:
+        kube_api.apply_crd(crd)
+    kube_api.objects.create("kopfpeerings", {"metadata": {"name": "streamjob"}}, namespace=NS)
+
+    def peers() -> dict:
+        return (kube_api.objects.get("kopfpeerings", NS, "streamjob") or {}).get("status", {})
+
+    def replica(priority: int):
+        return cli_operator(kube_api, tmp_path, "--peering", "streamjob", "--priority", str(priority),
+                            "--peering-lifetime", "3", "--verbose")
+
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, replica(50) as standby:
+        with replica(100) as active:
+            wait_for(lambda: len(peers()) == 2, timeout=30, message=f"both replicas join; logs: {active.log_path}, "
+                                                                    f"{standby.log_path}")
             kube_api.objects.create("sj", streamjob("restart", tmp_path, rows, rate), namespace=NS)
             wait_for(lambda: job_state(kube_api, "restart") == "RUNNING" and status(kube_api, "restart").get("lastCheckpoint"),
-                     timeout=120, message=f"the job runs; operator log: {first.log_path}")
+                     timeout=120, message=f"the job runs; operator log: {active.log_path}")
             kube_api.objects.patch("sj", NS, "restart", {"spec": {"parallelism": 3}})
             wait_for(lambda: (status(kube_api, "restart").get("upgrade") or {}).get("phase") == "STOPPING",
                      timeout=30, interval=0.01, message="the upgrade starts")
-            first.kill()
-            first.wait()
+            active.kill()
+            active.wait()
         assert status(kube_api, "restart")["deployment"]["number"] == 1
-        with cli_operator(kube_api, tmp_path) as second:
-            wait_for(lambda: status(kube_api, "restart").get("deployment", {}).get("number") == 2, timeout=60,
-                     message=f"the new operator finishes the upgrade; its log: {second.log_path}")
-            wait_for(lambda: job_state(kube_api, "restart") == "FINISHED", timeout=150, message="the input ends")
+        # --verbose: kopf logs every object it handles (logger kopf.objects); the standby handled none.
+        standby_log = Path(standby.log_path).read_text()
+        assert "Pausing the watch-stream for streamjobs" in standby_log, standby_log[-3000:]
+        assert "kopf.objects" not in standby_log, standby_log[-3000:]
+        assert "kopf.objects" in Path(active.log_path).read_text()
+        wait_for(lambda: status(kube_api, "restart").get("deployment", {}).get("number") == 2, timeout=60,
+                 message=f"the standby finishes the upgrade; its log: {standby.log_path}")
+        wait_for(lambda: job_state(kube_api, "restart") == "FINISHED", timeout=150, message="the input ends")
         st = status(kube_api, "restart")
         assert st["parallelism"] == 3 and st["deployment"]["restoreKind"] == "savepoint"
         assert "Restoring from savepoint" in kubelet.logs(NS, "restart-driver-2")
+        assert "Resuming the watch-stream for streamjobs" in Path(standby.log_path).read_text()
     assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
     assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
 

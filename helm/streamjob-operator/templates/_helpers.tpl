@@ -140,6 +140,20 @@ is in README.md ("RBAC"); tests/test_helm_chart.py checks them against what the 
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if .Values.rbac.ownerReferencesPermissionEnforcement }}
+# Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift): setting an
+# ownerReference needs delete on the object (pods, services, configmaps have it above), and
+# blockOwnerDeletion needs update on the owner's finalizers.
+- apiGroups: [""]
+  resources: ["secrets", "serviceaccounts"]
+  verbs: ["delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["delete"]
+- apiGroups: ["streamjob.io"]
+  resources: ["streamjobs/finalizers"]
+  verbs: ["update"]
+{{- end }}
 {{- end }}
 
 {{/*
