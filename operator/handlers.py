@@ -302,15 +302,20 @@ async def _dispose(path: str, res: R.Resource, memo: kopf.Memo, ctx: JobContext)
     from streamjob.runtime.checkpoint.metadata import CheckpointFormatError
     from streamjob.runtime.checkpoint.storage import dispose_savepoint
 
-    def dispose() -> None:
+    def dispose(options: dict | None) -> None:
         try:
-            dispose_savepoint(path)
+            dispose_savepoint(path, options)
         except CheckpointFormatError as e:
             if "no _metadata" not in str(e):
                 raise  # gone already counts as disposed; anything else is kept and retried
 
     try:
-        await asyncio.to_thread(dispose)
+        options = None  # file:// lives in the job's volume (the operator's own view of the path)
+        if path.startswith("s3://") and res.spec is not None:
+            # the job's endpoint and credentials, not the operator's own AWS chain
+            options = await storage.job_s3_options(
+                res.spec, lambda name, key: memo.kube.read_secret_value(res.namespace, name, key))
+        await asyncio.to_thread(dispose, options)
         ctx.feedback.setdefault("disposed", set()).add(path)
     except Exception as e:  # noqa: BLE001 - storage errors of any kind: reported, retried next tick
         ctx.feedback.setdefault("dispose_errors", {})[path] = f"{type(e).__name__}: {e}"

@@ -70,16 +70,21 @@ def probe(kind: str, url: str, options: dict) -> str | None:
         return f"cannot reach {url}: {type(e).__name__}: {e}"
 
 
+async def job_s3_options(spec: StreamJobSpec, secret: Callable[[str, str], Awaitable[str | None]]) -> dict:
+    """s3fs settings with the job's endpoint and its Secret's credentials (``secret(name, key)``)."""
+    s3 = spec.s3
+    key = await secret(s3.access_key_id.name, s3.access_key_id.key) if s3 and s3.access_key_id else None
+    secret_key = await secret(s3.secret_access_key.name, s3.secret_access_key.key) \
+        if s3 and s3.secret_access_key else None
+    return s3_options(spec, key, secret_key)
+
+
 async def spec_errors(spec: StreamJobSpec, first_deployment: bool,
                       secret: Callable[[str, str], Awaitable[str | None]]) -> dict[str, str]:
     """field -> problem, for the checks of ``spec``; ``secret(name, key)`` reads the job's Secrets."""
     todo = checks(spec, first_deployment)
     if not todo:
         return {}
-    s3 = spec.s3
-    key = await secret(s3.access_key_id.name, s3.access_key_id.key) if s3 and s3.access_key_id else None
-    secret_key = await secret(s3.secret_access_key.name, s3.secret_access_key.key) \
-        if s3 and s3.secret_access_key else None
-    options = s3_options(spec, key, secret_key)
+    options = await job_s3_options(spec, secret)
     results = await asyncio.gather(*(asyncio.to_thread(probe, kind, url, options) for _, kind, url in todo))
     return {field_: problem for (field_, _, _), problem in zip(todo, results) if problem}

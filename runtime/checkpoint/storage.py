@@ -104,9 +104,9 @@ def inline_handle(data: bytes, index: dict) -> dict:
 class StateLocation:
     """Reads state handles relative to one job's checkpoint directory (tasks and job manager alike)."""
 
-    def __init__(self, job_root_url: str):
+    def __init__(self, job_root_url: str, storage_options: dict | None = None):
         self.url = job_root_url
-        self.fs, self.root = fsspec.core.url_to_fs(job_root_url)
+        self.fs, self.root = fsspec.core.url_to_fs(job_root_url, **(storage_options or {}))
 
     def path(self, relative: str) -> str:
         return posixpath.join(self.root, relative)
@@ -243,9 +243,9 @@ class SavepointTarget(StateLocation):
     """One savepoint's own directory: tasks write full, canonical state files into it, the job
     manager writes ``_metadata`` last, put-if-absent. Handles are relative to the directory."""
 
-    def __init__(self, url: str, inline_threshold: int = 20 << 10):
+    def __init__(self, url: str, inline_threshold: int = 20 << 10, storage_options: dict | None = None):
         url = normalize_url(url)
-        super().__init__(url)
+        super().__init__(url, storage_options)
         if _is_memory(self.fs):
             raise ValueError(f"savepoint directory {url}: memory:// is private to one process; "
                              f"use file:// or s3://")
@@ -275,12 +275,14 @@ def savepoint_url(target_dir: str, job_id: str) -> str:
     return f"{normalize_url(target_dir).rstrip('/')}/savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
 
 
-def dispose_savepoint(url: str) -> CheckpointMetadata:
-    """Delete a savepoint directory, after checking it is one (never a job's checkpoints)."""
-    root, meta = load_checkpoint(url)
+def dispose_savepoint(url: str, storage_options: dict | None = None) -> CheckpointMetadata:
+    """Delete a savepoint directory, after checking it is one (never a job's checkpoints).
+    ``storage_options``: fsspec settings for this store (the operator disposes of many jobs'
+    savepoints, each with its own endpoint and credentials); else this process's defaults."""
+    root, meta = load_checkpoint(url, storage_options)
     if meta.kind != "savepoint":
         raise CheckpointFormatError(f"{url} is a checkpoint, not a savepoint; the job that owns it deletes it")
-    SavepointTarget(root).discard()
+    SavepointTarget(root, storage_options=storage_options).discard()
     return meta
 
 
@@ -289,7 +291,7 @@ def snapshot_root(url: str, kind: str) -> str:
     return url if kind == "savepoint" else url.rsplit("/", 1)[0]
 
 
-def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
+def load_checkpoint(url: str, storage_options: dict | None = None) -> tuple[str, CheckpointMetadata]:
     """Read ``_metadata`` of a checkpoint or savepoint: ``.../chk-<n>``, ``.../savepoint-...``,
     or either with ``/_metadata``.
 
@@ -298,7 +300,7 @@ def load_checkpoint(url: str) -> tuple[str, CheckpointMetadata]:
     url = normalize_url(url)
     if url.endswith("/" + METADATA):
         url = url[: -len(METADATA) - 1]
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     meta_path = posixpath.join(path, METADATA)
     try:
         data = fs.cat_file(meta_path)
