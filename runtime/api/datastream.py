@@ -9,6 +9,7 @@ from .functions import (
     CoMapFunction,
     CoProcessFunction,
     KeyedProcessFunction,
+    OutputTag,
     ProcessFunction,
     as_callable,
 )
@@ -40,7 +41,8 @@ class DataStream:
     def _operator_transformation(self) -> Transformation:
         t = self._t
         if t.kind in T.VIRTUAL_KINDS:
-            raise ValueError("key_by/union/rebalance create no operator: name or uid the operator before or after it")
+            raise ValueError("key_by/union/rebalance/get_side_output create no operator: name or uid the operator "
+                             "before or after it")
         return t
 
     # -- transformations ----------------------------------------------------
@@ -73,6 +75,18 @@ class DataStream:
             raise TypeError("a KeyedProcessFunction needs a keyed stream: call key_by(...) first")
         as_callable(func, "process_element", "process")
         return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+
+    def get_side_output(self, output_tag: OutputTag) -> "DataStream":
+        """The values this stream's process function sent to ``output_tag`` (``yield tag, value`` or
+        ``ctx.output(tag, value)``); they never reach its main output."""
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"get_side_output needs an OutputTag, got {output_tag!r}")
+        if self._t.kind not in T.SIDE_OUTPUT_KINDS:
+            raise ValueError(f"get_side_output({output_tag.tag_id!r}) needs the stream a process function returns "
+                             f"(stream.process(...)), not the output of {self._t.name!r}")
+        t = self._env._add(Transformation(T.SIDE_OUTPUT, f"SideOutput({output_tag.tag_id!r})", [self._t],
+                                          params={"tag": output_tag.tag_id}))
+        return DataStream(self._env, t)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         spec = KeySpec.of(key_selector)

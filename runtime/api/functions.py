@@ -76,6 +76,32 @@ def _print_lines(lines: list[str]) -> None:
     print("\n".join(lines), flush=True)
 
 
+class OutputTag:
+    """Names a side output of a process function: ``yield tag, value`` or ``ctx.output(tag, value)``
+    sends ``value`` there, never to the main output; ``stream.get_side_output(tag)`` reads it.
+    Tags are equal by name, as in PyFlink (the same name is the same side output)."""
+
+    __slots__ = ("tag_id", "type_info")
+
+    def __init__(self, tag_id: str, type_info: Any = None):
+        if not isinstance(tag_id, str) or not tag_id:
+            raise ValueError(f"OutputTag needs a non-empty name, got {tag_id!r}")
+        self.tag_id = tag_id
+        self.type_info = type_info
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other.tag_id == self.tag_id
+
+    def __hash__(self) -> int:
+        return hash(("OutputTag", self.tag_id))
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.tag_id!r})"
+
+    def __reduce__(self) -> tuple:
+        return OutputTag, (self.tag_id, self.type_info)
+
+
 class Function:
     def open(self, runtime_context: RuntimeContext) -> None:
         pass
@@ -116,6 +142,10 @@ class ProcessFunction(Function):
         def timestamp(self) -> int | None:
             return None
 
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
+
     def process_element(self, value: Any, ctx: "ProcessFunction.Context") -> Iterable[Any] | None:
         raise NotImplementedError
 
@@ -130,6 +160,10 @@ class KeyedProcessFunction(Function):
         def timestamp(self) -> int | None:
             return None
 
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
+
     def process_element(self, value: Any, ctx: "KeyedProcessFunction.Context") -> Iterable[Any] | None:
         raise NotImplementedError
 
@@ -140,6 +174,10 @@ class CoProcessFunction(Function):
     class Context:
         def timestamp(self) -> int | None:
             return None
+
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
 
     def process_element1(self, value: Any, ctx: "CoProcessFunction.Context") -> Iterable[Any] | None:
         raise NotImplementedError

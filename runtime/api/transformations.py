@@ -29,8 +29,11 @@ CO_MAP = "co_map"
 SINK = "sink"
 PARTITION = "partition"
 UNION = "union"
+SIDE_OUTPUT = "side_output"  # params["tag"]: the name of one side output of its input
 
-VIRTUAL_KINDS = (PARTITION, UNION)
+VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT)
+# Operators whose user function can emit to side outputs.
+SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS)
 
 # Partitioners of PARTITION transformations
 FORWARD = "forward"

@@ -31,6 +31,7 @@ class Edge:
     partitioner: str  # T.FORWARD / T.HASH / T.REBALANCE
     key: KeySpec | None = None
     input_index: int = 0  # 0 or 1 for two-input operators
+    tag: str | None = None  # a side output of the source operator (OutputTag name); None: its main output
 
 
 @dataclass
@@ -131,22 +132,25 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         for pos, t in enumerate(sorted(real, key=lambda t: t.id), start=1)
     }
 
-    # Resolve virtual nodes into (upstream operator, partitioner, key) triples.
-    def upstreams(t: Transformation, partitioner: str, key: KeySpec | None) -> list[tuple[int, str, KeySpec | None]]:
+    # Resolve virtual nodes into (upstream operator, partitioner, key, side output) tuples.
+    def upstreams(t: Transformation, partitioner: str, key: KeySpec | None,
+                  tag: str | None = None) -> list[tuple[int, str, KeySpec | None, str | None]]:
         if t.kind == T.UNION:
-            return [u for i in t.inputs for u in upstreams(i, partitioner, key)]
+            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag)]
         if t.kind == T.PARTITION:
             # The partitioning nearest to the consumer wins, as in Flink.
             if partitioner == T.FORWARD:
                 partitioner, key = t.params["partitioner"], t.params.get("key")
-            return upstreams(t.inputs[0], partitioner, key)
-        return [(t.id, partitioner, key)]
+            return upstreams(t.inputs[0], partitioner, key, tag)
+        if t.kind == T.SIDE_OUTPUT:  # its input is the process operator itself (the API checks)
+            return upstreams(t.inputs[0], partitioner, key, t.params["tag"])
+        return [(t.id, partitioner, key, tag)]
 
     edges: dict[int, Edge] = {}
     for t in real:
         for input_index, inp in enumerate(t.inputs):
-            for src, partitioner, key in upstreams(inp, T.FORWARD, None):
-                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index)
+            for src, partitioner, key, tag in upstreams(inp, T.FORWARD, None):
+                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag)
                 edges[e.id] = e
                 operators[t.id].inputs.append(e.id)
                 operators[src].outputs.append(e.id)

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..api import transformations as T
-from ..api.functions import RuntimeContext, as_callable
+from ..api.functions import OutputTag, RuntimeContext, as_callable
 from ..batch import Batch, extract_keys, num_rows, to_rows
 from ..graph.job_graph import OperatorNode
 from ..config import Configuration
@@ -46,11 +46,15 @@ class OperatorFailure(Exception):
 
 
 class Output:
-    """Fan-out of one operator: chained operators first, then channel edges."""
+    """Fan-out of one operator: chained operators first, then channel edges; side outputs apart."""
 
     def __init__(self) -> None:
         self.targets: list[Callable[[Batch], None]] = []
+        self.side: dict[str, list[Callable[[Batch], None]]] = {}  # OutputTag name -> its consumers
         self.records_out = 0
+
+    def connect(self, target: Callable[[Batch], None], tag: str | None = None) -> None:
+        (self.targets if tag is None else self.side.setdefault(tag, [])).append(target)
 
     def emit(self, batch: Batch) -> None:
         n = num_rows(batch)
@@ -59,6 +63,13 @@ class Output:
         self.records_out += n
         for t in self.targets:
             t(batch)
+
+    def emit_side(self, tagged: dict[str, list]) -> None:
+        """Values sent to side outputs; a tag nobody reads drops them (as in Flink)."""
+        for tag, rows in tagged.items():
+            self.records_out += len(rows)
+            for t in self.side.get(tag, ()):
+                t(rows)
 
 
 class OperatorSnapshot:
@@ -270,16 +281,40 @@ class ProjectOperator(StreamOperator):
 class _Context:
     """The ``ctx`` handed to process functions."""
 
-    __slots__ = ("current_key",)
+    __slots__ = ("current_key", "side")
 
     def __init__(self) -> None:
         self.current_key = None
+        self.side: dict[str, list] = {}  # side output values of the batch in progress
 
     def get_current_key(self) -> Any:
         return self.current_key
 
     def timestamp(self) -> None:
         return None
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"ctx.output needs an OutputTag, got {output_tag!r}")
+        self.side.setdefault(output_tag.tag_id, []).append(value)
+
+
+def _split(results: list, ctx: _Context) -> list:
+    """``yield tag, value`` (PyFlink's way) goes to the side output ``tag``, never the main output."""
+    main = []
+    for r in results:
+        if type(r) is tuple and len(r) == 2 and type(r[0]) is OutputTag:
+            ctx.side.setdefault(r[0].tag_id, []).append(r[1])
+        else:
+            main.append(r)
+    return main
+
+
+def _emit_process_results(op: "StreamOperator", out: list, ctx: _Context) -> None:
+    op.output.emit(_split(out, ctx))
+    if ctx.side:
+        side, ctx.side = ctx.side, {}
+        op.output.emit_side(side)
 
 
 class ProcessOperator(StreamOperator):
@@ -296,7 +331,7 @@ class ProcessOperator(StreamOperator):
             result = fn(r, ctx)
             if result is not None:
                 extend(result)
-        self.output.emit(out)
+        _emit_process_results(self, out, ctx)
 
 
 class KeyedProcessOperator(StreamOperator):
@@ -319,7 +354,7 @@ class KeyedProcessOperator(StreamOperator):
             result = fn(r, ctx)
             if result is not None:
                 extend(result)
-        self.output.emit(out)
+        _emit_process_results(self, out, ctx)
 
 
 class KeyedReduceOperator(StreamOperator):
@@ -516,7 +551,10 @@ class CoProcessOperator(StreamOperator):
             result = fn(r, ctx)
             if result is not None:
                 out.extend(result)
-        self.output.emit(out)
+        if self.node.kind == T.CO_MAP:  # a map's value is a record, whatever it looks like
+            self.output.emit(out)
+        else:
+            _emit_process_results(self, out, ctx)
 
 
 class SinkOperator(StreamOperator):

@@ -240,10 +240,11 @@ class SlotRuntime:
             writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, g.max_parallelism)
         for op_id, op in self.operators.items():
             node = g.operators[op_id]
+            by_target = {g.edges[e].target: g.edges[e] for e in node.outputs}
             for target in node.chained_outputs:
-                op.output.targets.append(self.operators[target].process_batch)
+                op.output.connect(self.operators[target].process_batch, by_target[target].tag)
             for eid in node.channel_outputs:
-                op.output.targets.append(writers_of[eid].emit)
+                op.output.connect(writers_of[eid].emit, g.edges[eid].tag)
         for vertex in g.tasks:
             ops = [self.operators[o] for o in vertex.operators]
             channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
