@@ -32,6 +32,8 @@ from .api.state import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from .api.time import Duration, Time
+from .api.types import Row, RowKind, RowTypeInfo, TypeInformation, Types
 from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
 from .connectors import DataGenSource, DiscardingSink, FileSink, FileSource, PrintSink
@@ -67,6 +69,7 @@ __all__ = [
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
+    "Duration",
     "FilterFunction",
     "FlatMapFunction",
     "JobDefinitionError",
@@ -78,6 +81,12 @@ __all__ = [
     "OutputTag",
     "ProcessFunction",
     "ReduceFunction",
+    "Row",
+    "RowKind",
+    "RowTypeInfo",
     "RuntimeContext",
     "StreamExecutionEnvironment",
+    "Time",
+    "TypeInformation",
+    "Types",
 ]

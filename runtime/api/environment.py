@@ -217,9 +217,15 @@ class StreamExecutionEnvironment:
         return DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)))
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
+        """With a row type (``Types.ROW`` / ``Types.ROW_NAMED``) the elements (tuples, lists, dicts
+        or Rows) become Rows with its field names, as in PyFlink."""
         from ..connectors.collection import CollectionSource
+        from .types import RowTypeInfo, as_row
 
-        return self.from_source(CollectionSource(list(collection)), name="Collection")
+        items = list(collection)
+        if isinstance(type_info, RowTypeInfo):
+            items = [as_row(x, type_info, i) for i, x in enumerate(items)]
+        return self.from_source(CollectionSource(items), name="Collection")
 
     # -- execution ----------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:

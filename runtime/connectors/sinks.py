@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..api.types import Row
 from ..batch import num_rows, to_rows
 from .base import Sink, SinkWriter
 
@@ -32,7 +33,8 @@ class PrintWriter(SinkWriter):
 
     def write(self, batch) -> None:
         prefix = self.prefix
-        self.printer([f"{prefix}{r}" for r in to_rows(batch)])
+        # A Row prints as Flink's Java side prints it (+I[Alice, 11]), as a PyFlink job's print() shows.
+        self.printer([f"{prefix}{r.to_flink_string() if type(r) is Row else r}" for r in to_rows(batch)])
 
 
 class DiscardingSink(Sink):

@@ -11,6 +11,7 @@ reports the operator whose code raised.
 
 from __future__ import annotations
 
+import copy
 import traceback
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from ..api import transformations as T
 from ..api.functions import OutputTag, RuntimeContext, as_callable
+from ..api.types import Row
 from ..batch import Batch, extract_keys, num_rows, to_rows
 from ..graph.job_graph import OperatorNode
 from ..config import Configuration
@@ -530,7 +532,11 @@ def _replace(record: Any, field: Any, value: Any) -> Any:
         out = dict(record)
         out[field] = value
         return out
-    raise TypeError(f"rolling aggregation needs dict, tuple or list records, got {type(record).__name__}")
+    if isinstance(record, Row):
+        out = copy.copy(record)
+        out[field] = value
+        return out
+    raise TypeError(f"rolling aggregation needs dict, tuple, list or Row records, got {type(record).__name__}")
 
 
 class CoProcessOperator(StreamOperator):

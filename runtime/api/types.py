@@ -1,0 +1,352 @@
+"""Rows and type information, as PyFlink names them (``pyflink.common``).
+
+``Row`` behaves as PyFlink's: positional or named fields (named ones sorted by name, as PyFlink
+does), ``row.name``, ``row[0]``, ``row["name"]``, ``as_dict``, a ``RowKind``, equality that
+includes the kind, and the same ``repr``. ``PrintSink`` prints rows as Flink's Java side does
+(``+I[Alice, 11]``), which is what a PyFlink job's ``print()`` shows.
+
+``Types`` builds type information. The engine does not need it to run (records are Python
+values or Arrow batches), so it is accepted wherever PyFlink takes ``output_type`` /
+``type_info``; where it helps it is used: a named row type gives a collection its Arrow schema.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+
+class RowKind(Enum):
+    INSERT = 0
+    UPDATE_BEFORE = 1
+    UPDATE_AFTER = 2
+    DELETE = 3
+
+    def short_string(self) -> str:
+        return _SHORT[self]
+
+
+_SHORT = {RowKind.INSERT: "+I", RowKind.UPDATE_BEFORE: "-U", RowKind.UPDATE_AFTER: "+U", RowKind.DELETE: "-D"}
+_SLOTS = ("_values", "_fields", "_row_kind")
+
+
+def _make_row(fields: list | None, values: Sequence, kind: RowKind) -> "Row":
+    row = Row(*values)
+    if fields is not None:
+        object.__setattr__(row, "_fields", list(fields))
+    object.__setattr__(row, "_row_kind", kind)
+    return row
+
+
+class Row:
+    """``Row(1, "a")``, ``Row(name="Alice", age=11)`` (fields sorted by name), or a row "class":
+    ``Person = Row("name", "age"); Person("Alice", 11)``."""
+
+    __slots__ = _SLOTS
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if args and kwargs:
+            raise ValueError("a Row takes positional values or named values, not both")
+        if kwargs:
+            names = sorted(kwargs)
+            object.__setattr__(self, "_fields", names)
+            object.__setattr__(self, "_values", [kwargs[n] for n in names])
+        else:
+            object.__setattr__(self, "_fields", None)
+            object.__setattr__(self, "_values", list(args))
+        object.__setattr__(self, "_row_kind", RowKind.INSERT)
+
+    # -- kind and names --
+    def get_row_kind(self) -> RowKind:
+        return self._row_kind
+
+    def set_row_kind(self, row_kind: RowKind) -> None:
+        if not isinstance(row_kind, RowKind):
+            raise TypeError(f"set_row_kind needs a RowKind, got {row_kind!r}")
+        object.__setattr__(self, "_row_kind", row_kind)
+
+    def set_field_names(self, field_names: Sequence[str]) -> None:
+        object.__setattr__(self, "_fields", list(field_names))
+
+    def get_fields_by_names(self) -> list[str] | None:
+        return None if self._fields is None else list(self._fields)
+
+    def as_dict(self, recursive: bool = False) -> dict:
+        if self._fields is None:
+            raise TypeError("a Row without field names has no dict form (name its fields: Row(name=...))")
+
+        def convert(v: Any) -> Any:
+            if not recursive:
+                return v
+            if isinstance(v, Row):
+                return v.as_dict(True)
+            if isinstance(v, list):
+                return [convert(x) for x in v]
+            if isinstance(v, dict):
+                return {k: convert(x) for k, x in v.items()}
+            return v
+
+        return {k: convert(v) for k, v in zip(self._fields, self._values)}
+
+    # -- a row "class" makes rows --
+    def __call__(self, *values: Any) -> "Row":
+        if len(values) > len(self._values):
+            raise ValueError(f"{self!r} has {len(self._values)} fields, got {len(values)} values")
+        return _make_row([str(f) for f in self._values], values, self._row_kind)
+
+    # -- access --
+    def _index(self, name: str) -> int:
+        if self._fields is None:
+            raise KeyError(f"{name!r}: this Row has no field names")
+        try:
+            return self._fields.index(name)
+        except ValueError:
+            raise KeyError(f"{name!r} is not a field of the Row; fields: {self._fields}") from None
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, (int, slice)):
+            return self._values[item]
+        return self._values[self._index(item)]
+
+    def __setitem__(self, item: Any, value: Any) -> None:
+        if isinstance(item, (int, slice)):
+            self._values[item] = value
+        else:
+            self._values[self._index(item)] = value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[self._index(name)]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Row fields are set by index or name (row[{name!r}] = ...), not as attributes")
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._values
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Row) and self._fields == other._fields and self._row_kind == other._row_kind
+                and self._values == other._values)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._values))
+
+    def __reduce__(self) -> tuple:
+        return _make_row, (self._fields, tuple(self._values), self._row_kind)
+
+    def __repr__(self) -> str:
+        if self._fields is not None:
+            return "Row(%s)" % ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self._values))
+        return "<Row(%s)>" % ", ".join(repr(v) for v in self._values)
+
+    def to_flink_string(self) -> str:
+        """Flink's Java ``Row.toString``: what ``print()`` shows for a row, e.g. ``+I[Alice, 11]``."""
+        return f"{self._row_kind.short_string()}[{', '.join(_java_string(v) for v in self._values)}]"
+
+
+def _java_string(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Row):
+        return v.to_flink_string()
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_java_string(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_java_string(k)}={_java_string(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+# -- type information ------------------------------------------------------------------------------
+class TypeInformation:
+    """A PyFlink type; ``arrow`` is its Arrow type where it has one (None: a Python object)."""
+
+    def __init__(self, name: str, arrow: pa.DataType | None = None):
+        self._name = name
+        self._arrow = arrow
+
+    def to_arrow(self) -> pa.DataType | None:
+        return self._arrow
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+class RowTypeInfo(TypeInformation):
+    def __init__(self, field_types: Sequence[TypeInformation], field_names: Sequence[str] | None = None):
+        field_types = list(field_types)
+        for t in field_types:
+            if not isinstance(t, TypeInformation):
+                raise TypeError(f"a row type needs TypeInformation fields (Types.INT(), ...), got {t!r}")
+        if field_names is None:
+            field_names = [f"f{i}" for i in range(len(field_types))]
+        elif len(field_names) != len(field_types):
+            raise ValueError(f"ROW_NAMED: {len(field_names)} names for {len(field_types)} types")
+        self.field_names, self.field_types = list(field_names), field_types
+        arrow_fields = [t.to_arrow() for t in field_types]
+        arrow = None if any(a is None for a in arrow_fields) else pa.struct(
+            [pa.field(n, a) for n, a in zip(self.field_names, arrow_fields)])
+        super().__init__(f"Row({', '.join(f'{n}: {t!r}' for n, t in zip(self.field_names, field_types))})", arrow)
+
+    def get_field_names(self) -> list[str]:
+        return list(self.field_names)
+
+    def get_field_types(self) -> list[TypeInformation]:
+        return list(self.field_types)
+
+    def get_field_index(self, name: str) -> int:
+        return self.field_names.index(name) if name in self.field_names else -1
+
+    def arrow_schema(self) -> pa.Schema | None:
+        return None if self._arrow is None else pa.schema(list(self._arrow))
+
+
+def as_row(value: Any, row_type: RowTypeInfo, where: Any = None) -> Row:
+    """``value`` (a tuple, list, dict or Row) as a Row of ``row_type``'s field names."""
+    names = row_type.field_names
+    if isinstance(value, Row):
+        values = list(value) if value._fields is None else [value[n] for n in names]
+    elif isinstance(value, dict):
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise ValueError(f"element {where}: {value!r} has no field(s) {missing} of {row_type!r}")
+        values = [value[n] for n in names]
+    elif isinstance(value, (tuple, list)):
+        values = list(value)
+    else:
+        raise TypeError(f"element {where}: {value!r} cannot be a row of {row_type!r} "
+                        f"(a tuple, list, dict or Row is needed)")
+    if len(values) != len(names):
+        raise ValueError(f"element {where}: {len(values)} values for the {len(names)} fields of {row_type!r}")
+    return _make_row(names, values, RowKind.INSERT if not isinstance(value, Row) else value.get_row_kind())
+
+
+class Types:
+    """PyFlink's ``Types`` constructors."""
+
+    @staticmethod
+    def STRING() -> TypeInformation:
+        return TypeInformation("String", pa.string())
+
+    @staticmethod
+    def BYTE() -> TypeInformation:
+        return TypeInformation("Byte", pa.int8())
+
+    @staticmethod
+    def BOOLEAN() -> TypeInformation:
+        return TypeInformation("Boolean", pa.bool_())
+
+    @staticmethod
+    def SHORT() -> TypeInformation:
+        return TypeInformation("Short", pa.int16())
+
+    @staticmethod
+    def INT() -> TypeInformation:
+        return TypeInformation("Integer", pa.int32())
+
+    @staticmethod
+    def LONG() -> TypeInformation:
+        return TypeInformation("Long", pa.int64())
+
+    @staticmethod
+    def FLOAT() -> TypeInformation:
+        return TypeInformation("Float", pa.float32())
+
+    @staticmethod
+    def DOUBLE() -> TypeInformation:
+        return TypeInformation("Double", pa.float64())
+
+    @staticmethod
+    def CHAR() -> TypeInformation:
+        return TypeInformation("Character", pa.string())
+
+    @staticmethod
+    def BIG_INT() -> TypeInformation:
+        return TypeInformation("BigInteger", None)
+
+    @staticmethod
+    def BIG_DEC() -> TypeInformation:
+        return TypeInformation("BigDecimal", None)  # Python Decimal of any precision: no fixed Arrow type
+
+    @staticmethod
+    def INSTANT() -> TypeInformation:
+        return TypeInformation("Instant", pa.timestamp("us", tz="UTC"))
+
+    @staticmethod
+    def SQL_DATE() -> TypeInformation:
+        return TypeInformation("Date", pa.date32())
+
+    @staticmethod
+    def SQL_TIME() -> TypeInformation:
+        return TypeInformation("Time", pa.time64("us"))
+
+    @staticmethod
+    def SQL_TIMESTAMP() -> TypeInformation:
+        return TypeInformation("Timestamp", pa.timestamp("us"))
+
+    @staticmethod
+    def PICKLED_BYTE_ARRAY() -> TypeInformation:
+        return TypeInformation("PickledByteArray", None)
+
+    @staticmethod
+    def ROW(field_types: Sequence[TypeInformation]) -> RowTypeInfo:
+        return RowTypeInfo(field_types)
+
+    @staticmethod
+    def ROW_NAMED(field_names: Sequence[str], field_types: Sequence[TypeInformation]) -> RowTypeInfo:
+        return RowTypeInfo(field_types, field_names)
+
+    @staticmethod
+    def TUPLE(field_types: Sequence[TypeInformation]) -> TypeInformation:
+        return TypeInformation(f"Tuple[{', '.join(map(repr, field_types))}]", None)
+
+    @staticmethod
+    def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return Types._list("PrimitiveArray", element_type)
+
+    @staticmethod
+    def BASIC_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return Types._list("BasicArray", element_type)
+
+    @staticmethod
+    def OBJECT_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return Types._list("ObjectArray", element_type)
+
+    @staticmethod
+    def LIST(element_type: TypeInformation) -> TypeInformation:
+        return Types._list("List", element_type)
+
+    @staticmethod
+    def MAP(key_type: TypeInformation, value_type: TypeInformation) -> TypeInformation:
+        k, v = key_type.to_arrow(), value_type.to_arrow()
+        return TypeInformation(f"Map<{key_type!r}, {value_type!r}>",
+                               None if k is None or v is None else pa.map_(k, v))
+
+    @staticmethod
+    def _list(kind: str, element_type: TypeInformation) -> TypeInformation:
+        if not isinstance(element_type, TypeInformation):
+            raise TypeError(f"{kind} needs an element TypeInformation, got {element_type!r}")
+        e = element_type.to_arrow()
+        return TypeInformation(f"{kind}<{element_type!r}>", None if e is None else pa.list_(e))
+
+
+__all__ = ["Row", "RowKind", "RowTypeInfo", "TypeInformation", "Types"]
