@@ -93,7 +93,7 @@ class LatencyWriter(SinkWriter):
         rows = batch.to_pylist() if hasattr(batch, "to_pylist") else batch
         self.latencies.extend(now - r["t"] for r in rows)
 
-    def finish(self):
+    def close(self):  # the sink writer's last call, after its final input (SinkWriter.close)
         np.save(self.path, np.asarray(self.latencies))
 
 
