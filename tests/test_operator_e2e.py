@@ -201,3 +201,43 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
         counts.setdefault(key, []).append(count)
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values()), "no row lost"
     assert len(committed) < rows  # stopped by the deletion, before the input ended
+
+
+def test_upgrades_that_cannot_start_roll_back_and_lose_no_state(kube_api, tmp_path):
+    """Bad input the API server cannot refuse, on a running job (upgradeMode savepoint): an image
+    that cannot be pulled, then a job file that is not in the image. Each upgrade stops the job
+    with a savepoint, its new driver cannot start, and the operator rolls back to the spec that
+    ran, restored from that savepoint; the error names the field. Through three rollbacks' worth
+    of deployments the committed output is one run's, row for row."""
+    rows, rate = 24_000, 800
+    bad_image = "registry.invalid/streamjob:does-not-exist"
+
+    def running_again(number: int) -> bool:
+        st = status(kube_api, "bad")
+        return st.get("deployment", {}).get("number") == number and job_state(kube_api, "bad") == "RUNNING"
+
+    with FakeKubelet(kube_api, commands=ENTRYPOINT, unpullable={bad_image}) as kubelet, operator(kube_api):
+        kube_api.objects.create("sj", streamjob("bad", tmp_path, rows, rate), namespace=NS)
+        wait_for(lambda: job_state(kube_api, "bad") == "RUNNING" and status(kube_api, "bad").get("lastCheckpoint"),
+                 timeout=120, message="the job runs and checkpoints")
+
+        kube_api.objects.patch("sj", NS, "bad", {"spec": {"image": bad_image}})
+        wait_for(lambda: running_again(3), timeout=120,
+                 message=lambda: f"rolled back after the image; status: {status(kube_api, 'bad')}")
+        st = status(kube_api, "bad")
+        assert st["lifecycleState"] == "ROLLED_BACK" and st["error"].startswith("spec.image: "), st
+        assert "ImagePullBackOff" in st["error"]
+        assert st["deployment"]["spec"]["image"] == "streamjob:test" and st["deployment"]["restoreKind"] == "savepoint"
+        assert "Restoring from savepoint" in kubelet.logs(NS, "bad-driver-3")
+
+        missing = str(tmp_path / "no-such-job.py")
+        kube_api.objects.patch("sj", NS, "bad", {"spec": {"image": "streamjob:test", "job": {"file": missing}}})
+        wait_for(lambda: running_again(5), timeout=150,
+                 message=lambda: f"rolled back after the job file; status: {status(kube_api, 'bad')}")
+        st = status(kube_api, "bad")
+        assert st["lifecycleState"] == "ROLLED_BACK" and st["error"].startswith("spec.job.file: "), st
+        assert st["deployment"]["spec"]["job"]["file"] == JOB
+        wait_for(lambda: job_state(kube_api, "bad") == "FINISHED", timeout=150, message="the input ends")
+        got = reasons(kube_api, "bad")
+        assert got.count("RollingBack") == 2, got
+    assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)

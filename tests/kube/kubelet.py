@@ -9,6 +9,8 @@ plays the node: it polls the API server (tests/kube/apiserver.py) for Pods and, 
   status.hostIP -> 127.0.0.1), secretKeyRef and configMapKeyRef (data and stringData);
   `python`/`python3` as the command run this interpreter (sys.executable); an image with no
   command runs `images[image]` if given, else the container fails (reason "ContainerCannotRun");
+  an image in `unpullable` never starts: the container waits with reason ImagePullBackOff and the
+  pod stays Pending, as when a registry has no such image;
 * materialises configMap, secret and emptyDir volumes into a temporary directory, and gives each
   container a termination-message file; then rewrites every volumeMount's mountPath (-> that
   directory) and the container's terminationMessagePath (default /dev/termination-log -> that
@@ -74,11 +76,13 @@ def _rewriter(rewrites: dict[str, str]) -> Callable[[str], str]:
 
 class _Container:
     def __init__(self, name: str, image: str, proc: subprocess.Popen | None, log: str, message_file: str,
-                 policy: str, failure: str | None = None):
+                 policy: str, failure: str | None = None, waiting: tuple[str, str] | None = None):
         self.name, self.image, self.proc, self.log, self.message_file = name, image, proc, log, message_file
-        self.policy, self.failure, self.started = policy, failure, _now()
+        self.policy, self.failure, self.started, self.waiting = policy, failure, _now(), waiting
 
     def state(self) -> Body:
+        if self.waiting is not None:  # not started, and the kubelet keeps trying
+            return {"waiting": {"reason": self.waiting[0], "message": self.waiting[1]}}
         if self.proc is None:  # could not start at all
             return {"terminated": {"exitCode": 127, "reason": "ContainerCannotRun", "message": self.failure,
                                    "startedAt": self.started, "finishedAt": self.started}}
@@ -108,8 +112,9 @@ class FakeKubelet:
     """Runs the pods of `api` (all namespaces, or one) as local processes. See the module doc."""
 
     def __init__(self, api: KubeAPI, *, namespace: str | None = None, images: dict[str, list[str]] | None = None,
-                 commands: dict[str, list[str]] | None = None, interval: float = 0.1, node_name: str = "fake-node"):
-        self.api, self.namespace, self.images = api, namespace, images or {}
+                 commands: dict[str, list[str]] | None = None, interval: float = 0.1, node_name: str = "fake-node",
+                 unpullable: set[str] | frozenset[str] = frozenset()):
+        self.api, self.namespace, self.images, self.unpullable = api, namespace, images or {}, set(unpullable)
         self.commands = commands or {}  # a path in the image -> what runs it here (an entrypoint script)
         self._ips = (f"127.0.{n // 250}.{n % 250 + 2}" for n in itertools.count(8))
         self._pod_ips: dict[str, str] = {}  # uid -> its own loopback address
@@ -231,6 +236,10 @@ class FakeKubelet:
         if command and command[0] in self.commands:
             command = [*self.commands[command[0]], *command[1:]]
         policy = container.get("terminationMessagePolicy", "File")
+        if container.get("image") in self.unpullable:
+            open(log, "w").close()
+            return _Container(name, container["image"], None, log, message_file, policy, waiting=(
+                "ImagePullBackOff", f'Back-off pulling image "{container["image"]}"'))
         if not command:
             open(log, "w").close()
             return _Container(name, container.get("image", ""), None, log, message_file, policy,
@@ -319,6 +328,8 @@ class FakeKubelet:
         codes = [state.get("terminated", {}).get("exitCode") for state in states]
         if pod.lost:
             phase = "Failed"
+        elif any("waiting" in state for state in states):
+            phase = "Pending"
         elif states and None not in codes:
             phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
         else:
