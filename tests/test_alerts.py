@@ -16,15 +16,15 @@ import subprocess
 import pytest
 import yaml
 
-from monitoring_promql import RULES_FILE, alert_rules
+from monitoring_promql import ROOT, RULES_FILE, alert_rules
 
 HERE = os.path.dirname(__file__)
 PROMTOOL_TESTS = sorted(glob.glob(os.path.join(HERE, "promtool", "*.test.yaml")))
 PROMTOOL = shutil.which("promtool")
 RUNBOOK = "https://github.com/streamjob/streamjob/blob/main/README.md#runbook-"
 
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian/Ubuntu: apt-get install "
-                                                              "prometheus; CI installs it)")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool is not installed (Debian/Ubuntu: apt-get install prometheus; CI installs it)")
 
 
 def promtool(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -160,3 +160,25 @@ def test_unit_tests_catch_an_alert_that_never_fires(name, tmp_path):
     proc = promtool("test", "rules", *sorted(str(p) for p in tests_dir.iterdir()))
     assert proc.returncode != 0, f"the unit tests still pass with {name} never firing"
     assert f"alertname: {name}," in proc.stdout + proc.stderr
+
+
+@needs_promtool
+def test_example_prometheus_config_loads_the_rules():
+    proc = promtool("check", "config", os.path.join(ROOT, "examples", "monitoring", "prometheus.yml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in proc.stdout
+
+
+def test_example_kubernetes_scrape_configs_honor_labels():
+    # Debian's promtool has no Kubernetes service discovery, so this one is only read as YAML.
+    doc = yaml.safe_load(open(os.path.join(ROOT, "examples", "monitoring", "prometheus-kubernetes.yml")))
+    assert doc["scrape_configs"] and all(c["honor_labels"] is True for c in doc["scrape_configs"])
+
+
+def test_example_alertmanager_config():
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.skip("amtool is not installed (Debian: apt-get install prometheus-alertmanager; CI installs it)")
+    proc = subprocess.run([amtool, "check-config", os.path.join(ROOT, "examples", "monitoring", "alertmanager.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
