@@ -26,8 +26,9 @@ def pytest_configure(config):
 def pytest_generate_tests(metafunc):
     """Every test that takes `mode` runs in both deployment modes."""
     if "mode" in metafunc.fixturenames:
+        # indirect: the `mode` fixture below decides whether the mode was selected (E2E_MODES).
         metafunc.parametrize("mode", [pytest.param(m, marks=[pytest.mark.kubernetes_mode] if m == "kubernetes" else [])
-                                      for m in MODES])
+                                      for m in MODES], indirect=True)
 
 
 def pytest_collection_modifyitems(items):
@@ -37,9 +38,17 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
+    """A failed test's report gets the cluster's side: each of its StreamJobs' status, events,
+    pods and their logs (before the clean-up deletes them)."""
     report = yield
-    if report.when == "call":
-        item.e2e_failed = report.failed  # for the clean-up: show the cluster's side of a failure
+    tracker = getattr(item, "e2e_jobs", None)
+    if report.when == "call" and report.failed and tracker is not None:
+        for name in tracker.names:
+            try:
+                text = tracker.cluster.describe(name)
+            except Exception as e:  # noqa: BLE001 - the report must not fail for it
+                text = f"(could not describe {name}: {e!r})"
+            report.sections.append((f"cluster state of {name}", text))
     return report
 
 
@@ -111,22 +120,21 @@ def mode(request, settings) -> str:
 @pytest.fixture
 def jobs(request, settings, cluster, store):
     """Names for this test's StreamJobs (`jobs.new(scenario, mode)`); afterwards they are deleted,
-    with their S3 prefix (unless E2E_KEEP=1), and on failure their state is printed."""
+    with their S3 prefix (unless E2E_KEEP=1); a failure's report shows their state."""
 
     class Jobs:
-        names: list[str] = []
+        def __init__(self) -> None:
+            self.names: list[str] = []
+            self.cluster = cluster
 
         def new(self, scenario: str, mode: str) -> str:
             name = unique_name(scenario, mode)
             self.names.append(name)
             return name
 
-    tracker = Jobs()
-    tracker.names = []
+    tracker = request.node.e2e_jobs = Jobs()
     yield tracker
     for name in tracker.names:
-        if getattr(request.node, "e2e_failed", False):
-            print(cluster.describe(name))
         if settings.keep:
             continue
         cluster.delete(name)

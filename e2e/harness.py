@@ -72,6 +72,11 @@ class Settings:
         return bool(self.s3_endpoint or os.environ.get("E2E_S3_BUCKET"))
 
 
+def phase(pod: Any) -> str:
+    """A pod's phase; a pod no kubelet has reported on yet (no status) is Pending."""
+    return (pod.status.phase if pod.status else None) or "Pending"
+
+
 def wait_for(condition: Callable[[], Any], timeout: float, message: str | Callable[[], str] = "",
              interval: float = 0.5) -> Any:
     """Poll until condition() is truthy and return it; fail after `timeout` s (a callable message
@@ -228,7 +233,7 @@ class Cluster:
             for e in sorted(self.events(name), key=lambda e: str(e.last_timestamp or e.event_time or ""))[-25:]:
                 lines.append(f"  event {e.type} {e.reason}: {e.message}")
             for p in self.pods(name):
-                lines.append(f"  pod {p.metadata.name}: {p.status.phase}")
+                lines.append(f"  pod {p.metadata.name}: {phase(p)}")
                 lines.append("    " + self.logs(p.metadata.name).replace("\n", "\n    ")[-3000:])
         except Exception as e:  # noqa: BLE001
             lines.append(f"  (could not list events/pods: {e})")

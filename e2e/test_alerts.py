@@ -29,12 +29,11 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-import uuid
 
 import pytest
 import yaml
 
-from harness import streamjob, wait_for
+from harness import phase, streamjob, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 REST_PORT = 8081
@@ -118,12 +117,14 @@ class ScrapeTarget:
 
 
 class Prometheus:
-    """A local Prometheus with the rules file: scrapes `target` and evaluates every second."""
+    """A local Prometheus with the rules file: scrapes `target`, evaluates the rules every second."""
 
     def __init__(self, binary: str, rules: str, target: str, labels: dict[str, str], workdir: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        # Scrapes every 2 s (each goes through the API server's pod proxy on a real cluster); rules
+        # are evaluated every second.
+        config = {"global": {"scrape_interval": "2s", "evaluation_interval": "1s", "scrape_timeout": "2s"},
                   "rule_files": [os.path.abspath(rules)],
                   # honor_labels: the job's own `job` label stays `job` (as the rules file asks).
                   "scrape_configs": [{"job_name": "streamjob-e2e", "honor_labels": True,
@@ -222,7 +223,7 @@ def test_checkpoint_alert_fires_when_storage_fails(cluster, store, jobs, setting
     workdir = tempfile.mkdtemp(prefix="e2e-prometheus-")
     target = prom = None
     try:
-        ip = wait_for(lambda: (p := cluster.pod(relay)) and p.status.phase == "Running" and p.status.pod_ip,
+        ip = wait_for(lambda: (p := cluster.pod(relay)) and phase(p) == "Running" and p.status.pod_ip,
                       t(180), lambda: f"the relay pod to run: {cluster.pod(relay)}")
         endpoint = f"http://{ip}:{RELAY_PORT}"
         spec = streamjob(settings, name, mode, 10_000_000, 200, upgradeMode="stateless",

@@ -15,9 +15,10 @@ reason (no schema/CEL validation; no pod proxy, so /metrics is read from the pod
 assertions below pin which tests pass and which are skipped for which reason, so a scenario that
 stops running here (skipped, or silently passing nothing) fails this test.
 
-Run time: each scenario starts one or more Spark drivers (about a minute each on 2 cores). CI
-runs a representative subset (CI_SCENARIOS, about 3-4 minutes); STREAMJOB_E2E_ALL=1 runs them all,
-STREAMJOB_E2E_SCENARIOS=name,name the ones named.
+Run time: each scenario starts one or more Spark drivers (about 30-100 s each on 2 cores). CI runs
+a representative subset (CI_SCENARIOS: about 3 minutes with the no-cluster check);
+STREAMJOB_E2E_ALL=1 runs them all (about 8 minutes, and the alert test then also waits for its
+`for: 1m` to fire); STREAMJOB_E2E_SCENARIOS=name,name runs the ones named.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ SKIPPED_HERE = {"test_api_server_refuses_invalid_specs": "does not validate cust
 def run_suite(tmp_path: Path, env: dict[str, str], *args: str, timeout: float) -> tuple[dict, str]:
     """`pytest e2e ARGS` in a subprocess: ({test id: (outcome, message)}, its output)."""
     report = tmp_path / "e2e-junit.xml"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "e2e", "-p", "no:cacheprovider", "-q", "-rA",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "e2e", "-p", "no:cacheprovider", "-q", "-rA", "--durations=0",
                            f"--junitxml={report}", *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
     output = proc.stdout + proc.stderr
@@ -141,3 +142,18 @@ def test_e2e_suite_passes_against_the_test_api_server_and_fake_kubelet(kube_api,
             if outcome != want or reason not in message:
                 problems.append(f"{test_id}: {outcome} {message[:300]!r}, expected {want} {reason!r}")
     assert not problems, "\n".join(problems) + "\n\n" + output[-12000:]
+
+
+def test_the_walkthrough_s3_server_manifest_is_valid():
+    """e2e/README.md applies e2e/k8s/s3-server.yaml to a kind cluster: check it against the
+    Kubernetes schemas here (strict: no unknown fields), and that its pod names its command."""
+    import kubernetes_validate
+    import yaml
+    from kubernetes_validate.utils import latest_version
+
+    docs = [d for d in yaml.safe_load_all((REPO / "e2e" / "k8s" / "s3-server.yaml").read_text()) if d]
+    assert {d["kind"] for d in docs} == {"Namespace", "Deployment", "Service"}
+    for doc in docs:
+        kubernetes_validate.validate(doc, latest_version(), strict=True)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert all(c.get("command") for c in deployment["spec"]["template"]["spec"]["containers"])
