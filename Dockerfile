@@ -8,6 +8,9 @@
 # The operator's pods run it as UID 185 with a read-only root filesystem and an emptyDir on /tmp
 # (operator/resources.py: IMAGE_UID, TMP_DIR, ENTRYPOINT): everything that writes at run time is
 # pointed at /tmp below.
+#
+# Few steps after the big ones, on purpose: with buildah's vfs storage (docker/build-image.sh)
+# every step that follows a layer of a gigabyte costs a copy of that gigabyte.
 
 # -- python: the Debian base plus the system Python, shared by both stages ---------------------------
 # The venv made in the builder links to /usr/bin/python3, so builder and final image must have
@@ -17,45 +20,52 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/*
 
-# -- builder: the venv with PySpark, the other dependencies and streamjob ----------------------------
+# -- builder: /opt/streamjob with the venv (PySpark, the other dependencies, streamjob) ---------------
 FROM python AS builder
+ENV PATH=/opt/streamjob/venv/bin:$PATH \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
 # python3-venv (ensurepip) is needed only here; the final image gets the finished venv.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/streamjob/venv
-ENV PATH=/opt/streamjob/venv/bin:$PATH \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /src
-# Behind a TLS-intercepting proxy pip needs the proxy's CA: pass a PEM bundle as the optional build
-# secret ca-certificates (docker build --secret id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt;
-# docker/build-image.sh passes this machine's). A secret, so it lands in no layer.
+# Behind a TLS-intercepting proxy pip needs the proxy's CA: pass a whole CA bundle (PEM) as the
+# optional build secret ca-certificates, e.g. docker build --secret
+# id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt (docker/build-image.sh passes this
+# machine's). A secret, so it lands in no layer.
 # Dependencies first, from pyproject.toml alone: this layer (PySpark is ~450 MB) stays cached
-# while only streamjob's sources change. The pip cache mount keeps downloads and the wheel built
-# from PySpark's sdist between builds that do redo it.
+# while only streamjob's sources change. The pip cache mount keeps what pip caches (downloads,
+# wheels built from sdists) for builds that do redo it.
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca-certificates,required=false \
     if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
     && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt
-COPY README.md ./
-COPY runtime runtime
-COPY operator operator
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+# The build context is an allowlist (.dockerignore): sources, examples, the entrypoint.
+COPY . .
 # --no-deps: the dependencies are all there; a missing one fails `pip check` instead of being
-# fetched unseen. Bytecode is compiled at install: the root filesystem is read-only at run time.
+# fetched unseen. pip compiles bytecode at install: the root filesystem is read-only at run time.
+# The examples are the files examples/k8s/ runs (spec.job.file: /opt/streamjob/examples/...); the
+# e2e jobs are what e2e/ runs on a cluster (E2E_JOBS_DIR, /opt/streamjob/e2e/jobs).
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca-certificates,required=false \
     if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
     && pip install --no-deps . \
-    && pip check
+    && pip check \
+    && install -D -m 755 docker/entrypoint.sh /opt/streamjob/entrypoint.sh \
+    && install -D -m 644 -t /opt/streamjob/examples examples/*.py \
+    && install -D -m 644 -t /opt/streamjob/e2e/jobs e2e/jobs/*.py
 
 # -- the image ----------------------------------------------------------------------------------------
 FROM python
 # The JRE's postinst links its man page into /usr/share/man/man1, which slim images leave out
 # (the link is dropped again by dpkg's path-exclude). The JRE's directory is named after the
 # architecture (java-17-openjdk-amd64, -arm64): a fixed link gives JAVA_HOME one value everywhere.
+# UID/GID 185 (Spark images' convention): the operator's pods use runAsUser 185.
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless \
@@ -64,11 +74,6 @@ RUN mkdir -p /usr/share/man/man1 \
     && /usr/lib/jvm/java-17/bin/java -version \
     && groupadd --system --gid 185 streamjob \
     && useradd --system --uid 185 --gid 185 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin streamjob
-
-COPY --from=builder /opt/streamjob/venv /opt/streamjob/venv
-# The examples the k8s manifests in examples/k8s/ run (spec.job.file: /opt/streamjob/examples/...).
-COPY examples/*.py /opt/streamjob/examples/
-COPY --chmod=755 docker/entrypoint.sh /opt/streamjob/entrypoint.sh
 
 # HOME, the working directory and Spark's scratch space are /tmp, the one writable place in the
 # operator's pods (an emptyDir): Spark writes spark-warehouse/derby.log to the working directory
@@ -86,13 +91,25 @@ ENV PATH=/opt/streamjob/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
     SPARK_LOCAL_DIRS=/tmp
 WORKDIR /tmp
 
+# What the image was built from, for people (cat /etc/streamjob-build) and for
+# docker/build-image.sh, which passes both and tells a stale image by the hash label. Other builds
+# may leave them empty. A RUN, not only the LABEL: buildah's layer cache keys a RUN by the
+# arguments' values but a LABEL by its text alone, so a LABEL straight after ARG would be reused
+# with an old hash. The RUN's new layer makes the steps after it run again.
+ARG STREAMJOB_VERSION=""
+ARG STREAMJOB_SOURCE_HASH=""
+RUN printf 'version=%s\nsource-hash=%s\n' "$STREAMJOB_VERSION" "$STREAMJOB_SOURCE_HASH" >/etc/streamjob-build
 LABEL org.opencontainers.image.title="streamjob" \
       org.opencontainers.image.description="StreamJob operator, job driver and Spark executor (Python 3.11, Java 17, PySpark)" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="$STREAMJOB_VERSION" \
+      io.streamjob.source-hash="$STREAMJOB_SOURCE_HASH"
 
-# The operator's pods use runAsUser 185 (Spark images' convention); numeric, so Kubernetes'
-# runAsNonRoot can verify it without reading /etc/passwd.
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 185:185
-# No CMD: the role is always given (the operator's pods: command entrypoint.sh, args driver|executor);
-# without one the entrypoint prints its usage.
+# No CMD: the role is always given (the operator's pods: command entrypoint.sh, args
+# driver|executor); without one the entrypoint prints its usage.
 ENTRYPOINT ["/opt/streamjob/entrypoint.sh"]
+
+# Last, as the one big step of this stage; owned by root, so UID 185 cannot change it.
+COPY --from=builder /opt/streamjob /opt/streamjob

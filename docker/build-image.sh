@@ -30,7 +30,7 @@ HASH_LABEL=io.streamjob.source-hash
 # Everything the Dockerfile copies (its build context, see .dockerignore) and the build's own
 # recipe: a change to any of these makes the image stale.
 IMAGE_INPUTS=(Dockerfile .dockerignore docker/build-image.sh docker/entrypoint.sh pyproject.toml README.md
-              runtime operator examples/*.py)
+              runtime operator examples/*.py e2e/jobs/*.py)
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build-image.sh: %s\n' "$*" >&2; exit 1; }
@@ -166,6 +166,33 @@ else
     say "base image $base: made in $((SECONDS - start))s"
 fi
 
+# -- cleaning up after ourselves ----------------------------------------------------------------------
+# buildah keeps every step's image (--layers) and vfs stores each as a whole copy: a gigabyte or
+# more per changed step, on a disk that outlives CI runs. So the script notes the images each build
+# made or reused, and after a successful build removes those an earlier build noted and this one
+# did not use: the stale cache of old sources. Only images this script noted, nothing else in the
+# store (and never `buildah rmi --prune`, which also empties the pip cache mount).
+state=/var/tmp/streamjob-build-image.ids
+remember_images() {  # LOG add|replace
+    local ids
+    ids=$(sed -n 's/^--> \(Using cache \)\{0,1\}\([0-9a-f]\{11,64\}\)$/\2/p' "$1" | cut -c1-11 | sort -u)
+    if [ "$2" = add ]; then  # a failed build: its images are stale unless a later build reuses them
+        { cat "$state" 2>/dev/null || true; echo "$ids"; } | sed '/^$/d' | sort -u >"$state.new"
+    else
+        local stale
+        stale=$(comm -23 <(sort -u "$state" 2>/dev/null || true) <(echo "$ids"))
+        if [ -n "$stale" ]; then
+            say "removing $(echo "$stale" | wc -l) stale cached images of earlier builds"
+            # rmi also drops a removed image's untagged parents that no other image builds on; this
+            # build's steps are never among them (no stale image builds on one).
+            # shellcheck disable=SC2086  # one ID per word
+            "${BUILDAH[@]}" rmi $stale >/dev/null 2>&1 || true  # some may be gone or in use: fine
+        fi
+        echo "$ids" >"$state.new"
+    fi
+    mv "$state.new" "$state"
+}
+
 # -- the image ----------------------------------------------------------------------------------------
 hash=$(source_hash)
 current=$("${BUILDAH[@]}" inspect --type image --format "{{index .OCIv1.Config.Labels \"$HASH_LABEL\"}}" "$tag" 2>/dev/null || true)
@@ -173,29 +200,31 @@ if [ "$force" = 0 ] && [ "$current" = "$hash" ]; then
     say "image $tag: up to date ($HASH_LABEL=$hash)"
     exit 0
 fi
-old_id=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$tag" 2>/dev/null || true)
 if [ -n "$current" ]; then
-    say "image $tag: sources changed ($current -> $hash), building"
+    say "image $tag: sources changed, building (label $HASH_LABEL=$current, sources $hash)"
 else
     say "image $tag: not present, building"
 fi
 
 start=$SECONDS
-# --layers: unchanged steps come from buildah's cache (the dependencies' layer above all);
-# --pull=never: the base image is the one made above, nothing is fetched from a registry.
 # This machine's CA bundle is the Dockerfile's optional secret for pip: it includes the CA of a
 # TLS-intercepting proxy, where there is one (as here), and is harmless where there is none.
 secret=()
 if [ -s /etc/ssl/certs/ca-certificates.crt ]; then
     secret=(--secret id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt)
 fi
-"${BUILDAH[@]}" bud "${ISOLATION[@]}" --pull=never --layers "${secret[@]}" \
-    --label "$HASH_LABEL=$hash" --label "org.opencontainers.image.version=$version" \
-    -t "$tag" -f Dockerfile .
-say "image $tag: built in $((SECONDS - start))s"
-
-# The image this one replaces would keep its gigabyte (vfs stores whole copies) without a name.
-new_id=$("${BUILDAH[@]}" inspect --type image --format '{{.FromImageID}}' "$tag")
-if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
-    "${BUILDAH[@]}" rmi "$old_id" >/dev/null 2>&1 || say "note: the previous image $old_id is still in use, kept"
+log=$(mktemp "${TMPDIR:-/tmp}/streamjob-build-image.XXXXXX.log")
+# --layers: unchanged steps come from buildah's cache (the dependencies' layer above all);
+# --pull=never: the base image is the one made above, nothing is fetched from a registry.
+# Version and hash go in as build args (the Dockerfile's LABEL), not --label: buildah adds those
+# as extra steps at the end, each a full copy of the image with vfs.
+if ! "${BUILDAH[@]}" bud "${ISOLATION[@]}" --pull=never --layers "${secret[@]}" \
+        --build-arg "STREAMJOB_VERSION=$version" --build-arg "STREAMJOB_SOURCE_HASH=$hash" \
+        -t "$tag" -f Dockerfile . 2>&1 | tee "$log"; then
+    remember_images "$log" add
+    rm -f "$log"
+    die "building $tag failed (see the output above)"
 fi
+say "image $tag: built in $((SECONDS - start))s"
+remember_images "$log" replace
+rm -f "$log"
