@@ -32,7 +32,7 @@ def test_there_are_examples_for_every_flow():
     assert {s.get("mode", "local") for s in specs} == {"local", "kubernetes"}
 
 
-@pytest.mark.parametrize("doc", documents())
+@pytest.mark.parametrize("doc", list(documents()))
 def test_example_is_accepted(doc):
     if doc["kind"] != "StreamJob":
         kubernetes_validate.validate(doc, latest_version(), strict=True)
