@@ -11,6 +11,7 @@ from .api.checkpointing import (
 from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
 from .api.functions import (
     AggregateFunction,
+    CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
@@ -63,6 +64,7 @@ __all__ = [
     "RestartStrategyConfiguration",
     "StateDescriptor",
     "ValueStateDescriptor",
+    "CoFlatMapFunction",
     "CoMapFunction",
     "CoProcessFunction",
     "Configuration",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import transformations as T
 from .functions import (
+    CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     KeyedProcessFunction,
@@ -95,10 +96,32 @@ class DataStream:
         )
         return KeyedStream(self._env, t, spec)
 
+    def _partition(self, name: str, partitioner: str) -> "DataStream":
+        t = self._env._add(Transformation(T.PARTITION, name, [self._t], params={"partitioner": partitioner}))
+        return DataStream(self._env, t)
+
     def rebalance(self) -> "DataStream":
         """Round-robin batches over all subtasks of the next operator."""
-        t = self._env._add(Transformation(T.PARTITION, "Rebalance", [self._t], params={"partitioner": T.REBALANCE}))
-        return DataStream(self._env, t)
+        return self._partition("Rebalance", T.REBALANCE)
+
+    def shuffle(self) -> "DataStream":
+        """Each batch to a random subtask of the next operator (Flink picks per record; batches
+        are the unit of transfer here, as for rebalance)."""
+        return self._partition("Shuffle", T.SHUFFLE)
+
+    def broadcast(self) -> "DataStream":
+        """Every record to every subtask of the next operator."""
+        return self._partition("Broadcast", T.BROADCAST)
+
+    def forward(self) -> "DataStream":
+        """Subtask i to subtask i of the next operator (chained): every operator here runs at the
+        job's parallelism, so this is always possible."""
+        return self._partition("Forward", T.FORWARD)
+
+    def rescale(self) -> "DataStream":
+        """Flink's rescale sends each subtask's records round-robin to a local group of the next
+        operator's subtasks; with equal parallelism that group is one subtask: forward."""
+        return self._partition("Rescale", T.FORWARD)
 
     def union(self, *streams: "DataStream") -> "DataStream":
         for s in streams:
@@ -185,6 +208,11 @@ class ConnectedStreams:
         for m in ("map1", "map2"):
             as_callable(func, m, "map on connected streams")
         return self._two_input(T.CO_MAP, "CoMap", func)
+
+    def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream:
+        for m in ("flat_map1", "flat_map2"):
+            as_callable(func, m, "flat_map on connected streams")
+        return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func)
 
 
 class DataStreamSink:

@@ -194,6 +194,16 @@ class CoMapFunction(Function):
         raise NotImplementedError
 
 
+class CoFlatMapFunction(Function):
+    """Two inputs, zero or more outputs per input: ``flat_map1`` / ``flat_map2`` yield them."""
+
+    def flat_map1(self, value: Any) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def flat_map2(self, value: Any) -> Iterable[Any]:
+        raise NotImplementedError
+
+
 def as_callable(fn: Any, method: str, what: str) -> Callable:
     """The per-record callable of a function object or a plain callable."""
     bound = getattr(fn, method, None)

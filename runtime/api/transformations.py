@@ -26,6 +26,7 @@ KEYED_AGGREGATE = "keyed_aggregate"
 KEYED_REDUCE = "keyed_reduce"
 CO_PROCESS = "co_process"
 CO_MAP = "co_map"
+CO_FLAT_MAP = "co_flat_map"
 SINK = "sink"
 PARTITION = "partition"
 UNION = "union"
@@ -34,11 +35,14 @@ SIDE_OUTPUT = "side_output"  # params["tag"]: the name of one side output of its
 VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT)
 # Operators whose user function can emit to side outputs.
 SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS)
+TWO_INPUT_KINDS = (CO_PROCESS, CO_MAP, CO_FLAT_MAP)
 
 # Partitioners of PARTITION transformations
 FORWARD = "forward"
 HASH = "hash"
 REBALANCE = "rebalance"
+SHUFFLE = "shuffle"  # each batch to a random subtask
+BROADCAST = "broadcast"  # every batch to every subtask
 
 _ids = itertools.count(1)
 

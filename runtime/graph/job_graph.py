@@ -160,7 +160,7 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     for op in operators.values():
         if len(op.inputs) == 1 and not op.is_source:
             e = edges[op.inputs[0]]
-            if e.partitioner == T.FORWARD and op.kind not in (T.CO_PROCESS, T.CO_MAP):
+            if e.partitioner == T.FORWARD and op.kind not in T.TWO_INPUT_KINDS:
                 chained_into[op.id] = e.source
     for op in operators.values():
         for eid in op.outputs:

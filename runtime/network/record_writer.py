@@ -2,17 +2,20 @@
 
 * forward: subtask i -> subtask i, one in-process channel;
 * hash: by key group (``state.keygroups``), vectorised for key columns;
-* rebalance: whole batches round-robin.
+* rebalance: whole batches round-robin;
+* shuffle: whole batches to a random channel;
+* broadcast: every batch to every channel.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
-from ..api.transformations import FORWARD, HASH, REBALANCE, KeySpec
+from ..api.transformations import BROADCAST, FORWARD, HASH, REBALANCE, SHUFFLE, KeySpec
 from ..batch import Batch, extract_keys, num_rows, try_columnar
 from ..state.keygroups import assign_key_groups, operator_index_for_key_group
 from .channels import OutputChannel
@@ -34,6 +37,11 @@ class RecordWriter:
         elif partitioner == REBALANCE:
             self._next = subtask % len(channels)
             self._emit = self._rebalance
+        elif partitioner == SHUFFLE:
+            self._random = random.Random()
+            self._emit = self._shuffle
+        elif partitioner == BROADCAST:
+            self._emit = self._broadcast
         elif partitioner == HASH:
             assert key is not None
             self._key = key
@@ -73,6 +81,13 @@ class RecordWriter:
         ch = self.channels[self._next]
         self._next = (self._next + 1) % len(self.channels)
         ch.emit(batch)
+
+    def _shuffle(self, batch: Batch) -> None:
+        self.channels[self._random.randrange(len(self.channels))].emit(batch)
+
+    def _broadcast(self, batch: Batch) -> None:
+        for ch in self.channels:
+            ch.emit(batch)
 
     def _columnar(self, batch: Batch) -> Batch:
         # Dict rows keyed by a column take the columnar path from here on.

@@ -546,6 +546,9 @@ class CoProcessOperator(StreamOperator):
         if self.node.kind == T.CO_MAP:
             m1, m2 = as_callable(fn, "map1", "map"), as_callable(fn, "map2", "map")
             self._fns = (lambda r, ctx: (m1(r),), lambda r, ctx: (m2(r),))
+        elif self.node.kind == T.CO_FLAT_MAP:
+            f1, f2 = as_callable(fn, "flat_map1", "flat_map"), as_callable(fn, "flat_map2", "flat_map")
+            self._fns = (lambda r, ctx: f1(r), lambda r, ctx: f2(r))
         else:
             self._fns = (as_callable(fn, "process_element1", "process"), as_callable(fn, "process_element2", "process"))
         self._ctx = _Context()
@@ -557,7 +560,7 @@ class CoProcessOperator(StreamOperator):
             result = fn(r, ctx)
             if result is not None:
                 out.extend(result)
-        if self.node.kind == T.CO_MAP:  # a map's value is a record, whatever it looks like
+        if self.node.kind != T.CO_PROCESS:  # a map's values are records, whatever they look like
             self.output.emit(out)
         else:
             _emit_process_results(self, out, ctx)
@@ -663,6 +666,7 @@ OPERATORS: dict[str, type[StreamOperator]] = {
     T.KEYED_REDUCE: KeyedReduceOperator,
     T.CO_PROCESS: CoProcessOperator,
     T.CO_MAP: CoProcessOperator,
+    T.CO_FLAT_MAP: CoProcessOperator,
     T.SINK: SinkOperator,
 }
 

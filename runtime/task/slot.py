@@ -146,6 +146,16 @@ class Task:
             if self.barriers is not None:
                 self.barriers.on_barrier(index, event)
 
+    def outputs_delivered(self) -> bool:
+        """Every batch and event handed to a channel went out. A channel holds what waits for
+        credit; the slot must not half-close its connections before that (its EndOfPartition
+        among it) is sent, or a peer still consuming sees the connection end mid-stream."""
+        for w in self.writers:
+            for ch in w.channels:
+                if not ch.is_idle():
+                    return False
+        return True
+
     def finish(self) -> None:
         for op in self.operators:
             op.finish()
@@ -349,7 +359,7 @@ class SlotRuntime:
                     progressed = True
                     if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
                         self._finished_after_trigger(task)
-            if all(t.finished for t in tasks):
+            if all(t.finished for t in tasks) and all(t.outputs_delivered() for t in tasks):
                 break
             now = time.monotonic()
             deadline = None
