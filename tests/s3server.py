@@ -25,6 +25,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds (servers tests start)."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class MotoServer:
     """``python -m moto.server`` on a free port; stopped by ``close`` (and with the test process)."""
 
@@ -50,11 +60,7 @@ class MotoServer:
                             aws_secret_access_key="testing", region_name="us-east-1")
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
 
 
 class Proxy:

@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import counting
 from monitoring_promql import RULES_FILE, alert_rules
-from s3server import MotoServer, Proxy, free_port
+from kube.apiserver import wait_for
+from s3server import MotoServer, Proxy, free_port, stop_process
 
 pytestmark = pytest.mark.spark
 
@@ -72,12 +73,7 @@ class Server:
         return open(self.log, errors="replace").read()[-3000:]
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
 
 
 class Webhook:
@@ -186,17 +182,6 @@ def scrape(url: str) -> dict[str, float]:
             if s.name.startswith("streamjob_") and "state" not in s.labels and "operator" not in s.labels}
 
 
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(poll)
-
-
 def test_checkpoints_failing_alert_reaches_the_webhook_and_resolves(spark_slots, s3, alertmanager, webhook, tmp_path):
     proxy = s3
     rule = next(r for r in alert_rules() if r["alert"] == ALERT)
@@ -224,13 +209,13 @@ def test_checkpoints_failing_alert_reaches_the_webhook_and_resolves(spark_slots,
             except OSError:  # the REST API starts listening just after the job reports RUNNING
                 return 0
 
-        wait_for(lambda: completed() >= 2, 60, "two checkpoints on S3")
+        wait_for(lambda: completed() >= 2, timeout=60, message="two checkpoints on S3")
         prometheus_server, prometheus = start_prometheus(tmp_path, rest_port, alertmanager)
 
         # Prometheus scrapes the job, has loaded the shipped rules, and the alert is quiet while
         # checkpoints complete (a rule that always fired would fail here, not pass below).
-        wait_for(lambda: query(prometheus, 'streamjob_checkpoint_interval_seconds{job="counting"}'), 30,
-                 "Prometheus to scrape the job")
+        wait_for(lambda: query(prometheus, 'streamjob_checkpoint_interval_seconds{job="counting"}'), timeout=30,
+                 message="Prometheus to scrape the job")
         groups = get_json(f"{prometheus}/api/v1/rules")["data"]["groups"]
         assert {r["name"] for g in groups for r in g["rules"]} == {r["alert"] for r in alert_rules()}
         time.sleep(5)  # a few evaluations with healthy checkpoints
@@ -243,7 +228,7 @@ def test_checkpoints_failing_alert_reaches_the_webhook_and_resolves(spark_slots,
         t_down = time.time()
         # The first failed checkpoint as the job's /metrics shows it (polled every 0.1 s).
         wait_for(lambda: scrape(rest)["streamjob_number_of_failed_checkpoints_total"]
-                 > before["streamjob_number_of_failed_checkpoints_total"], 30, "a failed checkpoint")
+                 > before["streamjob_number_of_failed_checkpoints_total"], timeout=30, message="a failed checkpoint")
         t_failed = time.time()
         last = scrape(rest)
         # The rule also wants "none completed since": the last completion older than 2 intervals
@@ -251,7 +236,8 @@ def test_checkpoints_failing_alert_reaches_the_webhook_and_resolves(spark_slots,
         condition = max(0.0, last["streamjob_last_checkpoint_completed_timestamp_seconds"] + 2 * CHECKPOINT_INTERVAL
                         + last["streamjob_last_checkpoint_duration_seconds"] - t_failed)
         bound = hold + 2 * SCRAPE + GROUP_WAIT + condition + SLACK
-        t_alert = wait_for(lambda: webhook.first(ALERT, "firing"), bound + 10, f"{ALERT} at the webhook", poll=0.05)
+        t_alert = wait_for(lambda: webhook.first(ALERT, "firing"), timeout=bound + 10, interval=0.05,
+                           message=f"{ALERT} at the webhook")
         delay = t_alert - t_failed
         print(f"\n{ALERT}: storage down at +0.0 s, first failed checkpoint visible at +{t_failed - t_down:.1f} s, "
               f"firing notification at the webhook {delay:.1f} s after it (rule for: {hold:g} s, scrape/eval "
@@ -274,10 +260,11 @@ def test_checkpoints_failing_alert_reaches_the_webhook_and_resolves(spark_slots,
         proxy.up()
         t_up = time.time()
         t_completed = wait_for(lambda: scrape(rest)["streamjob_number_of_completed_checkpoints_total"]
-                               > now["streamjob_number_of_completed_checkpoints_total"] and time.time(), 30,
-                               "a checkpoint completing again")
+                               > now["streamjob_number_of_completed_checkpoints_total"] and time.time(), timeout=30,
+                               message="a checkpoint completing again")
         t_resolved = wait_for(lambda: webhook.first(ALERT, "resolved", after=t_alert),
-                              2 * SCRAPE + GROUP_INTERVAL + SLACK + 10, f"{ALERT} resolved at the webhook", poll=0.05)
+                              timeout=2 * SCRAPE + GROUP_INTERVAL + SLACK + 10, interval=0.05,
+                              message=f"{ALERT} resolved at the webhook")
         print(f"{ALERT}: storage back, a checkpoint completed {t_completed - t_up:.1f} s later, resolved "
               f"notification {t_resolved - t_completed:.1f} s after that")
         assert t_resolved - t_completed <= 2 * SCRAPE + GROUP_INTERVAL + SLACK
