@@ -50,6 +50,17 @@ class SourceReader:
     def restore_state(self, splits: list) -> None:
         """Continue from positions a ``snapshot_state`` returned (of this or other subtasks)."""
 
+    def current_split(self) -> Any:
+        """The split the last polled batch came from (hashable), or None for a single stream.
+        With several splits per reader (after a rescale) watermarks are generated per split
+        and the reader's watermark is their minimum, as Flink does, so a split that is behind
+        does not find its records late."""
+        return None
+
+    def open_splits(self) -> list | None:
+        """The splits this reader has not finished (ids as ``current_split`` gives them)."""
+        return None
+
     def wakeup_at(self, now: float) -> float:
         return now + 0.01
 

@@ -71,6 +71,16 @@ class DataGenReader(SourceReader):
         self.emitted += len(rows)
         return rows
 
+    def current_split(self) -> Any:
+        if not self.splits:
+            return None
+        start, stride = self.splits[self.turn % len(self.splits)]
+        return (start % stride, stride)  # the split's residue: constant while it advances
+
+    def open_splits(self) -> list | None:
+        live = [s for s in self.splits if self.stop is None or s[0] < self.stop]
+        return [(s[0] % s[1], s[1]) for s in live]
+
     def wakeup_at(self, now: float) -> float:
         if self.rate is None:
             return now

@@ -770,6 +770,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     with ``with_idleness`` the operator declares itself idle when no record came for that long.
     """
 
+    source: "SourceOperator | None" = None  # the source it is chained to (from_source): split-aware watermarks
+
     def setup(self) -> None:
         from ..api.watermarks import WatermarkStrategy
 
@@ -785,6 +787,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         if a is not None and hasattr(a, "open") and callable(a.open):
             a.open(self.ctx)
         self._max_ts: int | None = None
+        self._split_max: dict[Any, int] = {}  # per source split, when the chained source has several
         self._interval = Configuration(self.ctx._job_parameters).get_int(Options.AUTO_WATERMARK_INTERVAL)
         now = processing_time_ms()
         self._next_emit = now + self._interval if self._generates and self._interval > 0 else None
@@ -798,6 +801,9 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             m = int(ts.max())
             if self._max_ts is None or m > self._max_ts:
                 self._max_ts = m
+            split = self.source.reader.current_split() if self.source is not None else None
+            if split is not None and m > self._split_max.get(split, MIN_WATERMARK):
+                self._split_max[split] = m
         if self._idleness is not None:
             self._last_record = processing_time_ms()
             if self._idle:
@@ -825,11 +831,23 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     def on_processing_time(self, now_ms: int) -> None:
         if self._next_emit is not None and now_ms >= self._next_emit:
             self._next_emit = now_ms + self._interval
-            if self._max_ts is not None:
-                self._emit_watermark(self._max_ts - self._bound - 1)
+            high = self._high_water()
+            if high is not None:
+                self._emit_watermark(high - self._bound - 1)
         if self._idleness is not None and not self._idle and now_ms - self._last_record >= self._idleness:
             self._idle = True
             self.output.emit_event(WatermarkStatus(True))
+
+    def _high_water(self) -> int | None:
+        """The largest timestamp the watermark may follow: of the whole stream, or with several
+        source splits the smallest of their largest (a split with no record yet holds it back)."""
+        splits = self.source.reader.open_splits() if self.source is not None else None
+        if not splits or not self._split_max:
+            return self._max_ts
+        seen = [self._split_max.get(s) for s in splits]
+        if any(m is None for m in seen):
+            return None
+        return min(seen)  # type: ignore[type-var]
 
     def _emit_watermark(self, watermark: int) -> None:
         if watermark > self.current_watermark:

@@ -277,6 +277,12 @@ class SlotRuntime:
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
             self.operators[op_id] = create_operator(node, ctx)
+        for op in self.operators.values():
+            node = op.node
+            if node.kind == T.TIMESTAMPS and len(node.inputs) == 1:
+                upstream = self.operators[g.edges[node.inputs[0]].source]
+                if isinstance(upstream, SourceOperator) and node.id in upstream.node.chained_outputs:
+                    op.source = upstream  # type: ignore[attr-defined]  # split-aware watermarks
         if self.restore:
             self._restore_state(self.restore)
         local_inputs: dict[tuple[int, int], Any] = {}
