@@ -67,7 +67,8 @@ class RuntimeContext:
         if backend is None:
             raise RuntimeError(
                 f"operator {self._task_name!r}: keyed state is only available on a keyed stream "
-                "(stream.key_by(...).process(KeyedProcessFunction))"
+                "(stream.key_by(...) then map / flat_map / filter / reduce with a function that has open(), "
+                "or process(KeyedProcessFunction))"
             )
         return backend
 
