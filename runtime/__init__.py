@@ -20,6 +20,7 @@ from .api.functions import (
     KeySelector,
     MapFunction,
     OutputTag,
+    Partitioner,
     ProcessFunction,
     ReduceFunction,
     RuntimeContext,
@@ -34,10 +35,11 @@ from .api.state import (
     ValueStateDescriptor,
 )
 from .api.time import Duration, Time
+from .api.unsupported import PyFlinkNotSupported
 from .api.types import Row, RowKind, RowTypeInfo, TypeInformation, Types
 from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
-from .connectors import DataGenSource, DiscardingSink, FileSink, FileSource, PrintSink
+from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSource, PrintSink
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
@@ -81,6 +83,9 @@ __all__ = [
     "KeyedStream",
     "MapFunction",
     "OutputTag",
+    "Partitioner",
+    "PyFlinkNotSupported",
+    "Encoder",
     "ProcessFunction",
     "ReduceFunction",
     "Row",

@@ -151,7 +151,7 @@ class DataStream:
     def partition_custom(self, partitioner: Any, key_selector: Any) -> "DataStream":
         """Each record to the subtask ``partitioner.partition(key, num_partitions)`` picks for its key
         (a ``Partitioner`` or a function of (key, num_partitions))."""
-        if not callable(getattr(partitioner, "partition", partitioner)):
+        if isinstance(partitioner, (str, bytes)) or not callable(getattr(partitioner, "partition", partitioner)):
             raise TypeError(f"partition_custom needs a Partitioner or a function (key, num_partitions) -> int, "
                             f"got {partitioner!r}")
         spec = KeySpec.of(key_selector)

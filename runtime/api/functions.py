@@ -131,6 +131,13 @@ class ReduceFunction(Function):
         raise NotImplementedError
 
 
+class Partitioner(Function):
+    """For ``partition_custom``: the subtask (0 .. num_partitions - 1) that gets a key's records."""
+
+    def partition(self, key: Any, num_partitions: int) -> int:
+        raise NotImplementedError
+
+
 class KeySelector(Function):
     def get_key(self, value: Any) -> Any:
         raise NotImplementedError
