@@ -101,6 +101,12 @@ def test_every_pyflink_call_runs_or_fails_naming_itself_and_what_to_use_instead(
         # An entry never hides a real method (implementing a call means dropping its entry).
         assert not [n for n in table if n in dir(cls)]
         assert not set(table) & BEING_BUILT_ELSEWHERE
+    from streamjob.runtime import RuntimeContext
+
+    ctx = RuntimeContext("Map", 1, 4, 128, attempt=0)
+    assert ctx.get_task_name_with_subtasks() == "Map (2/4)#0"
+    with pytest.raises(PyFlinkNotSupported, match=r"RuntimeContext.get_metrics_group\(\) is not supported"):
+        ctx.get_metrics_group()
     # Names PyFlink does not have stay ordinary AttributeErrors (hasattr probes keep working).
     assert not hasattr(objects[DataStream], "no_such_call") and not hasattr(objects[StreamExecutionEnvironment], "x")
 

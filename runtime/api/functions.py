@@ -26,6 +26,17 @@ class RuntimeContext:
     def get_task_name(self) -> str:
         return self._task_name
 
+    def get_task_name_with_subtasks(self) -> str:
+        """The task name with this subtask's place, as Flink shows it: ``Map (2/4)#0``."""
+        return f"{self._task_name} ({self._index + 1}/{self._parallelism})#{self._attempt}"
+
+    def get_metrics_group(self) -> Any:
+        from .unsupported import PyFlinkNotSupported
+
+        raise PyFlinkNotSupported("RuntimeContext.get_metrics_group()",
+                                  "user-defined metrics are not available; every operator's records in/out "
+                                  "are metrics already (the REST API's /metrics, Prometheus)")
+
     def get_index_of_this_subtask(self) -> int:
         return self._index
 

@@ -246,7 +246,9 @@ class RowFormatBuilder:
         self._check_interval_ms = 60 * 1000
 
     def with_bucket_check_interval(self, interval: int) -> "RowFormatBuilder":
-        """How often (ms) open part files are checked against the rolling policy's time limits."""
+        """How often (ms) at most open part files are checked against the rolling policy's time limits.
+        The check runs when records are written (Flink also runs it on a timer, so an idle file rolls
+        there without new records; here it rolls at the next checkpoint or the end of input)."""
         if not isinstance(interval, int) or interval <= 0:
             raise ValueError(f"with_bucket_check_interval needs a positive number of milliseconds, got {interval!r}")
         self._check_interval_ms = interval
