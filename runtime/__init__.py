@@ -1,6 +1,6 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
-from .api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from .api.datastream import AllWindowedStream, ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
 from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
@@ -16,6 +16,7 @@ from .api.functions import (
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
@@ -37,12 +38,68 @@ from .api.state import (
 from .api.time import Duration, Time
 from .api.unsupported import PyFlinkNotSupported
 from .api.types import Row, RowKind, RowTypeInfo, TypeInformation, Types
+from .api.watermarks import TimestampAssigner, WatermarkStrategy
+from .api.windowing import (
+    AllWindowFunction,
+    CountEvictor,
+    CountTrigger,
+    CountWindow,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    Evictor,
+    GlobalWindow,
+    GlobalWindows,
+    ProcessAllWindowFunction,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    ProcessWindowFunction,
+    PurgingTrigger,
+    SessionWindowTimeGapExtractor,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeEvictor,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+    WindowFunction,
+)
+from .task.timers import TimeDomain, TimerService
 from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
 from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSource, PrintSink
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
+    "AllWindowFunction",
+    "CountEvictor",
+    "CountTrigger",
+    "CountWindow",
+    "EventTimeSessionWindows",
+    "EventTimeTrigger",
+    "Evictor",
+    "GlobalWindow",
+    "GlobalWindows",
+    "ProcessAllWindowFunction",
+    "ProcessingTimeSessionWindows",
+    "ProcessingTimeTrigger",
+    "ProcessWindowFunction",
+    "PurgingTrigger",
+    "SessionWindowTimeGapExtractor",
+    "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows",
+    "TimeEvictor",
+    "TimeWindow",
+    "Trigger",
+    "TriggerResult",
+    "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows",
+    "WindowAssigner",
+    "WindowFunction",
+    "AllWindowedStream",
+    "WindowedStream",
     "AggregateFunction",
     "AggregatingStateDescriptor",
     "CheckpointConfig",
@@ -79,6 +136,7 @@ __all__ = [
     "JobDefinitionError",
     "JobExecutionResult",
     "KeySelector",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
@@ -94,6 +152,10 @@ __all__ = [
     "RuntimeContext",
     "StreamExecutionEnvironment",
     "Time",
+    "TimeDomain",
+    "TimerService",
+    "TimestampAssigner",
+    "WatermarkStrategy",
     "TypeInformation",
     "Types",
 ]

@@ -8,11 +8,23 @@ dicts (``to_rows``).
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
+import numpy as np
 import pyarrow as pa
 
 Batch = Union[pa.RecordBatch, list]
+
+# Flink's Long.MIN_VALUE: the timestamp of a record that has none (in a batch where others have one).
+NO_TIMESTAMP = int(np.iinfo(np.int64).min)
+
+
+class Stamped(NamedTuple):
+    """A batch whose records carry event-time timestamps (ms since the epoch, one int64 per record),
+    as it travels on a channel. Batches without timestamps travel bare: no cost when event time is unused."""
+
+    batch: Batch
+    ts: np.ndarray
 
 _FLAT = (
     pa.types.is_integer,
@@ -80,6 +92,14 @@ def concat(batches: list[Batch]) -> Batch:
     for b in batches:
         out.extend(b)
     return out
+
+
+def concat_timestamps(batches: list[Batch], timestamps: list) -> np.ndarray | None:
+    """The timestamps of ``concat(batches)``: None when no part has any."""
+    if all(t is None for t in timestamps):
+        return None
+    return np.concatenate([np.full(num_rows(b), NO_TIMESTAMP, dtype=np.int64) if t is None else t
+                           for b, t in zip(batches, timestamps)])
 
 
 def same_form(a: Batch, b: Batch) -> bool:

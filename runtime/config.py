@@ -18,6 +18,7 @@ class Options:
     BATCH_SIZE = "execution.batch-size"
     BUFFERS_PER_CHANNEL = "taskmanager.network.memory.buffers-per-channel"
     METRICS_INTERVAL = "metrics.reporter.interval"
+    AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"  # ms between periodic watermarks; 0 = none
     SPARK_MASTER = "spark.master"
     # checkpointing (Flink 2 key names)
     CHECKPOINTING_INTERVAL = "execution.checkpointing.interval"  # ms; 0 = off
@@ -73,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     Options.BATCH_SIZE: 8192,  # records per network batch
     Options.BUFFERS_PER_CHANNEL: 2,  # credits: batches in flight per input channel
     Options.METRICS_INTERVAL: 500,  # ms between task metric reports
+    Options.AUTO_WATERMARK_INTERVAL: 200,  # ms, as Flink's default
     Options.CHECKPOINTING_INTERVAL: 0,
     Options.CHECKPOINTING_MODE: "EXACTLY_ONCE",
     Options.CHECKPOINTING_TIMEOUT: 600_000,  # 10 min, as Flink

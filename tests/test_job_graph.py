@@ -70,7 +70,7 @@ def test_project_keeps_columns_on_arrow_batches_and_positions_on_tuples():
     node = next(op for op in graph_of(env).operators.values() if op.kind == T.PROJECT)
     op = create_operator(node, RuntimeContext("p", 0, 1, 128))
     out = []
-    op.output.targets.append(out.append)
+    op.output.connect(lambda batch, ts: out.append(batch))
     op.open()
     op.process_batch(pa.RecordBatch.from_pylist([{"a": 1, "b": 2, "c": 3}]))
     assert isinstance(out[0], pa.RecordBatch) and out[0].to_pylist() == [{"b": 2, "a": 1}]

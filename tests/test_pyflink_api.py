@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import run_cli
@@ -145,9 +146,12 @@ def test_pyflink_connectors_outside_streamjob_are_refused_by_name():
 class _Channel:
     def __init__(self) -> None:
         self.got: list = []
+        self.stamps: list = []
 
-    def emit(self, batch) -> None:
+    def emit(self, batch, ts=None) -> None:
         self.got.extend(batch)
+        if ts is not None:
+            self.stamps.extend(ts.tolist())
 
 
 class Parity(Partitioner):
@@ -161,6 +165,9 @@ def test_partition_custom_routes_each_key_where_the_partitioner_says():
     writer = RecordWriter(1, T.CUSTOM, channels, 0, key)
     writer.emit([{"k": k, "v": v} for v, k in enumerate([0, 1, 2, 3, 4, 5, 7])])
     assert [[r["k"] for r in c.got] for c in channels] == [[0, 3], [1, 4, 7], [2, 5]]
+    stamped = [_Channel() for _ in range(3)]  # event timestamps go along with their records
+    RecordWriter(1, T.CUSTOM, stamped, 0, key).emit([{"k": 2}, {"k": 1}, {"k": 5}], np.array([20, 10, 50]))
+    assert [c.stamps for c in stamped] == [[], [10], [20, 50]]
     # A function of (key, num_partitions) works too; an answer out of range fails naming the key.
     bad = RecordWriter(1, T.CUSTOM, channels, 0, CustomPartitionKey(column="k", partitioner=lambda k, n: k))
     with pytest.raises(ValueError, match=r"returned 5 for key 5; it must return an int in 0..2"):

@@ -9,6 +9,7 @@ from .functions import (
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     ProcessFunction,
@@ -19,6 +20,11 @@ from . import unsupported
 
 if TYPE_CHECKING:  # pragma: no cover
     from .environment import StreamExecutionEnvironment
+
+
+def _all_key(value: Any) -> int:
+    """The one key of window_all: every record to the same subtask."""
+    return 0
 
 
 class DataStream:
@@ -77,6 +83,31 @@ class DataStream:
             raise TypeError("a KeyedProcessFunction needs a keyed stream: call key_by(...) first")
         as_callable(func, "process_element", "process")
         return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
+        """Event time from here on: each record gets its timestamp from the strategy's assigner, and
+        watermarks follow the largest timestamp seen, every ``pipeline.auto-watermark-interval``."""
+        from .watermarks import WatermarkStrategy
+
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise TypeError("assign_timestamps_and_watermarks needs a WatermarkStrategy "
+                            f"(e.g. WatermarkStrategy.for_monotonous_timestamps()), got {watermark_strategy!r}")
+        return DataStream(self._env, self._one_input(T.TIMESTAMPS, f"Timestamps/Watermarks({watermark_strategy.describe()})",
+                                                     None, strategy=watermark_strategy))
+
+    def window_all(self, window_assigner: Any) -> "AllWindowedStream":
+        """Windows over all records (not per key), computed in one subtask."""
+        from .windowing import WindowAssigner
+
+        if not isinstance(window_assigner, WindowAssigner):
+            raise TypeError(f"window_all needs a window assigner, got {window_assigner!r}")
+        return AllWindowedStream(self.key_by(_all_key), window_assigner, all_windows=True)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> "AllWindowedStream":
+        ws = self.key_by(_all_key).count_window(size, slide)
+        out = AllWindowedStream(ws._keyed, ws._params["assigner"], all_windows=True)
+        out._params.update(trigger=ws._params["trigger"], evictor=ws._params["evictor"])
+        return out
 
     def get_side_output(self, output_tag: OutputTag) -> "DataStream":
         """The values this stream's process function sent to ``output_tag`` (``yield tag, value`` or
@@ -213,6 +244,26 @@ class KeyedStream(DataStream):
         as_callable(func, "process_element", "process")
         return DataStream(self._env, self._keyed(T.KEYED_PROCESS, "KeyedProcess", func))
 
+    def window(self, window_assigner: Any) -> "WindowedStream":
+        """Group each key's records into windows (tumbling, sliding, session, global)."""
+        from .windowing import WindowAssigner
+
+        if not isinstance(window_assigner, WindowAssigner):
+            raise TypeError("window needs a window assigner (e.g. TumblingEventTimeWindows.of(Time.seconds(5))), "
+                            f"got {window_assigner!r}")
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int | None = None) -> "WindowedStream":
+        """Windows of ``size`` records per key, every ``slide`` records (default: tumbling)."""
+        from .windowing import CountEvictor, CountTrigger, GlobalWindows, PurgingTrigger
+
+        if not isinstance(size, int) or size < 1 or (slide is not None and (not isinstance(slide, int) or slide < 1)):
+            raise ValueError(f"count_window needs positive record counts, got size={size!r}, slide={slide!r}")
+        ws = WindowedStream(self, GlobalWindows.create())
+        if slide is None or slide == size:
+            return ws.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+        return ws.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
+
     def name(self, name: str) -> "KeyedStream":
         raise ValueError("key_by creates no operator: name the operator before or after it")
 
@@ -262,6 +313,111 @@ class _ByReducer:
         return value if better else current
 
 
+class WindowedStream:
+    """``key_by(...).window(assigner)``: finish with ``reduce``, ``aggregate``, ``apply`` or ``process``."""
+
+    def __init__(self, keyed: KeyedStream, assigner: Any, all_windows: bool = False):
+        self._keyed = keyed
+        self._env = keyed._env
+        self._params: dict[str, Any] = {"assigner": assigner, "trigger": None, "evictor": None,
+                                        "allowed_lateness": 0, "late_tag": None, "all_windows": all_windows}
+
+    def trigger(self, trigger: Any) -> "WindowedStream":
+        from .windowing import Trigger
+
+        if not isinstance(trigger, Trigger):
+            raise TypeError(f"trigger needs a Trigger (e.g. CountTrigger.of(10)), got {trigger!r}")
+        if self._params["assigner"].merging and not trigger.can_merge():
+            raise ValueError(f"{type(trigger).__name__} cannot be used with session windows: it cannot merge")
+        self._params["trigger"] = trigger
+        return self
+
+    def evictor(self, evictor: Any) -> "WindowedStream":
+        from .windowing import Evictor
+
+        if not isinstance(evictor, Evictor):
+            raise TypeError(f"evictor needs an Evictor (e.g. CountEvictor.of(10)), got {evictor!r}")
+        self._params["evictor"] = evictor
+        return self
+
+    def allowed_lateness(self, time_ms: Any) -> "WindowedStream":
+        """Keep each window this long after the watermark passed its end; late records within it
+        fire the window again (with every record so far)."""
+        from .windowing import _ms
+
+        ms = _ms(time_ms, "allowed_lateness")
+        if ms < 0:
+            raise ValueError(f"allowed_lateness must not be negative, got {ms} ms")
+        self._params["allowed_lateness"] = ms
+        return self
+
+    def side_output_late_data(self, output_tag: OutputTag) -> "WindowedStream":
+        """Records too late for any window go to ``output_tag`` (read it with ``get_side_output``)."""
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"side_output_late_data needs an OutputTag, got {output_tag!r}")
+        self._params["late_tag"] = output_tag
+        return self
+
+    def _build(self, name: str, **params: Any) -> DataStream:
+        p = dict(self._params, **params)
+        label = f"{'WindowAll' if p['all_windows'] else 'Window'}({p['assigner'].describe()}, {name})"
+        return DataStream(self._env, self._keyed._keyed(T.WINDOW, label, None, **p))
+
+    def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> DataStream:
+        as_callable(reduce_function, "reduce", "reduce")
+        return self._build("Reduce", mode="reduce", reduce=reduce_function, window_function=window_function)
+
+    def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None,
+                  output_type: Any = None) -> DataStream:
+        for m in ("create_accumulator", "add", "get_result"):
+            if not callable(getattr(aggregate_function, m, None)):
+                raise TypeError(f"aggregate needs an AggregateFunction ({m}() is missing), got {aggregate_function!r}")
+        return self._build("Aggregate", mode="aggregate", aggregate=aggregate_function, window_function=window_function)
+
+    def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
+        return self._build("Apply", mode="elements", window_function=window_function)
+
+    def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
+        if not callable(getattr(process_window_function, "process", None)):
+            raise TypeError(f"process needs a ProcessWindowFunction, got {process_window_function!r}")
+        return self._build("Process", mode="elements", window_function=process_window_function)
+
+    def _field_aggregate(self, how: str, field: Any) -> DataStream:
+        if not isinstance(field, (str, int)) or isinstance(field, bool):
+            raise TypeError(f"{how}() needs a column name or a tuple position, got {field!r}")
+        return self._build(f"{how.capitalize()}({field!r})", mode="reduce", reduce=_FieldReduce(how, field),
+                           window_function=None)
+
+    def sum(self, field: str | int = 0) -> DataStream:
+        """Per window, the first record with ``field`` replaced by the sum over the window."""
+        return self._field_aggregate("sum", field)
+
+    def min(self, field: str | int = 0) -> DataStream:
+        return self._field_aggregate("min", field)
+
+    def max(self, field: str | int = 0) -> DataStream:
+        return self._field_aggregate("max", field)
+
+
+class _FieldReduce:
+    """sum/min/max of one field over a window, as Flink's built-in window aggregations."""
+
+    def __init__(self, how: str, field: Any):
+        self.how, self.field = how, field
+
+    def reduce(self, a: Any, b: Any) -> Any:
+        from ..task.operators import _replace
+
+        x, y = a[self.field], b[self.field]
+        v = x + y if self.how == "sum" else (min(x, y) if self.how == "min" else max(x, y))
+        return _replace(a, self.field, v)
+
+
+class AllWindowedStream(WindowedStream):
+    """``window_all(assigner)``: one window for the whole stream, in one subtask (as Flink's
+    windowAll, which runs at parallelism 1)."""
+
+
 class ConnectedStreams:
     """Two streams into one two-input operator (``process`` or ``map``)."""
 
@@ -270,13 +426,30 @@ class ConnectedStreams:
         self._second = second
         self._env = first._env
 
-    def _two_input(self, kind: str, name: str, fn: Any) -> DataStream:
-        t = Transformation(kind, name, [self._first._t, self._second._t], fn=fn)
+    def _two_input(self, kind: str, name: str, fn: Any, **params: Any) -> DataStream:
+        t = Transformation(kind, name, [self._first._t, self._second._t], fn=fn, params=params)
         return DataStream(self._env, self._env._add(t))
+
+    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None) -> "ConnectedStreams":
+        """Both inputs keyed (records with equal keys meet in one subtask), as PyFlink's
+        ``ConnectedStreams.key_by``."""
+        return ConnectedStreams(self._first.key_by(key_selector1), self._second.key_by(key_selector2))
+
+    def _keys(self) -> list[KeySpec] | None:
+        first, second = self._first, self._second
+        if isinstance(first, KeyedStream) and isinstance(second, KeyedStream):
+            return [first._key, second._key]
+        return None
 
     def process(self, func: CoProcessFunction, output_type: Any = None) -> DataStream:
         for m in ("process_element1", "process_element2"):
             as_callable(func, m, "process on connected streams")
+        keys = self._keys()
+        if isinstance(func, KeyedCoProcessFunction) or (keys is not None and not isinstance(func, CoProcessFunction)):
+            if keys is None:
+                raise TypeError("a KeyedCoProcessFunction needs two keyed streams: connect two key_by(...) streams, "
+                                "or call connected.key_by(key1, key2) first")
+            return self._two_input(T.KEYED_CO_PROCESS, "KeyedCoProcess", func, keys=keys)
         return self._two_input(T.CO_PROCESS, "CoProcess", func)
 
     def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:

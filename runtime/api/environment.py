@@ -256,8 +256,18 @@ class StreamExecutionEnvironment:
     ) -> DataStream:
         if not hasattr(source, "create_reader"):
             raise TypeError(f"from_source needs a source from streamjob.runtime.connectors, got {source!r}")
+        from .watermarks import WatermarkStrategy
+
+        if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
+            raise TypeError("from_source: the second argument is a WatermarkStrategy (e.g. "
+                            f"WatermarkStrategy.no_watermarks()), got {watermark_strategy!r}")
         label = name or source_name or getattr(source, "default_name", type(source).__name__)
-        return DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)))
+        stream = DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)))
+        if watermark_strategy is not None and (watermark_strategy.kind != WatermarkStrategy.NONE
+                                               or watermark_strategy.assigner is not None):
+            # Flink generates watermarks inside the source operator; chained right after it, the same.
+            stream = stream.assign_timestamps_and_watermarks(watermark_strategy)
+        return stream
 
     def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> DataStream:
         """PyFlink's older way to add a source: works with a source of streamjob.runtime.connectors."""

@@ -115,6 +115,11 @@ class OutputTag:
 
 
 class Function:
+    def __class_getitem__(cls, params: Any) -> type:
+        """PyFlink's functions are generic (``ProcessWindowFunction[tuple, tuple, str, TimeWindow]``):
+        the subscript documents types and changes nothing."""
+        return cls
+
     def open(self, runtime_context: RuntimeContext) -> None:
         pass
 
@@ -170,21 +175,35 @@ class ProcessFunction(Function):
 
 
 class KeyedProcessFunction(Function):
-    """Like ``ProcessFunction`` on a keyed stream; ``ctx.get_current_key()``."""
+    """Like ``ProcessFunction`` on a keyed stream: ``ctx.get_current_key()``, keyed state, and
+    timers (``ctx.timer_service().register_event_time_timer(t)``) that call ``on_timer``."""
 
     class Context:
         def get_current_key(self) -> Any:
             raise NotImplementedError
 
         def timestamp(self) -> int | None:
+            """The record's event timestamp (ms), None without event time."""
             return None
+
+        def timer_service(self) -> Any:
+            raise NotImplementedError
 
         def output(self, output_tag: OutputTag, value: Any) -> None:
             """Emit ``value`` to the side output ``output_tag``."""
             raise NotImplementedError
 
+    class OnTimerContext(Context):
+        def time_domain(self) -> Any:
+            """``TimeDomain.EVENT_TIME`` or ``TimeDomain.PROCESSING_TIME``."""
+            raise NotImplementedError
+
     def process_element(self, value: Any, ctx: "KeyedProcessFunction.Context") -> Iterable[Any] | None:
         raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: "KeyedProcessFunction.OnTimerContext") -> Iterable[Any] | None:
+        """A timer set for the current key fired; yields output records (none by default)."""
+        return None
 
 
 class CoProcessFunction(Function):
@@ -203,6 +222,23 @@ class CoProcessFunction(Function):
 
     def process_element2(self, value: Any, ctx: "CoProcessFunction.Context") -> Iterable[Any] | None:
         raise NotImplementedError
+
+
+class KeyedCoProcessFunction(Function):
+    """Two keyed inputs sharing keyed state and timers: ``process_element1`` / ``process_element2``,
+    ``on_timer``; ``ctx.get_current_key()``."""
+
+    Context = KeyedProcessFunction.Context
+    OnTimerContext = KeyedProcessFunction.OnTimerContext
+
+    def process_element1(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        return None
 
 
 class CoMapFunction(Function):

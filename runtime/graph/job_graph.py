@@ -183,9 +183,13 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs)))
 
     for op in operators.values():
-        if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE):
+        if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE, T.WINDOW):
             e = edges[op.inputs[0]]
             if e.partitioner != T.HASH:
                 raise JobDefinitionError(f"operator {op.name!r} needs a keyed input (key_by)")
+        if op.kind == T.KEYED_CO_PROCESS:
+            if any(edges[e].partitioner != T.HASH for e in op.inputs):
+                raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "
+                                         "connect two keyed streams, or call connected.key_by(key1, key2)")
 
     return JobGraph(job_name, parallelism, max_parallelism, operators, edges, tasks, config.to_dict())

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from ..batch import Batch, concat, num_rows, same_form
+from ..batch import Batch, Stamped, concat, concat_timestamps, num_rows, same_form
 from .events import RuntimeEvent
 
 
@@ -27,13 +27,14 @@ class OutputChannel:
         self.max_pending = max_pending
         self.credits = 0
         self._buf: list[Batch] = []
+        self._buf_ts: list = []  # the event timestamps of each buffered batch, or None
         self._buf_rows = 0
         self._buf_since = 0.0
         self._pending: deque[tuple[Any, bool]] = deque()
         self.closed = False  # EndOfPartition sent
         self.batches_sent = 0
 
-    def emit(self, batch: Batch) -> None:
+    def emit(self, batch: Batch, ts: Any = None) -> None:
         n = num_rows(batch)
         if n == 0:
             return
@@ -42,6 +43,7 @@ class OutputChannel:
         if not self._buf:
             self._buf_since = time.monotonic()
         self._buf.append(batch)
+        self._buf_ts.append(ts)
         self._buf_rows += n
         if self._buf_rows >= self.batch_size or self.buffer_timeout == 0:
             self._seal()
@@ -78,8 +80,12 @@ class OutputChannel:
     def _seal(self) -> None:
         if not self._buf:
             return
-        batch = concat(self._buf)
+        batch: Any = concat(self._buf)
+        ts = concat_timestamps(self._buf, self._buf_ts)
+        if ts is not None:
+            batch = Stamped(batch, ts)
         self._buf = []
+        self._buf_ts = []
         self._buf_rows = 0
         self._pending.append((batch, True))
         self._drain()

@@ -33,3 +33,16 @@ class CheckpointBarrier(RuntimeEvent):
 @dataclass(frozen=True)
 class Watermark(RuntimeEvent):
     timestamp_ms: int
+
+
+# Flink's Long.MIN_VALUE / MAX_VALUE watermarks: nothing known yet / end of event time.
+MIN_WATERMARK = -(1 << 63)
+MAX_WATERMARK = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class WatermarkStatus(RuntimeEvent):
+    """The sender went idle (no records for the source's idleness timeout) or became active again.
+    An idle channel's watermark does not hold back the receiver's (Flink's WatermarkStatus)."""
+
+    idle: bool

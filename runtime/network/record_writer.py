@@ -32,9 +32,9 @@ class RecordWriter:
                  key: KeySpec | None = None, max_parallelism: int = 128):
         self.edge = edge
         self.channels = channels
-        self._emit: Callable[[Batch], None]
+        self._emit: Callable[[Batch, Any], None]
         if partitioner == FORWARD:
-            self._emit = channels[0].emit
+            self._emit = self._forward
         elif partitioner == REBALANCE:
             self._next = subtask % len(channels)
             self._emit = self._rebalance
@@ -56,9 +56,10 @@ class RecordWriter:
         else:
             raise ValueError(f"unknown partitioner {partitioner!r}")
 
-    def emit(self, batch: Batch) -> None:
+    def emit(self, batch: Batch, ts: Any = None) -> None:
+        """``ts``: the records' event timestamps (numpy int64), or None."""
         if num_rows(batch):
-            self._emit(batch)
+            self._emit(batch, ts)
 
     def broadcast_event(self, event: RuntimeEvent) -> None:
         for ch in self.channels:
@@ -83,17 +84,20 @@ class RecordWriter:
         return deadline
 
     # -- partitioners -------------------------------------------------------
-    def _rebalance(self, batch: Batch) -> None:
+    def _forward(self, batch: Batch, ts: Any) -> None:
+        self.channels[0].emit(batch, ts)
+
+    def _rebalance(self, batch: Batch, ts: Any) -> None:
         ch = self.channels[self._next]
         self._next = (self._next + 1) % len(self.channels)
-        ch.emit(batch)
+        ch.emit(batch, ts)
 
-    def _shuffle(self, batch: Batch) -> None:
-        self.channels[self._random.randrange(len(self.channels))].emit(batch)
+    def _shuffle(self, batch: Batch, ts: Any) -> None:
+        self.channels[self._random.randrange(len(self.channels))].emit(batch, ts)
 
-    def _broadcast(self, batch: Batch) -> None:
+    def _broadcast(self, batch: Batch, ts: Any) -> None:
         for ch in self.channels:
-            ch.emit(batch)
+            ch.emit(batch, ts)
 
     def _columnar(self, batch: Batch) -> Batch:
         # Dict rows keyed by a column take the columnar path from here on.
@@ -103,17 +107,17 @@ class RecordWriter:
                 return converted
         return batch
 
-    def _hash_single(self, batch: Batch) -> None:
-        self.channels[0].emit(self._columnar(batch))
+    def _hash_single(self, batch: Batch, ts: Any) -> None:
+        self.channels[0].emit(self._columnar(batch), ts)
 
-    def _hash(self, batch: Batch) -> None:
+    def _hash(self, batch: Batch, ts: Any) -> None:
         batch = self._columnar(batch)
         targets = operator_index_for_key_group(
             self._max_parallelism, len(self.channels), assign_key_groups(self.keys_of(batch), self._max_parallelism)
         )
-        split(batch, targets, self.channels)
+        split(batch, targets, self.channels, ts)
 
-    def _custom(self, batch: Batch) -> None:
+    def _custom(self, batch: Batch, ts: Any) -> None:
         n = len(self.channels)
         keys = self.keys_of(batch)
         if isinstance(keys, np.ndarray):
@@ -128,7 +132,7 @@ class RecordWriter:
                         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < n)
             raise ValueError(f"partition_custom: the partitioner returned {t!r} for key {k!r}; it must return "
                              f"an int in 0..{n - 1} (num_partitions is {n})")
-        split(batch, arr.astype(np.int64, copy=False), self.channels)
+        split(batch, arr.astype(np.int64, copy=False), self.channels, ts)
 
     def keys_of(self, batch: Batch) -> Any:
         try:
@@ -139,18 +143,23 @@ class RecordWriter:
             raise KeyExtractionError(e.args[0]) from e
 
 
-def split(batch: Batch, targets: np.ndarray, channels: list[OutputChannel]) -> None:
-    """Send row ``i`` of ``batch`` to ``channels[targets[i]]``, keeping row order per channel."""
+def split(batch: Batch, targets: np.ndarray, channels: list[OutputChannel], ts: Any = None) -> None:
+    """Send row ``i`` of ``batch`` (and its timestamp) to ``channels[targets[i]]``, keeping row order per channel."""
     p = len(channels)
-    if isinstance(batch, pa.RecordBatch):
+    if isinstance(batch, pa.RecordBatch) or ts is not None:
         order = np.argsort(targets, kind="stable")
         counts = np.bincount(targets, minlength=p)
-        taken = batch.take(pa.array(order))
+        if isinstance(batch, pa.RecordBatch):
+            taken = batch.take(pa.array(order))
+        else:
+            taken = [batch[j] for j in order.tolist()]
+        taken_ts = ts[order] if ts is not None else None
         offset = 0
         for i in range(p):
             c = int(counts[i])
             if c:
-                channels[i].emit(taken.slice(offset, c))
+                channels[i].emit(taken[offset: offset + c] if isinstance(taken, list) else taken.slice(offset, c),
+                                 taken_ts[offset: offset + c] if taken_ts is not None else None)
                 offset += c
         return
     parts: list[list] = [[] for _ in range(p)]

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any
 
 from .channels import InputChannel, OutputChannel
-from .wire import ARROW, CREDIT, CREDIT_GRANT, EVENT, HEADER, HELLO, PICKLE, decode, encode_batch, encode_event, frame
+from .wire import ARROW, ARROW_STAMPED, CREDIT, CREDIT_GRANT, EVENT, HEADER, HELLO, PICKLE, decode, encode_batch, encode_event, frame
 
 _RECV_SIZE = 1 << 20
 _IOV_MAX = 64
@@ -199,7 +199,7 @@ class Transport:
         if kind == CREDIT_GRANT:
             (n,) = CREDIT.unpack(payload)
             self.outputs[(edge, conn.peer)].add_credits(n)
-        elif kind in (ARROW, PICKLE, EVENT):
+        elif kind in (ARROW, ARROW_STAMPED, PICKLE, EVENT):
             self.inputs[(edge, conn.peer)].push(decode(kind, payload))
         else:
             raise PeerLost(conn.peer, f"unexpected frame kind {kind}")

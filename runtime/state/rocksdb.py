@@ -248,6 +248,15 @@ class RocksTable:
             self._admit(k, v)
         self.dirty.update(keys)
 
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every entry of a value table (restore-time scans, e.g. rebuilding the timer index)."""
+        self.flush()
+        it = self.cf.iter()
+        it.seek_to_first()
+        while it.valid():
+            yield codec.decode_key(it.key()[2:]), codec.decode_value(it.value())
+            it.next()
+
     # -- to RocksDB ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write every dirty entry in one batch."""

@@ -86,6 +86,11 @@ class StateTable:
             if k not in self.delta:
                 yield k
 
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every entry (restore-time scans, e.g. rebuilding the timer index)."""
+        for k in list(self.keys()):
+            yield k, self.get(k)
+
     # -- snapshots ---------------------------------------------------------------
     def freeze(self) -> "FrozenDict":
         if self.delta is not None:

@@ -12,6 +12,7 @@ reports the operator whose code raised.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import traceback
 from typing import Any, Callable
 
@@ -22,9 +23,11 @@ import pyarrow as pa
 from ..api import transformations as T
 from ..api.functions import OutputTag, RuntimeContext, as_callable
 from ..api.types import Row
-from ..batch import Batch, extract_keys, num_rows, to_rows
+from ..batch import NO_TIMESTAMP, Batch, extract_keys, num_rows, to_rows
+from ..network.events import MAX_WATERMARK, MIN_WATERMARK, RuntimeEvent, Watermark, WatermarkStatus
+from .timers import InternalTimerService, TimeDomain, TimerService, processing_time_ms
 from ..graph.job_graph import OperatorNode
-from ..config import Configuration
+from ..config import Configuration, Options
 from ..state.backends import create_keyed_backend
 from ..state.keygroups import key_group_range
 from ..state.operator_state import OperatorStateStore
@@ -48,30 +51,43 @@ class OperatorFailure(Exception):
 
 
 class Output:
-    """Fan-out of one operator: chained operators first, then channel edges; side outputs apart."""
+    """Fan-out of one operator: chained operators first, then channel edges; side outputs apart.
+
+    Records go with their event timestamps (``ts``: numpy int64 per record, or None when the
+    stream has none). Watermarks and watermark status go to every consumer, side outputs included.
+    """
 
     def __init__(self) -> None:
-        self.targets: list[Callable[[Batch], None]] = []
-        self.side: dict[str, list[Callable[[Batch], None]]] = {}  # OutputTag name -> its consumers
+        self.targets: list[Callable[[Batch, Any], None]] = []
+        self.side: dict[str, list[Callable[[Batch, Any], None]]] = {}  # OutputTag name -> its consumers
+        self.event_targets: list[Callable[[RuntimeEvent], None]] = []
         self.records_out = 0
 
-    def connect(self, target: Callable[[Batch], None], tag: str | None = None) -> None:
+    def connect(self, target: Callable[[Batch, Any], None], tag: str | None = None,
+                events: Callable[[RuntimeEvent], None] | None = None) -> None:
         (self.targets if tag is None else self.side.setdefault(tag, [])).append(target)
+        if events is not None:
+            self.event_targets.append(events)
 
-    def emit(self, batch: Batch) -> None:
+    def emit(self, batch: Batch, ts: Any = None) -> None:
         n = num_rows(batch)
         if not n:
             return
         self.records_out += n
         for t in self.targets:
-            t(batch)
+            t(batch, ts)
 
-    def emit_side(self, tagged: dict[str, list]) -> None:
+    def emit_side(self, tagged: dict[str, list], tagged_ts: dict[str, list] | None = None) -> None:
         """Values sent to side outputs; a tag nobody reads drops them (as in Flink)."""
         for tag, rows in tagged.items():
             self.records_out += len(rows)
+            ts = np.asarray(tagged_ts[tag], dtype=np.int64) if tagged_ts else None
             for t in self.side.get(tag, ()):
-                t(rows)
+                t(rows, ts)
+
+    def emit_event(self, event: RuntimeEvent) -> None:
+        for t in self.event_targets:
+            t(event)
 
 
 class OperatorSnapshot:
@@ -106,6 +122,9 @@ class StreamOperator:
         self.operator_state = OperatorStateStore()
         self.keyed_backend: Any = None  # HashMapKeyedStateBackend or RocksDBKeyedStateBackend
         self.snapshot_in_flight = False  # its tables are frozen until the snapshot writer is done
+        self.ts: Any = None  # event timestamps of the batch in progress (numpy int64), or None
+        self.current_watermark = MIN_WATERMARK
+        self.timers: InternalTimerService | None = None  # keyed operators that use timers
         if self.keyed:
             i, p, maxp = ctx.get_index_of_this_subtask(), ctx.get_number_of_parallel_subtasks(), ctx.get_max_number_of_parallel_subtasks()
             self.keyed_backend = create_keyed_backend(
@@ -182,14 +201,48 @@ class StreamOperator:
         if hasattr(fn, "open") and callable(fn.open):
             fn.open(self.ctx)
 
-    def process_batch(self, batch: Batch, input_index: int = 0) -> None:
+    def process_batch(self, batch: Batch, input_index: int = 0, ts: Any = None) -> None:
         self.records_in += num_rows(batch)
+        self.ts = ts
         try:
             self.process(batch, input_index)
         except OperatorFailure:
             raise
         except Exception as e:
             raise self.failure(e) from e
+
+    def push(self, batch: Batch, ts: Any = None) -> None:
+        """From the operator chained before this one."""
+        self.process_batch(batch, 0, ts)
+
+    # event time ----------------------------------------------------------------
+    def process_event(self, event: RuntimeEvent) -> None:
+        """A watermark or watermark status from the operator chained before this one."""
+        if isinstance(event, Watermark):
+            self.process_watermark(event.timestamp_ms)
+        elif isinstance(event, WatermarkStatus):
+            self.output.emit_event(event)
+
+    def process_watermark(self, watermark: int) -> None:
+        """The operator's watermark advanced: fire what it makes due, then pass it on."""
+        if watermark <= self.current_watermark:
+            return
+        self.current_watermark = watermark
+        self._guard(lambda: self.on_event_time(watermark))
+        self.output.emit_event(Watermark(watermark))
+
+    def on_event_time(self, watermark: int) -> None:
+        """Hook: event-time timers up to ``watermark`` are due."""
+
+    def next_processing_time(self) -> int | None:
+        """When (epoch ms) this operator next needs ``on_processing_time``; None: never."""
+        return None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """Hook: processing time reached ``now_ms``."""
+
+    def processing_timers_changed(self) -> None:
+        """A processing-time timer was registered (the task reads ``next_processing_time`` each step)."""
 
     def process(self, batch: Batch, input_index: int) -> None:
         raise NotImplementedError
@@ -229,7 +282,7 @@ class MapOperator(StreamOperator):
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn = self._fn
-        self.output.emit([fn(r) for r in to_rows(batch)])
+        self.output.emit([fn(r) for r in to_rows(batch)], self.ts)
 
 
 class FlatMapOperator(StreamOperator):
@@ -241,11 +294,22 @@ class FlatMapOperator(StreamOperator):
         fn = self._fn
         out: list = []
         extend = out.extend
-        for r in to_rows(batch):
+        ts = self.ts
+        if ts is None:
+            for r in to_rows(batch):
+                result = fn(r)
+                if result is not None:
+                    extend(result)
+            self.output.emit(out)
+            return
+        out_ts: list = []
+        for r, t in zip(to_rows(batch), ts.tolist()):
             result = fn(r)
             if result is not None:
+                before = len(out)
                 extend(result)
-        self.output.emit(out)
+                out_ts.extend([t] * (len(out) - before))
+        self.output.emit(out, np.asarray(out_ts, dtype=np.int64))
 
 
 class FilterOperator(StreamOperator):
@@ -258,9 +322,13 @@ class FilterOperator(StreamOperator):
         if isinstance(batch, pa.RecordBatch):
             # Keep the columnar form: only the predicate sees rows.
             mask = [bool(fn(r)) for r in batch.to_pylist()]
-            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())))
-        else:
+            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())),
+                             None if self.ts is None else self.ts[np.asarray(mask, dtype=bool)])
+        elif self.ts is None:
             self.output.emit([r for r in batch if fn(r)])
+        else:
+            mask = [bool(fn(r)) for r in batch]
+            self.output.emit([r for r, keep in zip(batch, mask) if keep], self.ts[np.asarray(mask, dtype=bool)])
 
 
 class ProjectOperator(StreamOperator):
@@ -273,60 +341,105 @@ class ProjectOperator(StreamOperator):
             missing = [f for f in fields if f not in batch.schema.names]
             if missing:
                 raise KeyError(f"project: no column {missing[0]!r}; columns: {batch.schema.names}")
-            self.output.emit(batch.select(list(fields)))
+            self.output.emit(batch.select(list(fields)), self.ts)
         elif isinstance(fields[0], str):
-            self.output.emit([{f: r[f] for f in fields} for r in batch])
+            self.output.emit([{f: r[f] for f in fields} for r in batch], self.ts)
         else:
-            self.output.emit([tuple(r[f] for f in fields) for r in batch])
+            self.output.emit([tuple(r[f] for f in fields) for r in batch], self.ts)
 
 
 class _Context:
-    """The ``ctx`` handed to process functions."""
+    """The ``ctx`` handed to process functions (and, with ``domain`` set, to ``on_timer``)."""
 
-    __slots__ = ("current_key", "side")
+    __slots__ = ("current_key", "side", "side_ts", "ts", "domain", "_timer_service")
 
-    def __init__(self) -> None:
+    def __init__(self, timer_service: TimerService | None = None) -> None:
         self.current_key = None
         self.side: dict[str, list] = {}  # side output values of the batch in progress
+        self.side_ts: dict[str, list] | None = None  # ... their timestamps, when the stream has them
+        self.ts: int | None = None  # the current record's event timestamp (the timer's in on_timer)
+        self.domain: TimeDomain | None = None
+        self._timer_service = timer_service
 
     def get_current_key(self) -> Any:
         return self.current_key
 
-    def timestamp(self) -> None:
-        return None
+    def timestamp(self) -> int | None:
+        return self.ts
+
+    def timer_service(self) -> TimerService:
+        return self._timer_service  # type: ignore[return-value]
+
+    def time_domain(self) -> TimeDomain | None:
+        """In ``on_timer``: whether an event-time or a processing-time timer fired."""
+        return self.domain
 
     def output(self, output_tag: OutputTag, value: Any) -> None:
         if not isinstance(output_tag, OutputTag):
             raise TypeError(f"ctx.output needs an OutputTag, got {output_tag!r}")
         self.side.setdefault(output_tag.tag_id, []).append(value)
+        if self.side_ts is not None:
+            self.side_ts.setdefault(output_tag.tag_id, []).append(NO_TIMESTAMP if self.ts is None else self.ts)
 
 
-def _split(results: list, ctx: _Context) -> list:
+def _stamp(t: int) -> int | None:
+    return None if t == NO_TIMESTAMP else t
+
+
+def _emit_process_results(op: "StreamOperator", out: list, ctx: _Context, out_ts: list | None = None) -> None:
     """``yield tag, value`` (PyFlink's way) goes to the side output ``tag``, never the main output."""
-    main = []
-    for r in results:
+    main: list = []
+    main_ts: list | None = None if out_ts is None else []
+    for i, r in enumerate(out):
         if type(r) is tuple and len(r) == 2 and type(r[0]) is OutputTag:
             ctx.side.setdefault(r[0].tag_id, []).append(r[1])
+            if out_ts is not None:
+                ctx.side_ts.setdefault(r[0].tag_id, []).append(out_ts[i])  # type: ignore[union-attr]
         else:
             main.append(r)
-    return main
-
-
-def _emit_process_results(op: "StreamOperator", out: list, ctx: _Context) -> None:
-    op.output.emit(_split(out, ctx))
+            if main_ts is not None:
+                main_ts.append(out_ts[i])  # type: ignore[index]
+    op.output.emit(main, None if main_ts is None else np.asarray(main_ts, dtype=np.int64))
     if ctx.side:
         side, ctx.side = ctx.side, {}
-        op.output.emit_side(side)
+        side_ts = ctx.side_ts
+        ctx.side_ts = None
+        op.output.emit_side(side, side_ts)
+
+
+def _run_stamped(fn: Callable, rows: list, ts: np.ndarray, ctx: _Context, on_record: Any = None,
+                 keys: list | None = None) -> tuple[list, list]:
+    """The per-record loop of a process function over records with timestamps: each output
+    record takes the timestamp of the input record it came from (as in Flink)."""
+    out: list = []
+    out_ts: list = []
+    extend = out.extend
+    ctx.side_ts = {}
+    for i, (r, t) in enumerate(zip(rows, ts.tolist())):
+        ctx.ts = _stamp(t)
+        if on_record is not None:
+            on_record(keys[i])  # type: ignore[index]
+        result = fn(r, ctx)
+        if result is not None:
+            before = len(out)
+            extend(result)
+            out_ts.extend([t] * (len(out) - before))
+    ctx.ts = None
+    return out, out_ts
 
 
 class ProcessOperator(StreamOperator):
     def setup(self) -> None:
         super().setup()
         self._fn = as_callable(self.node.fn, "process_element", "process")
-        self._ctx = _Context()
+        self._ctx = _Context(TimerService(None, self, lambda: None))
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx = self._fn, self._ctx
+        if self.ts is not None:
+            out, out_ts = _run_stamped(fn, to_rows(batch), self.ts, ctx)
+            _emit_process_results(self, out, ctx, out_ts)
+            return
         out: list = []
         extend = out.extend
         for r in to_rows(batch):
@@ -336,19 +449,69 @@ class ProcessOperator(StreamOperator):
         _emit_process_results(self, out, ctx)
 
 
-class KeyedProcessOperator(StreamOperator):
+class _TimerFiring:
+    """Keyed operators whose function has ``on_timer``: fire due timers with the key in scope."""
+
+    def _init_timers(self: Any, ctx: _Context) -> None:
+        self.timers = InternalTimerService(self.keyed_backend)
+        self.timers.restore()
+        ctx._timer_service = TimerService(self.timers, self, lambda: ctx.current_key)
+        self._on_timer = getattr(self.node.fn, "on_timer", None)
+        ctx_t = self._timer_ctx = _Context()
+        ctx_t._timer_service = TimerService(self.timers, self, lambda: ctx_t.current_key)
+
+    def on_event_time(self: Any, watermark: int) -> None:
+        self._fire(TimeDomain.EVENT_TIME, watermark)
+
+    def next_processing_time(self: Any) -> int | None:
+        return self.timers.next_timestamp(TimeDomain.PROCESSING_TIME) if self.timers is not None else None
+
+    def on_processing_time(self: Any, now_ms: int) -> None:
+        self._guard(lambda: self._fire(TimeDomain.PROCESSING_TIME, now_ms))
+
+    def _fire(self: Any, domain: TimeDomain, up_to: int) -> None:
+        ctx, backend, on_timer = self._timer_ctx, self.keyed_backend, self._on_timer
+        out: list = []
+        out_ts: list = []
+        ctx.domain = domain
+        ctx.side_ts = {}
+        # Output of an event-time timer carries the timer's timestamp; of a processing-time one, none.
+        for key, ts, _ in self.timers.pop_due(domain, up_to):
+            if on_timer is None:
+                continue
+            ctx.current_key = backend.current_key = key
+            ctx.ts = ts if domain is TimeDomain.EVENT_TIME else None
+            result = on_timer(ts, ctx)
+            if result is not None:
+                before = len(out)
+                out.extend(result)
+                out_ts.extend([ts if domain is TimeDomain.EVENT_TIME else NO_TIMESTAMP] * (len(out) - before))
+        ctx.ts = None
+        if out or ctx.side:
+            _emit_process_results(self, out, ctx, out_ts if domain is TimeDomain.EVENT_TIME else None)
+        ctx.side, ctx.side_ts = {}, None
+
+
+class KeyedProcessOperator(_TimerFiring, StreamOperator):
     keyed = True
 
     def setup(self) -> None:
         super().setup()
         self._fn = as_callable(self.node.fn, "process_element", "process")
         self._ctx = _Context()
+        self._init_timers(self._ctx)
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx, backend = self._fn, self._ctx, self.keyed_backend
         keys = extract_keys(batch, self.node.params["key"])
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
+        if self.ts is not None:
+            def on_record(key: Any) -> None:
+                ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
+            out, out_ts = _run_stamped(fn, to_rows(batch), self.ts, ctx, on_record, keys)
+            _emit_process_results(self, out, ctx, out_ts)
+            return
         out: list = []
         extend = out.extend
         for key, r in zip(keys, to_rows(batch)):
@@ -381,7 +544,7 @@ class KeyedReduceOperator(StreamOperator):
             value = r if current is missing else fn(current, r)
             state.put(key, value)
             out.append(value)
-        self.output.emit(out)
+        self.output.emit(out, self.ts)
 
 
 class RollingAggregator:
@@ -482,7 +645,7 @@ class KeyedAggregateOperator(StreamOperator):
                 raise ValueError(f"{self._how}({field!r}): a record has no value (null) in {field!r}")
             if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
                 result = self._agg.update(keys, col.to_numpy(zero_copy_only=False))
-                self.output.emit(batch.set_column(idx, field, pa.array(result)))
+                self.output.emit(batch.set_column(idx, field, pa.array(result)), self.ts)
                 return
             batch = batch.to_pylist()
         rows = batch
@@ -495,7 +658,7 @@ class KeyedAggregateOperator(StreamOperator):
             results = self._agg.update(keys, arr).tolist()
         else:
             results = self._object_update(keys, values)
-        self.output.emit([_replace(r, field, v) for r, v in zip(rows, results)])
+        self.output.emit([_replace(r, field, v) for r, v in zip(rows, results)], self.ts)
 
     def _object_update(self, keys: list, values: list) -> list:
         state, how, out = self._objects, self._how, []
@@ -553,19 +716,170 @@ class CoProcessOperator(StreamOperator):
             self._fns = (lambda r, ctx: f1(r), lambda r, ctx: f2(r))
         else:
             self._fns = (as_callable(fn, "process_element1", "process"), as_callable(fn, "process_element2", "process"))
-        self._ctx = _Context()
+        self._ctx = _Context(TimerService(None, self, lambda: None))
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx = self._fns[input_index], self._ctx
-        out: list = []
-        for r in to_rows(batch):
-            result = fn(r, ctx)
-            if result is not None:
-                out.extend(result)
-        if self.node.kind != T.CO_PROCESS:  # a map's values are records, whatever they look like
-            self.output.emit(out)
+        rows = to_rows(batch)
+        on_record, keys = self._set_key(input_index, batch)
+        if self.ts is not None:
+            out, out_ts = _run_stamped(fn, rows, self.ts, ctx, on_record, keys)
         else:
-            _emit_process_results(self, out, ctx)
+            out, out_ts = [], None
+            for i, r in enumerate(rows):
+                if on_record is not None:
+                    on_record(keys[i])
+                result = fn(r, ctx)
+                if result is not None:
+                    out.extend(result)
+        if self.node.kind in (T.CO_MAP, T.CO_FLAT_MAP):  # a map's values are records, whatever they look like
+            self.output.emit(out, None if out_ts is None else np.asarray(out_ts, dtype=np.int64))
+            ctx.side_ts = None
+        else:
+            _emit_process_results(self, out, ctx, out_ts)
+
+    def _set_key(self, input_index: int, batch: Batch) -> tuple[Any, list | None]:
+        """Keyed variants: a callback that puts a record's key in scope, and the batch's keys."""
+        return None, None
+
+
+class KeyedCoProcessOperator(_TimerFiring, CoProcessOperator):
+    """``KeyedCoProcessFunction`` on two keyed streams: keyed state and timers, shared by both inputs."""
+
+    keyed = True
+
+    def setup(self) -> None:
+        super().setup()
+        self._init_timers(self._ctx)
+
+    def _set_key(self, input_index: int, batch: Batch) -> tuple[Any, list | None]:  # type: ignore[override]
+        keys = extract_keys(batch, self.node.params["keys"][input_index])
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
+        ctx, backend = self._ctx, self.keyed_backend
+
+        def on_record(key: Any) -> None:
+            ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
+        return on_record, keys
+
+
+class TimestampsAndWatermarksOperator(StreamOperator):
+    """Gives each record its event timestamp and emits watermarks every
+    ``pipeline.auto-watermark-interval`` (Flink's TimestampsAndWatermarksOperator).
+
+    The watermark trails the largest timestamp seen by the strategy's bound (minus 1 ms, as
+    Flink's generators). Watermarks from upstream are dropped, except the end of event time;
+    with ``with_idleness`` the operator declares itself idle when no record came for that long.
+    """
+
+    def setup(self) -> None:
+        from ..api.watermarks import WatermarkStrategy
+
+        st: WatermarkStrategy = self.node.params["strategy"]
+        self._generates = st.kind != WatermarkStrategy.NONE
+        self._bound = st.out_of_orderness_ms
+        a = st.assigner
+        self._column = a if isinstance(a, str) else None
+        extract = getattr(a, "extract_timestamp", None)
+        if extract is None and callable(a) and not isinstance(a, str):
+            extract = lambda value, record_timestamp: a(value)  # noqa: E731 - a plain function of the record
+        self._extract = extract
+        if a is not None and hasattr(a, "open") and callable(a.open):
+            a.open(self.ctx)
+        self._max_ts: int | None = None
+        self._interval = Configuration(self.ctx._job_parameters).get_int(Options.AUTO_WATERMARK_INTERVAL)
+        now = processing_time_ms()
+        self._next_emit = now + self._interval if self._generates and self._interval > 0 else None
+        self._idleness = st.idleness_ms
+        self._last_record = now
+        self._idle = False
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        ts = self._timestamps(batch)
+        if ts is not None and len(ts):
+            m = int(ts.max())
+            if self._max_ts is None or m > self._max_ts:
+                self._max_ts = m
+        if self._idleness is not None:
+            self._last_record = processing_time_ms()
+            if self._idle:
+                self._idle = False
+                self.output.emit_event(WatermarkStatus(False))
+        self.output.emit(batch, ts)
+
+    def _timestamps(self, batch: Batch) -> np.ndarray | None:
+        if self._column is not None:
+            return _timestamp_column(batch, self._column)
+        if self._extract is None:
+            return self.ts  # the timestamps the records already carry
+        extract = self._extract
+        prior = self.ts.tolist() if self.ts is not None else [NO_TIMESTAMP] * num_rows(batch)
+        return np.fromiter((_millis(extract(r, p)) for r, p in zip(to_rows(batch), prior)), dtype=np.int64,
+                           count=len(prior))
+
+    def next_processing_time(self) -> int | None:
+        due = self._next_emit
+        if self._idleness is not None and not self._idle:
+            idle_at = self._last_record + self._idleness
+            due = idle_at if due is None else min(due, idle_at)
+        return due
+
+    def on_processing_time(self, now_ms: int) -> None:
+        if self._next_emit is not None and now_ms >= self._next_emit:
+            self._next_emit = now_ms + self._interval
+            if self._max_ts is not None:
+                self._emit_watermark(self._max_ts - self._bound - 1)
+        if self._idleness is not None and not self._idle and now_ms - self._last_record >= self._idleness:
+            self._idle = True
+            self.output.emit_event(WatermarkStatus(True))
+
+    def _emit_watermark(self, watermark: int) -> None:
+        if watermark > self.current_watermark:
+            self.current_watermark = watermark
+            self.output.emit_event(Watermark(watermark))
+
+    def process_watermark(self, watermark: int) -> None:
+        if watermark == MAX_WATERMARK:  # end of input: everything still open fires
+            super().process_watermark(watermark)
+
+    def process_event(self, event: RuntimeEvent) -> None:
+        if isinstance(event, Watermark):
+            self.process_watermark(event.timestamp_ms)
+        # an upstream idle status is replaced by this operator's own
+
+    def close(self) -> None:
+        a = self.node.params["strategy"].assigner
+        if a is not None and hasattr(a, "close") and callable(a.close):
+            self._guard(a.close)
+
+
+def _millis(value: Any) -> int:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, _dt.datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, float):
+        return int(value)
+    raise TypeError(f"a timestamp assigner returned {value!r}: event timestamps are integer milliseconds since the epoch")
+
+
+def _timestamp_column(batch: Batch, column: str) -> np.ndarray:
+    if isinstance(batch, pa.RecordBatch):
+        idx = batch.schema.get_field_index(column)
+        if idx < 0:
+            raise KeyError(f"timestamp column {column!r} is not in the records; columns: {batch.schema.names}")
+        col = batch.column(idx)
+        if col.null_count:
+            raise ValueError(f"timestamp column {column!r}: a record has no timestamp (null)")
+        if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+            col = col.cast(pa.timestamp("ms")).cast(pa.int64())
+        elif not pa.types.is_integer(col.type):
+            raise TypeError(f"timestamp column {column!r} is {col.type}: it needs integer milliseconds or a timestamp")
+        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    try:
+        return np.fromiter((_millis(r[column]) for r in batch), dtype=np.int64, count=len(batch))
+    except (KeyError, IndexError, TypeError) as e:
+        raise KeyError(f"cannot read timestamp field {column!r} from a record: {type(e).__name__}: {e}") from e
 
 
 class SinkOperator(StreamOperator):
@@ -674,7 +988,7 @@ class KeyedMapOperator(MapOperator):
         for key, r in _keyed_rows(batch, self.node.params["key"]):
             backend.current_key = key  # type: ignore[union-attr]
             out.append(fn(r))
-        self.output.emit(out)
+        self.output.emit(out, self.ts)  # one output per input: the timestamps carry over
 
 
 class KeyedFlatMapOperator(FlatMapOperator):
@@ -682,12 +996,18 @@ class KeyedFlatMapOperator(FlatMapOperator):
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, backend, out = self._fn, self.keyed_backend, []
-        for key, r in _keyed_rows(batch, self.node.params["key"]):
+        ts = self.ts
+        out_ts: list = []  # each output keeps the timestamp of the input it came from
+        stamps = ts.tolist() if ts is not None else None
+        for i, (key, r) in enumerate(_keyed_rows(batch, self.node.params["key"])):
             backend.current_key = key  # type: ignore[union-attr]
             result = fn(r)
             if result is not None:
+                before = len(out)
                 out.extend(result)
-        self.output.emit(out)
+                if stamps is not None:
+                    out_ts.extend([stamps[i]] * (len(out) - before))
+        self.output.emit(out, None if ts is None else np.asarray(out_ts, dtype=np.int64))
 
 
 class KeyedFilterOperator(FilterOperator):
@@ -700,10 +1020,11 @@ class KeyedFilterOperator(FilterOperator):
             backend.current_key = key  # type: ignore[union-attr]
             mask.append(bool(fn(r)))
             rows.append(r)
+        kept_ts = None if self.ts is None else self.ts[np.asarray(mask, dtype=bool)]
         if isinstance(batch, pa.RecordBatch):  # keep the columnar form
-            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())))
+            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())), kept_ts)
         else:
-            self.output.emit([r for r, keep in zip(rows, mask) if keep])
+            self.output.emit([r for r, keep in zip(rows, mask) if keep], kept_ts)
 
 
 KEYED_VARIANTS: dict[str, type[StreamOperator]] = {
@@ -737,11 +1058,17 @@ OPERATORS: dict[str, type[StreamOperator]] = {
     T.CO_PROCESS: CoProcessOperator,
     T.CO_MAP: CoProcessOperator,
     T.CO_FLAT_MAP: CoProcessOperator,
+    T.KEYED_CO_PROCESS: KeyedCoProcessOperator,
     T.SINK: SinkOperator,
+    T.TIMESTAMPS: TimestampsAndWatermarksOperator,
 }
 
 
 def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
+    if node.kind == T.WINDOW:
+        from .windows import WindowOperator  # it builds on this module
+
+        return WindowOperator(node, ctx)
     if _opens_state(node):
         return KEYED_VARIANTS[node.kind](node, ctx)
     return OPERATORS[node.kind](node, ctx)

@@ -20,7 +20,8 @@ from ..api.functions import RuntimeContext
 from ..config import Configuration, Options
 from ..graph.job_graph import JobGraph, TaskVertex
 from ..network.channels import InputGate, OutputChannel, local_pair
-from ..network.events import CheckpointBarrier, EndOfPartition, RuntimeEvent
+from ..batch import Stamped
+from ..network.events import MAX_WATERMARK, CheckpointBarrier, EndOfPartition, RuntimeEvent, Watermark, WatermarkStatus
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
@@ -31,6 +32,8 @@ from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 from ..state.snapshot import serialize
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
+from .timers import processing_time_ms
+from .watermarks import WatermarkValve
 
 ITEMS_PER_STEP = 4
 IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking control
@@ -74,6 +77,7 @@ class Task:
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
+        self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
         if gate is not None:
             for ch in gate.channels:
                 self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
@@ -84,9 +88,30 @@ class Task:
                 return False
         return True
 
+    def next_processing_time(self) -> int | None:
+        """The earliest processing-time timer (epoch ms) of the chain's operators."""
+        due = None
+        for op in self.operators:
+            t = op.next_processing_time()
+            if t is not None and (due is None or t < due):
+                due = t
+        return due
+
+    def fire_processing_time(self) -> None:
+        due = self.next_processing_time()
+        if due is None:
+            return
+        now_ms = processing_time_ms()
+        if due <= now_ms:
+            for op in self.operators:
+                t = op.next_processing_time()
+                if t is not None and t <= now_ms:
+                    op.on_processing_time(now_ms)
+
     def step(self, now: float) -> bool:
         if self.finished:
             return False
+        self.fire_processing_time()
         if self.gate is None:
             return self._step_source(now)
         progressed = False
@@ -105,6 +130,8 @@ class Task:
                 self._on_event(index, item)
                 if self.finished:
                     break
+            elif type(item) is Stamped:
+                self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
             else:
                 self.head.process_batch(item, gate.channels[index].input_index)
         return progressed
@@ -125,16 +152,21 @@ class Task:
             self.wakeup_at = head.reader.wakeup_at(now)
             return False
         if batch is END:
-            self.finish()
+            self.finish(end_of_input=True)
             return True
         head.emit(batch)
         return True
 
     def _on_event(self, index: int, event: RuntimeEvent) -> None:
         ch = self.gate.channels[index]
-        if isinstance(event, EndOfPartition):
+        if isinstance(event, Watermark):
+            self._advance_watermark(self.valve.on_watermark(index, event.timestamp_ms), None)
+        elif isinstance(event, WatermarkStatus):
+            self._advance_watermark(*self.valve.on_status(index, event.idle))
+        elif isinstance(event, EndOfPartition):
             ch.finished = True
             self.gate.block(index)
+            self._advance_watermark(*self.valve.on_finished(index))
             left = self._inputs_open[ch.input_index] = self._inputs_open[ch.input_index] - 1
             if left == 0:
                 self.head.end_input(ch.input_index)
@@ -156,7 +188,18 @@ class Task:
                     return False
         return True
 
-    def finish(self) -> None:
+    def _advance_watermark(self, watermark: int | None, idle: bool | None) -> None:
+        if watermark is not None:
+            self.head.process_watermark(watermark)
+        if idle is not None:
+            self.head.process_event(WatermarkStatus(idle))
+
+    def finish(self, end_of_input: bool = False) -> None:
+        """``end_of_input``: a source read all its input (or drains for a stop-with-savepoint): event
+        time ends, so every event-time timer and window fires (Flink's MAX_WATERMARK). A source
+        stopped without draining ends without it: what is still open belongs to the savepoint."""
+        if end_of_input and self.gate is None:
+            self.head.process_watermark(MAX_WATERMARK)
         for op in self.operators:
             op.finish()
         for w in self.writers:
@@ -174,6 +217,10 @@ class Task:
                 deadline = d
         if self.gate is None and not self.finished and self.wakeup_at > now:
             deadline = self.wakeup_at if deadline is None else min(deadline, self.wakeup_at)
+        timer = None if self.finished else self.next_processing_time()
+        if timer is not None:
+            at = now + max(0.0, (timer - processing_time_ms()) / 1000.0)
+            deadline = at if deadline is None else min(deadline, at)
         return deadline
 
 
@@ -252,9 +299,10 @@ class SlotRuntime:
             node = g.operators[op_id]
             by_target = {g.edges[e].target: g.edges[e] for e in node.outputs}
             for target in node.chained_outputs:
-                op.output.connect(self.operators[target].process_batch, by_target[target].tag)
+                chained = self.operators[target]
+                op.output.connect(chained.push, by_target[target].tag, chained.process_event)
             for eid in node.channel_outputs:
-                op.output.connect(writers_of[eid].emit, g.edges[eid].tag)
+                op.output.connect(writers_of[eid].emit, g.edges[eid].tag, writers_of[eid].broadcast_event)
         for vertex in g.tasks:
             ops = [self.operators[o] for o in vertex.operators]
             channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
@@ -420,7 +468,7 @@ class SlotRuntime:
             if task.last_checkpoint >= checkpoint_id or not (task.finished or task.gate is None):
                 continue
             if sp.get("stop") and not task.finished and sp.get("drain"):
-                task.finish()
+                task.finish(end_of_input=True)
             self.checkpoint_task(task, barrier, 0.0)
             if sp.get("stop") and not task.finished:
                 task.paused_for = checkpoint_id

@@ -19,6 +19,7 @@ from streamjob.runtime import (
     StreamExecutionEnvironment,
     Types,
     ValueStateDescriptor,
+    WatermarkStrategy,
 )
 from streamjob.runtime.connectors import DataGenSource
 from streamjob.runtime.connectors.file_system import (
@@ -75,13 +76,14 @@ words = env.from_collection(WORDS, type_info=Types.STRING())
 env.execute("count words")
 
 source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), out).build()
-lines = env.from_source(source, None, "counted words")  # a WatermarkStrategy goes where None is
+lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "counted words")
 (lines.map(lambda line: (line.split(",")[0], int(line.split(",")[1])))
  .key_by(lambda pair: pair[0][0])
  .max_by(1)
  .print("max"))
 env.execute("read back")
 
-env.from_source(DataGenSource(lambda i: i, count=30, rows_per_second=15), None, "slow").print("async")
+env.from_source(DataGenSource(lambda i: i, count=30, rows_per_second=15), WatermarkStrategy.no_watermarks(),
+                "slow").print("async")
 client = env.execute_async("async")
 print(f"started {client.get_job_id()}", flush=True)

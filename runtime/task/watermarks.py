@@ -1,0 +1,69 @@
+"""Watermark arithmetic of one task's inputs (Flink's StatusWatermarkValve), pure logic.
+
+Each input channel carries its own watermark and idle status. An operator
+input's watermark is the minimum over its active channels; the operator's
+watermark is the minimum over its active inputs (so a union, or the two sides
+of a connect, wait for the slowest). Idle channels and finished channels do
+not hold anything back; when every channel is idle the task is idle and says
+so downstream. A watermark never goes back.
+"""
+
+from __future__ import annotations
+
+from ..network.events import MAX_WATERMARK, MIN_WATERMARK
+
+
+class WatermarkValve:
+    def __init__(self, channel_inputs: list[int]):
+        """``channel_inputs[i]``: the operator input (0 or 1) of input channel ``i``."""
+        self.inputs = channel_inputs
+        self.watermarks = [MIN_WATERMARK] * len(channel_inputs)
+        self.idle = [False] * len(channel_inputs)
+        self.finished = [False] * len(channel_inputs)
+        self.output = MIN_WATERMARK  # the newest watermark handed to the operator
+        self.output_idle = False
+
+    def on_watermark(self, channel: int, timestamp: int) -> int | None:
+        """A watermark arrived; the operator's new watermark, or None if it did not advance."""
+        if timestamp > self.watermarks[channel]:
+            self.watermarks[channel] = timestamp
+        if self.idle[channel]:  # a watermark from an idle channel makes it active again (as Flink does)
+            self.idle[channel] = False
+        return self._advance()
+
+    def on_status(self, channel: int, idle: bool) -> tuple[int | None, bool | None]:
+        """(new watermark or None, new task idle status or None when unchanged)."""
+        self.idle[channel] = idle
+        return self._advance(), self._status()
+
+    def on_finished(self, channel: int) -> tuple[int | None, bool | None]:
+        self.finished[channel] = True
+        return self._advance(), self._status()
+
+    def _active(self, i: int) -> bool:
+        return not self.idle[i] and not self.finished[i]
+
+    def _advance(self) -> int | None:
+        per_input: dict[int, int] = {}
+        for i, inp in enumerate(self.inputs):
+            if self._active(i):
+                w = self.watermarks[i]
+                per_input[inp] = min(per_input.get(inp, MAX_WATERMARK), w)
+        if not per_input:
+            # Every channel idle or finished: a finished input already delivered its last watermark.
+            if not all(self.finished):
+                return None
+            candidate = min(self.watermarks, default=MIN_WATERMARK)
+        else:
+            candidate = min(per_input.values())
+        if candidate > self.output:
+            self.output = candidate
+            return candidate
+        return None
+
+    def _status(self) -> bool | None:
+        idle = all(self.idle[i] or self.finished[i] for i in range(len(self.inputs))) and not all(self.finished)
+        if idle != self.output_idle:
+            self.output_idle = idle
+            return idle
+        return None
