@@ -317,3 +317,49 @@ def test_keyed_state_in_map_flat_map_filter_reduce_survives_rescale_and_backend_
     result = keyed_functions.build(out, checkpoints, rows, rate, parallelism=1, restore=restore).execute("last")
     assert result.restarts == 0
     assert committed_rows(out) == counting.expected_rows(rows)
+
+
+class _Counter:
+    """flat_map with keyed state: emits (key, n) n times, n = how often the key was seen."""
+
+    def open(self, runtime_context):
+        from streamjob.runtime import ValueStateDescriptor
+
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen", default=0))
+
+    def flat_map(self, value):
+        n = self.seen.value() + 1
+        self.seen.update(n)
+        return [(value[0], n)] * n
+
+
+def test_keyed_flat_map_and_filter_see_the_state_of_each_records_key_and_keep_timestamps(tmp_path):
+    from streamjob.runtime import FilterFunction, RuntimeContext
+    from streamjob.runtime.graph.job_graph import build_job_graph
+    from streamjob.runtime.task.operators import KeyedFilterOperator, KeyedFlatMapOperator, MapOperator, \
+        create_operator
+
+    class Odd(FilterFunction):  # has no open(): no keyed backend, the plain operator
+        def filter(self, value):
+            return value[1] % 2 == 1
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    keyed = env.from_collection([("a", 0)]).key_by(lambda t: t[0])
+    keyed.flat_map(_Counter()).key_by(lambda t: t[0]).filter(Odd()).sink_to(DiscardingSink())
+    keyed.map(lambda t: t).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    ops = {}
+    for node in g.operators.values():
+        if node.kind in (T.FLAT_MAP, T.FILTER, T.MAP):
+            op = create_operator(node, RuntimeContext(node.name, 0, 1, 128, job_parameters=env.get_config().to_dict()))
+            op.open()
+            ops[node.kind] = op
+    assert type(ops[T.FLAT_MAP]) is KeyedFlatMapOperator and ops[T.FLAT_MAP].keyed_backend is not None
+    assert type(ops[T.FILTER]) is not KeyedFilterOperator and ops[T.FILTER].keyed_backend is None
+    assert type(ops[T.MAP]) is MapOperator  # a lambda cannot reach state: no keys extracted for it
+    got = []
+    ops[T.FLAT_MAP].output.connect(lambda batch, ts: got.append((batch, None if ts is None else ts.tolist())))
+    ops[T.FLAT_MAP].process_batch([("a", 1), ("b", 2), ("a", 3)], 0, np.array([100, 200, 300]))
+    assert got == [([("a", 1), ("b", 1), ("a", 2), ("a", 2)], [100, 200, 300, 300])]
+    for op in ops.values():
+        op.dispose()
