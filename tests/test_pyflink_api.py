@@ -139,6 +139,8 @@ def test_pyflink_connectors_outside_streamjob_are_refused_by_name():
                             "lines")
     sink = stream.add_sink(DiscardingSink())
     assert stream._t.kind == T.SOURCE and stream.get_name() == "lines" and sink._t.kind == T.SINK
+    text = env.read_text_file("/tmp", "latin-1")
+    assert text._t.fn.format == "text" and text._t.fn.charset == "latin-1" and text._t.fn.paths == ["/tmp"]
     env.set_default_savepoint_directory("file:///tmp/sp")
     assert env.get_default_savepoint_directory() == "file:///tmp/sp"
 
@@ -363,3 +365,38 @@ def test_keyed_flat_map_and_filter_see_the_state_of_each_records_key_and_keep_ti
     assert got == [([("a", 1), ("b", 1), ("a", 2), ("a", 2)], [100, 200, 300, 300])]
     for op in ops.values():
         op.dispose()
+
+
+def test_each_execute_builds_what_was_added_since_the_last_one():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    numbers = env.from_collection([1, 2, 3]).uid("numbers")
+    numbers.map(str).uid("first").sink_to(DiscardingSink())
+    first = env._build("first")  # what execute() builds before it runs the job
+    assert sorted(op.uid or op.kind for op in first.operators.values()) == ["first", "numbers", "sink"]
+    # The second job reads a stream of the first (its source comes along) and may reuse a uid.
+    numbers.map(lambda x: x * 2).uid("first").sink_to(DiscardingSink())
+    second = env._build("second")
+    assert sorted(op.uid or op.kind for op in second.operators.values()) == ["first", "numbers", "sink"]
+    assert [op.kind for op in second.operators.values() if op.uid == "first"] == [T.MAP]
+    with pytest.raises(ValueError, match=r"no operators were defined since the last execute\(\)"):
+        env._build("third")
+
+
+@pytest.mark.spark
+def test_the_cli_reports_an_async_job_failure_the_program_did_not_see(spark_slots):
+    from streamjob.runtime.api.environment import execution_context
+    from streamjob.runtime.cluster.executor import JobExecutionError
+
+    def build(name):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.from_collection([1, 0]).map(lambda x: 1 // x).name(name).sink_to(DiscardingSink())
+        return env.execute_async(name)
+
+    seen = build("seen")
+    with pytest.raises(JobExecutionError):
+        seen.get_job_execution_result(120)
+    unseen = build("unseen")
+    with pytest.raises(JobExecutionError, match=r"operator 'unseen' .*ZeroDivisionError"):
+        execution_context.wait_for_async_jobs()  # what `streamjob run` does when the program returns
+    assert unseen.get_job_status() == "FAILED"
+    execution_context.wait_for_async_jobs()  # reported once

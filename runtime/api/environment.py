@@ -280,7 +280,7 @@ class StreamExecutionEnvironment:
 
     def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream:
         """The lines of a text file (or of every file of a directory), as strings."""
-        from ..connectors.files import FileSource, StreamFormat
+        from ..connectors.file_system import FileSource, StreamFormat
 
         source = FileSource.for_record_stream_format(StreamFormat.text_line_format(charset_name), file_path).build()
         return self.from_source(source, None, f"Read text file {file_path}")
