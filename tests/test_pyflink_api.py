@@ -61,7 +61,8 @@ PYFLINK = {
         set_default_local_parallelism execute execute_async get_execution_plan register_cached_file
         get_execution_environment create_input add_source from_source read_text_file from_collection close""",
     DataStream: """
-        get_name name uid set_uid_hash get_type get_execution_environment set_parallelism set_max_parallelism
+        get_name name uid set_uid_hash get_type get_execution_environment get_execution_config set_parallelism
+        set_max_parallelism
         force_non_parallel set_buffer_timeout start_new_chain disable_chaining slot_sharing_group set_description
         map flat_map key_by filter union connect shuffle project rescale rebalance forward broadcast process
         partition_custom add_sink sink_to execute_and_collect print get_side_output cache""",
@@ -108,6 +109,12 @@ def test_every_pyflink_call_runs_or_fails_naming_itself_and_what_to_use_instead(
     assert ctx.get_task_name_with_subtasks() == "Map (2/4)#0"
     with pytest.raises(PyFlinkNotSupported, match=r"RuntimeContext.get_metrics_group\(\) is not supported"):
         ctx.get_metrics_group()
+    # A keyed stream cannot be repartitioned (PyFlink raises too): its state would silently go elsewhere.
+    for call in ("shuffle", "rebalance", "rescale", "forward"):
+        with pytest.raises(PyFlinkNotSupported, match=rf"KeyedStream.{call}\(\) .*before key_by"):
+            getattr(objects[KeyedStream], call)()
+    with pytest.raises(PyFlinkNotSupported, match=r"KeyedStream.partition_custom\(\)"):
+        objects[KeyedStream].partition_custom(Parity(), lambda x: x)
     # Names PyFlink does not have stay ordinary AttributeErrors (hasattr probes keep working).
     assert not hasattr(objects[DataStream], "no_such_call") and not hasattr(objects[StreamExecutionEnvironment], "x")
 
@@ -400,3 +407,20 @@ def test_the_cli_reports_an_async_job_failure_the_program_did_not_see(spark_slot
         execution_context.wait_for_async_jobs()  # what `streamjob run` does when the program returns
     assert unseen.get_job_status() == "FAILED"
     execution_context.wait_for_async_jobs()  # reported once
+
+
+def test_min_by_and_max_by_keep_the_first_record_of_equal_values_as_pyflink():
+    from streamjob.runtime import Row
+    from streamjob.runtime.api.datastream import _ByReducer
+
+    top = _ByReducer("max", 1)
+    assert top(("a", 2, "first"), ("b", 2, "second")) == ("a", 2, "first")
+    assert top(("a", 2), ("b", 3)) == ("b", 3)
+    assert _ByReducer("min", "v")({"v": 1, "n": "x"}, {"v": 0, "n": "y"}) == {"v": 0, "n": "y"}
+    assert _ByReducer("min", 1)(Row("a", 5), Row("b", 4)) == Row("b", 4)
+    assert _ByReducer("min", 0)(3, 1) == 1  # a basic value is its own field 0
+    with pytest.raises(TypeError, match=r"max_by\(1\) on a int record"):
+        top(3, 4)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    stream = env.from_collection([("a", 1)]).key_by(lambda t: t[0]).max_by(1)
+    assert stream._t.kind == T.KEYED_REDUCE and stream._t.name == "MaxBy(1)"

@@ -16,6 +16,7 @@ from .functions import (
     as_callable,
 )
 from .transformations import CustomPartitionKey, KeySpec, Transformation
+from .types import Row
 from . import unsupported
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -297,6 +298,28 @@ class KeyedStream(DataStream):
         name = f"{how.capitalize()}By({field!r})"
         return DataStream(self._env, self._keyed(T.KEYED_REDUCE, name, _ByReducer(how, field)))
 
+    # As in PyFlink: a keyed stream's records go to the subtask that owns their key; repartitioning it
+    # would silently take the keyed state away from the functions after it.
+    def _no_repartition(self, call: str) -> Any:
+        raise unsupported.PyFlinkNotSupported(
+            f"KeyedStream.{call}()", f"the partitioning of a keyed stream cannot be overridden (as in Flink); call "
+                                     f"{call}() on the stream before key_by, or on the output of an operator after it")
+
+    def shuffle(self) -> DataStream:
+        return self._no_repartition("shuffle")
+
+    def rebalance(self) -> DataStream:
+        return self._no_repartition("rebalance")
+
+    def rescale(self) -> DataStream:
+        return self._no_repartition("rescale")
+
+    def forward(self) -> DataStream:
+        return self._no_repartition("forward")
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
+        return self._no_repartition("partition_custom")
+
     __getattr__ = unsupported.lookup("KeyedStream", unsupported.KEYED_STREAM)
 
 
@@ -308,7 +331,13 @@ class _ByReducer:
         self.field = field
 
     def __call__(self, current: Any, value: Any) -> Any:
-        a, b = current[self.field], value[self.field]
+        if isinstance(value, (tuple, list, dict, Row)):
+            a, b = current[self.field], value[self.field]
+        elif self.field in (0, None):  # a basic value is its own only field, as in PyFlink
+            a, b = current, value
+        else:
+            raise TypeError(f"{self.how}_by({self.field!r}) on a {type(value).__name__} record: a field of a basic "
+                            f"value can only be 0 (the value itself)")
         better = b < a if self.how == "min" else b > a
         return value if better else current
 
