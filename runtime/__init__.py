@@ -21,6 +21,7 @@ from .api.functions import (
     KeySelector,
     MapFunction,
     OutputTag,
+    Partitioner,
     ProcessFunction,
     ReduceFunction,
     RuntimeContext,
@@ -35,6 +36,7 @@ from .api.state import (
     ValueStateDescriptor,
 )
 from .api.time import Duration, Time
+from .api.unsupported import PyFlinkNotSupported
 from .api.types import Row, RowKind, RowTypeInfo, TypeInformation, Types
 from .api.watermarks import TimestampAssigner, WatermarkStrategy
 from .api.windowing import (
@@ -67,7 +69,7 @@ from .api.windowing import (
 from .task.timers import TimeDomain, TimerService
 from .checkpoint.metadata import CheckpointFormatError
 from .config import Configuration
-from .connectors import DataGenSource, DiscardingSink, FileSink, FileSource, PrintSink
+from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSource, PrintSink
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
@@ -139,6 +141,9 @@ __all__ = [
     "KeyedStream",
     "MapFunction",
     "OutputTag",
+    "Partitioner",
+    "PyFlinkNotSupported",
+    "Encoder",
     "ProcessFunction",
     "ReduceFunction",
     "Row",

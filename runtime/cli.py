@@ -125,6 +125,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
             runpy.run_path(job_file, run_name="__main__")
+        execution_context.wait_for_async_jobs()  # jobs run in this process: returning now would kill them
     except JobExecutionError as e:
         _fail(str(e))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:

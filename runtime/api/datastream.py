@@ -15,7 +15,9 @@ from .functions import (
     ProcessFunction,
     as_callable,
 )
-from .transformations import KeySpec, Transformation
+from .transformations import CustomPartitionKey, KeySpec, Transformation
+from .types import Row
+from . import unsupported
 
 if TYPE_CHECKING:  # pragma: no cover
     from .environment import StreamExecutionEnvironment
@@ -177,6 +179,38 @@ class DataStream:
 
         return self.sink_to(PrintSink(sink_identifier))
 
+    # -- more of PyFlink's DataStream (issue 14, item 6) ----------------------
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> "DataStream":
+        """Each record to the subtask ``partitioner.partition(key, num_partitions)`` picks for its key
+        (a ``Partitioner`` or a function of (key, num_partitions))."""
+        if isinstance(partitioner, (str, bytes)) or not callable(getattr(partitioner, "partition", partitioner)):
+            raise TypeError(f"partition_custom needs a Partitioner or a function (key, num_partitions) -> int, "
+                            f"got {partitioner!r}")
+        spec = KeySpec.of(key_selector)
+        key = CustomPartitionKey(spec.column, spec.position, spec.fn, partitioner=partitioner)
+        t = self._env._add(Transformation(T.PARTITION, f"PartitionCustom({spec.describe()})", [self._t],
+                                          params={"partitioner": T.CUSTOM, "key": key}))
+        return DataStream(self._env, t)
+
+    def add_sink(self, sink_func: Any) -> "DataStreamSink":
+        """PyFlink's older way to add a sink: works with a sink of streamjob.runtime.connectors."""
+        if not hasattr(sink_func, "create_writer"):
+            raise unsupported.PyFlinkNotSupported(
+                f"DataStream.add_sink({type(sink_func).__name__})",
+                "only sinks of streamjob.runtime.connectors run here (FileSink, PrintSink, ...), with "
+                "stream.sink_to(sink) or stream.add_sink(sink)")
+        return self.sink_to(sink_func)
+
+    def get_execution_environment(self) -> "StreamExecutionEnvironment":
+        return self._env
+
+    def set_description(self, description: str) -> "DataStream":
+        """A longer text about the operator (kept with it; its name is what progress and metrics show)."""
+        self._operator_transformation().params["description"] = str(description)
+        return self
+
+    __getattr__ = unsupported.lookup("DataStream", unsupported.DATA_STREAM)
+
 
 class KeyedStream(DataStream):
     def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation, key: KeySpec):
@@ -236,6 +270,76 @@ class KeyedStream(DataStream):
 
     def uid(self, uid: str) -> "KeyedStream":
         raise ValueError("key_by creates no operator: set the uid of the operator before or after it")
+
+    # Functions on a keyed stream reach keyed state through their runtime context (open), as in Flink.
+    def map(self, func: Any, output_type: Any = None) -> DataStream:
+        as_callable(func, "map", "map")
+        return DataStream(self._env, self._keyed(T.MAP, "Map", func))
+
+    def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        as_callable(func, "flat_map", "flat_map")
+        return DataStream(self._env, self._keyed(T.FLAT_MAP, "FlatMap", func))
+
+    def filter(self, func: Any) -> DataStream:
+        as_callable(func, "filter", "filter")
+        return DataStream(self._env, self._keyed(T.FILTER, "Filter", func))
+
+    def min_by(self, position_to_min_by: str | int = 0) -> DataStream:
+        """Rolling: each input is answered with the record of its key whose field is smallest so far
+        (the first of equal ones, as Flink's minBy)."""
+        return self._by("min", position_to_min_by)
+
+    def max_by(self, position_to_max_by: str | int = 0) -> DataStream:
+        return self._by("max", position_to_max_by)
+
+    def _by(self, how: str, field: Any) -> DataStream:
+        if not isinstance(field, (str, int)) or isinstance(field, bool):
+            raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
+        name = f"{how.capitalize()}By({field!r})"
+        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, name, _ByReducer(how, field)))
+
+    # As in PyFlink: a keyed stream's records go to the subtask that owns their key; repartitioning it
+    # would silently take the keyed state away from the functions after it.
+    def _no_repartition(self, call: str) -> Any:
+        raise unsupported.PyFlinkNotSupported(
+            f"KeyedStream.{call}()", f"the partitioning of a keyed stream cannot be overridden (as in Flink); call "
+                                     f"{call}() on the stream before key_by, or on the output of an operator after it")
+
+    def shuffle(self) -> DataStream:
+        return self._no_repartition("shuffle")
+
+    def rebalance(self) -> DataStream:
+        return self._no_repartition("rebalance")
+
+    def rescale(self) -> DataStream:
+        return self._no_repartition("rescale")
+
+    def forward(self) -> DataStream:
+        return self._no_repartition("forward")
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
+        return self._no_repartition("partition_custom")
+
+    __getattr__ = unsupported.lookup("KeyedStream", unsupported.KEYED_STREAM)
+
+
+class _ByReducer:
+    """Reducer of min_by / max_by: keeps the record with the smaller (larger) field."""
+
+    def __init__(self, how: str, field: Any):
+        self.how = how
+        self.field = field
+
+    def __call__(self, current: Any, value: Any) -> Any:
+        if isinstance(value, (tuple, list, dict, Row)):
+            a, b = current[self.field], value[self.field]
+        elif self.field in (0, None):  # a basic value is its own only field, as in PyFlink
+            a, b = current, value
+        else:
+            raise TypeError(f"{self.how}_by({self.field!r}) on a {type(value).__name__} record: a field of a basic "
+                            f"value can only be 0 (the value itself)")
+        better = b < a if self.how == "min" else b > a
+        return value if better else current
 
 
 class WindowedStream:
@@ -387,6 +491,8 @@ class ConnectedStreams:
             as_callable(func, m, "flat_map on connected streams")
         return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func)
 
+    __getattr__ = unsupported.lookup("ConnectedStreams", unsupported.CONNECTED_STREAMS)
+
 
 class DataStreamSink:
     def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation):
@@ -400,3 +506,9 @@ class DataStreamSink:
     def uid(self, uid: str) -> "DataStreamSink":
         self._env._claim_uid(uid, self._t)
         return self
+
+    def set_description(self, description: str) -> "DataStreamSink":
+        self._t.params["description"] = str(description)
+        return self
+
+    __getattr__ = unsupported.lookup("DataStreamSink", unsupported.DATA_STREAM_SINK)

@@ -18,6 +18,7 @@ from ..state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from . import transformations as T
 from .datastream import DataStream
 from .transformations import Transformation
+from . import unsupported
 
 
 @dataclass
@@ -52,6 +53,7 @@ class JobClient:
         self._error: BaseException | None = None
         self._finished = threading.Event()
         self._attached = threading.Event()
+        self._result_read = False  # the program saw the outcome, so `streamjob run` need not report it
 
     def get_job_id(self) -> str:
         return self.job_id
@@ -92,6 +94,7 @@ class JobClient:
     def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
         if not self._finished.wait(timeout):
             raise TimeoutError(f"job {self.job_name!r} did not end within {timeout} s")
+        self._result_read = True
         if self._error is not None:
             raise self._error
         return self._result  # type: ignore[return-value]
@@ -116,9 +119,33 @@ class _ExecutionContext:
         self.configuration = Configuration()
         self.environments: list["StreamExecutionEnvironment"] = []
         self.show_progress: bool | None = None
+        self.clients: list[JobClient] = []  # jobs started with execute_async, in order
 
     def reset(self) -> None:
         self.__init__()
+
+    def wait_for_async_jobs(self) -> None:
+        """What Flink's client does in attached mode once the program's main returns: wait for the jobs
+        it started with ``execute_async`` (they run in this process; returning would kill them).
+        Raises the first failure the program did not see itself (``get_job_execution_result``).
+        Ctrl-C stops them gracefully (sources end, everything drains), a second one cancels."""
+        interrupts = 0
+        for client in self.clients:
+            while not client._finished.is_set():
+                try:
+                    client._finished.wait(0.25)
+                except KeyboardInterrupt:
+                    interrupts += 1
+                    for c in self.clients:
+                        if c._finished.is_set():
+                            continue
+                        if interrupts == 1 and c.job_manager is not None:
+                            c.job_manager.stop()
+                        else:
+                            c.cancel()
+            if client._error is not None and not client._result_read:
+                client._result_read = True
+                raise client._error
 
 
 execution_context = _ExecutionContext()
@@ -197,6 +224,22 @@ class StreamExecutionEnvironment:
             self._config.set(key, value)
         return self
 
+    def set_default_savepoint_directory(self, directory: str) -> "StreamExecutionEnvironment":
+        """Where savepoints go when the trigger names no directory."""
+        self._config.set(Options.SAVEPOINT_DIR, str(directory))
+        return self
+
+    def get_default_savepoint_directory(self) -> str | None:
+        return self._config.get_string(Options.SAVEPOINT_DIR) or None
+
+    def is_chaining_enabled(self) -> bool:
+        return True  # forward edges are always chained
+
+    def close(self) -> None:
+        """Nothing to release: each job's Spark stage and job manager end with it."""
+
+    __getattr__ = unsupported.lookup("StreamExecutionEnvironment", unsupported.ENVIRONMENT)
+
     def get_state_backend(self) -> str:
         return str(self._config.get(Options.STATE_BACKEND))
 
@@ -225,6 +268,22 @@ class StreamExecutionEnvironment:
             # Flink generates watermarks inside the source operator; chained right after it, the same.
             stream = stream.assign_timestamps_and_watermarks(watermark_strategy)
         return stream
+
+    def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> DataStream:
+        """PyFlink's older way to add a source: works with a source of streamjob.runtime.connectors."""
+        if not hasattr(source_func, "create_reader"):
+            raise unsupported.PyFlinkNotSupported(
+                f"StreamExecutionEnvironment.add_source({type(source_func).__name__})",
+                "only sources of streamjob.runtime.connectors run here (DataGenSource, FileSource, ...), with "
+                "env.from_source(source, watermark_strategy, name) or env.add_source(source)")
+        return self.from_source(source_func, None, source_name)
+
+    def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream:
+        """The lines of a text file (or of every file of a directory), as strings."""
+        from ..connectors.file_system import FileSource, StreamFormat
+
+        source = FileSource.for_record_stream_format(StreamFormat.text_line_format(charset_name), file_path).build()
+        return self.from_source(source, None, f"Read text file {file_path}")
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
         """With a row type (``Types.ROW`` / ``Types.ROW_NAMED``) the elements (tuples, lists, dicts
@@ -262,18 +321,27 @@ class StreamExecutionEnvironment:
                 client._attached.set()
 
         threading.Thread(target=run, name=f"job-{graph.job_name}", daemon=True).start()
+        execution_context.clients.append(client)
         return client
 
     def _build(self, job_name: str | None) -> Any:
+        """The job graph of everything defined since the last ``execute``, as Flink does: each
+        ``execute()`` runs the operators added since the previous one (plus the streams they read,
+        which may come from before it), so one program can run several jobs in turn."""
         from ..graph.job_graph import build_job_graph
 
-        if self._executed:
-            raise RuntimeError("this environment was already executed; build a new one for another job")
         if not self._transformations:
+            if self._executed:
+                raise ValueError("no operators were defined since the last execute(): add a source and a sink "
+                                 "before calling execute() again")
             raise ValueError("the job has no operators: add a source with env.from_source(...) and a sink")
-        self._executed = True
+        transformations = _with_inputs(self._transformations)
         name = job_name or os.path.splitext(os.path.basename(_main_file() or "streamjob"))[0]
-        return build_job_graph(self._transformations, self._config, name)
+        graph = build_job_graph(transformations, self._config, name)
+        self._executed = True
+        self._transformations = []
+        self._uids = {}  # uids are unique per job; the next job may reuse them
+        return graph
 
     def get_execution_plan(self) -> str:
         from ..graph.job_graph import build_job_graph
@@ -295,6 +363,18 @@ class StreamExecutionEnvironment:
             self._uids.pop(t.uid, None)
         t.uid = uid
         self._uids[uid] = t
+
+
+def _with_inputs(transformations: list[Transformation]) -> list[Transformation]:
+    """``transformations`` and every transformation they read from, in creation order."""
+    seen: dict[int, Transformation] = {}
+    stack = list(transformations)
+    while stack:
+        t = stack.pop()
+        if t.id not in seen:
+            seen[t.id] = t
+            stack.extend(t.inputs)
+    return sorted(seen.values(), key=lambda t: t.id)
 
 
 def _main_file() -> str | None:

@@ -26,6 +26,17 @@ class RuntimeContext:
     def get_task_name(self) -> str:
         return self._task_name
 
+    def get_task_name_with_subtasks(self) -> str:
+        """The task name with this subtask's place, as Flink shows it: ``Map (2/4)#0``."""
+        return f"{self._task_name} ({self._index + 1}/{self._parallelism})#{self._attempt}"
+
+    def get_metrics_group(self) -> Any:
+        from .unsupported import PyFlinkNotSupported
+
+        raise PyFlinkNotSupported("RuntimeContext.get_metrics_group()",
+                                  "user-defined metrics are not available; every operator's records in/out "
+                                  "are metrics already (the REST API's /metrics, Prometheus)")
+
     def get_index_of_this_subtask(self) -> int:
         return self._index
 
@@ -67,7 +78,8 @@ class RuntimeContext:
         if backend is None:
             raise RuntimeError(
                 f"operator {self._task_name!r}: keyed state is only available on a keyed stream "
-                "(stream.key_by(...).process(KeyedProcessFunction))"
+                "(stream.key_by(...) then map / flat_map / filter / reduce with a function that has open(), "
+                "or process(KeyedProcessFunction))"
             )
         return backend
 
@@ -132,6 +144,13 @@ class FilterFunction(Function):
 
 class ReduceFunction(Function):
     def reduce(self, value1: Any, value2: Any) -> Any:
+        raise NotImplementedError
+
+
+class Partitioner(Function):
+    """For ``partition_custom``: the subtask (0 .. num_partitions - 1) that gets a key's records."""
+
+    def partition(self, key: Any, num_partitions: int) -> int:
         raise NotImplementedError
 
 

@@ -46,6 +46,7 @@ HASH = "hash"
 REBALANCE = "rebalance"
 SHUFFLE = "shuffle"  # each batch to a random subtask
 BROADCAST = "broadcast"  # every batch to every subtask
+CUSTOM = "custom"  # partition_custom: the user's Partitioner picks the subtask of each key
 
 _ids = itertools.count(1)
 
@@ -78,6 +79,16 @@ class KeySpec:
         if self.position is not None:
             return f"[{self.position}]"
         return getattr(self.fn, "__name__", "fn")
+
+
+@dataclass(frozen=True)
+class CustomPartitionKey(KeySpec):
+    """The key of ``partition_custom`` with the partitioner that maps it to a subtask."""
+
+    partitioner: Any = None
+
+    def partition_function(self) -> Callable[[Any, int], int]:
+        return getattr(self.partitioner, "partition", self.partitioner)
 
 
 @dataclass(eq=False)

@@ -4,6 +4,8 @@
 ``DataGenSource``         row ``i`` is ``fn(i)``; bounded or not, rate-limited or not
 ``FileSource``            parquet / csv / jsonl files of a directory, bounded or monitored
 ``FileSink``              parquet / jsonl part files; exactly-once (2PC) with checkpointing
+                          (PyFlink's ``FileSink.for_row_format`` / ``FileSource.for_record_stream_format``:
+                          ``file_system.py``)
 ``PrintSink``             prints records (to the job manager's console)
 ``DiscardingSink``        drops records
 ========================  =========================================
@@ -13,9 +15,27 @@ from .base import END, Sink, SinkWriter, Source, SourceReader
 from .collection import CollectionSource
 from .datagen import DataGenSource
 from .files import FileFormatError, FileSink, FileSource
+from .file_system import (
+    BucketAssigner,
+    DefaultRollingPolicy,
+    Encoder,
+    FileSourceBuilder,
+    OnCheckpointRollingPolicy,
+    OutputFileConfig,
+    RollingPolicy,
+    StreamFormat,
+)
 from .sinks import DiscardingSink, PrintSink
 
 __all__ = [
+    "BucketAssigner",
+    "DefaultRollingPolicy",
+    "Encoder",
+    "FileSourceBuilder",
+    "OnCheckpointRollingPolicy",
+    "OutputFileConfig",
+    "RollingPolicy",
+    "StreamFormat",
     "END",
     "CollectionSource",
     "DataGenSource",

@@ -8,6 +8,7 @@ source reading a sink's directory never sees a partly written file.
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import posixpath
 import time
@@ -20,10 +21,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..batch import to_rows, try_columnar
+from ..batch import num_rows, to_rows, try_columnar
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 
-FORMATS = ("parquet", "csv", "jsonl")
+FORMATS = ("parquet", "csv", "jsonl", "text")  # text: lines as strings (StreamFormat.text_line_format)
 
 
 class FileFormatError(ValueError):
@@ -52,14 +53,32 @@ class FileSource(Source):
     keeps watching the directory and reads files that appear later.
     """
 
-    def __init__(self, path: str, fmt: str, monitor_interval: Any = None, **options: Any):
+    def __init__(self, path: str, fmt: str, monitor_interval: Any = None, *, paths: list[str] | None = None,
+                 charset: str = "UTF-8", **options: Any):
         if fmt not in FORMATS:
             raise ValueError(f"FileSource format must be one of {FORMATS}, got {fmt!r}")
         self.path = str(path)
+        self.paths = [str(p) for p in paths] if paths else [self.path]  # files or directories, read alike
         self.format = fmt
         self.monitor_interval = _seconds(monitor_interval)
+        self.charset = charset
         self.options = options
         self.default_name = f"FileSource({fmt})"
+
+    @staticmethod
+    def for_record_stream_format(stream_format: Any, *paths: str) -> Any:
+        """PyFlink's way: ``FileSource.for_record_stream_format(StreamFormat.text_line_format(), path).build()``."""
+        from .file_system import FileSourceBuilder
+
+        return FileSourceBuilder(stream_format, paths)
+
+    @staticmethod
+    def for_bulk_file_format(bulk_format: Any, *paths: str) -> Any:
+        from ..api.unsupported import PyFlinkNotSupported
+
+        raise PyFlinkNotSupported("FileSource.for_bulk_file_format()",
+                                  "Java bulk formats do not exist here; use FileSource.parquet(path), .csv(path) or "
+                                  ".jsonl(path), or for_record_stream_format(StreamFormat.text_line_format(), path)")
 
     @staticmethod
     def parquet(path: str, monitor_interval: Any = None) -> "FileSource":
@@ -85,8 +104,10 @@ class FileSourceReader(SourceReader):
         self.parallelism = parallelism
         self.batch_size = batch_size
         self.fs, self.root = fsspec.core.url_to_fs(source.path)
-        if not self.fs.exists(self.root):
-            raise FileNotFoundError(f"FileSource: no such file or directory: {source.path}")
+        self.roots = [self.root] + [fsspec.core.url_to_fs(p)[1] for p in source.paths[1:]]
+        for url, root in zip(source.paths, self.roots):
+            if not self.fs.exists(root):
+                raise FileNotFoundError(f"FileSource: no such file or directory: {url}")
         self.seen: set[str] = set()
         self.queue: list[list] = []  # [path, records already read], the current file first
         self.current: Iterator[pa.RecordBatch] | None = None
@@ -94,10 +115,14 @@ class FileSourceReader(SourceReader):
         self._list(initial=True)
 
     def _files(self) -> list[str]:
-        if self.fs.isfile(self.root):
-            return [self.root]
-        found = self.fs.find(self.root)
-        return sorted(f for f in found if not any(_is_hidden(part) for part in posixpath.relpath(f, self.root).split("/")))
+        files: set[str] = set()
+        for root in self.roots:
+            if self.fs.isfile(root):
+                files.add(root)
+                continue
+            files.update(f for f in self.fs.find(root)
+                         if not any(_is_hidden(part) for part in posixpath.relpath(f, root).split("/")))
+        return sorted(files)
 
     def _list(self, initial: bool = False) -> None:
         files = [f for f in self._files() if f not in self.seen]
@@ -112,8 +137,11 @@ class FileSourceReader(SourceReader):
         if self.source.monitor_interval:
             self.next_listing = time.monotonic() + self.source.monitor_interval
 
-    def _open(self, path: str, skip: int) -> Iterator[pa.RecordBatch]:
+    def _open(self, path: str, skip: int) -> Iterator[Any]:
         fmt = self.source.format
+        if fmt == "text":
+            yield from self._lines(path, skip)
+            return
         f = self.fs.open(path, "rb")
         try:
             if fmt == "parquet":
@@ -133,6 +161,23 @@ class FileSourceReader(SourceReader):
         finally:
             f.close()
 
+    def _lines(self, path: str, skip: int) -> Iterator[list[str]]:
+        """Batches of the file's lines (compressed by extension: .gz, .bz2, .xz...); ``skip`` lines
+        were read before the restored checkpoint."""
+        with self.fs.open(path, "rb", compression="infer") as raw:
+            text = io.TextIOWrapper(raw, encoding=self.source.charset, newline=None)
+            batch: list[str] = []
+            for line in text:
+                if skip:
+                    skip -= 1
+                    continue
+                batch.append(line[:-1] if line.endswith("\n") else line)
+                if len(batch) >= self.batch_size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
     def poll(self):
         while True:
             if self.current is not None:
@@ -143,10 +188,11 @@ class FileSourceReader(SourceReader):
                     self.current = None
                     self.queue.pop(0)
                     continue
-                except (pa.ArrowException, OSError, ValueError) as e:
+                except (pa.ArrowException, OSError, ValueError, EOFError) as e:  # UnicodeDecodeError is a ValueError
                     raise FileFormatError(f"cannot read {self.source.format} file {entry[0]}: {e}") from e
-                if batch.num_rows:
-                    entry[1] += batch.num_rows
+                n = num_rows(batch)
+                if n:
+                    entry[1] += n
                     return batch
                 continue
             if self.queue:
@@ -184,18 +230,32 @@ class FileSink(Sink):
     renamed to its final name (commit). After a failure the files the restored
     checkpoint pre-committed are committed, every other hidden file of the
     subtask is deleted, and numbering continues from the checkpoint.
+
+    ``FileSink.for_row_format(path, encoder)`` (PyFlink's builder, see
+    ``file_system.py``) writes encoded rows, names parts ``<prefix>-<subtask>-<n><suffix>``,
+    puts them in bucket directories and rolls them by its rolling policy.
     """
 
     exactly_once = True
 
-    def __init__(self, path: str, fmt: str, max_rows_per_file: int | None = None):
-        if fmt not in ("parquet", "jsonl"):
+    def __init__(self, path: str, fmt: str, max_rows_per_file: int | None = None, *, encoder: Any = None,
+                 part_prefix: str = "part", part_suffix: str | None = None, rolling_policy: Any = None,
+                 bucket_assigner: Any = None, check_interval_ms: int = 60_000):
+        if fmt not in ("parquet", "jsonl", "row"):
             raise ValueError(f"FileSink format must be parquet or jsonl, got {fmt!r}")
+        if fmt == "row" and encoder is None:
+            raise ValueError("a row-format FileSink needs an encoder: FileSink.for_row_format(path, Encoder...)")
         if max_rows_per_file is not None and max_rows_per_file < 1:
             raise ValueError("max_rows_per_file must be >= 1")
         self.path = str(path)
         self.format = fmt
         self.max_rows_per_file = max_rows_per_file
+        self.encoder = encoder
+        self.part_prefix = part_prefix
+        self.part_suffix = part_suffix if part_suffix is not None else ("" if fmt == "row" else f".{fmt}")
+        self.rolling_policy = rolling_policy
+        self.bucket_assigner = bucket_assigner
+        self.check_interval_ms = check_interval_ms
         self.default_name = f"FileSink({fmt})"
 
     @staticmethod
@@ -205,6 +265,21 @@ class FileSink(Sink):
     @staticmethod
     def jsonl(path: str, max_rows_per_file: int | None = None) -> "FileSink":
         return FileSink(path, "jsonl", max_rows_per_file)
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Any) -> Any:
+        """PyFlink's way: ``FileSink.for_row_format(path, Encoder.simple_string_encoder()) ... .build()``."""
+        from .file_system import RowFormatBuilder
+
+        return RowFormatBuilder(base_path, encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: Any) -> Any:
+        from ..api.unsupported import PyFlinkNotSupported
+
+        raise PyFlinkNotSupported("FileSink.for_bulk_format()",
+                                  "Java bulk writers do not exist here; use FileSink.parquet(path) (or .jsonl(path)) "
+                                  "with sink_to")
 
     def create_writer(self, ctx) -> "FileSinkWriter":
         # Without checkpoints nothing would ever complete a two-phase commit: files are published when they roll.
@@ -232,36 +307,61 @@ class FileSinkWriter(SinkWriter):
         self.fs, self.root = fsspec.core.url_to_fs(sink.path)
         self.fs.makedirs(self.root, exist_ok=True)
         self.counter = 0
-        self.part: _PartFile | None = None
+        self.parts: dict[str, _PartFile] = {}  # bucket (directory under the root; "" the root) -> open part file
         self.prepared: list[dict] = []  # closed part files (rolled) waiting for the next prepare_commit
+        self.next_check = 0.0  # when open part files are next checked against the rolling policy's time limits
 
-    def _next_name(self) -> str:
-        ext = self.sink.format
+    @property
+    def part(self) -> "_PartFile | None":
+        """The open part file of the base path (sinks without buckets have only that one)."""
+        return self.parts.get("")
+
+    def _next_name(self, directory: str) -> str:
+        prefix, suffix = self.sink.part_prefix, self.sink.part_suffix
         while True:
-            name = f"part-{self.subtask}-{self.counter}.{ext}"
+            name = f"{prefix}-{self.subtask}-{self.counter}{suffix}"
             self.counter += 1
-            if not self.fs.exists(posixpath.join(self.root, name)):
+            if not self.fs.exists(posixpath.join(directory, name)):
                 return name
 
     def write(self, batch) -> None:
-        if self.part is None:
-            self.part = _PartFile(self.fs, self.root, self._next_name(), self.sink.format)
-        self.part.write(batch)
+        now = time.time()
+        assigner = self.sink.bucket_assigner
+        # One bucket per batch: a batch is written within milliseconds, so the time of its first record decides.
+        bucket = assigner.bucket_id(now) if assigner is not None else ""
+        part = self.parts.get(bucket)
+        if part is None:
+            directory = posixpath.join(self.root, bucket) if bucket else self.root
+            if bucket:
+                self.fs.makedirs(directory, exist_ok=True)
+            part = self.parts[bucket] = _PartFile(self.fs, directory, self._next_name(directory), self.sink.format,
+                                                  self.sink.encoder, now)
+        part.write(batch, now)
         limit = self.sink.max_rows_per_file
-        if limit is not None and self.part.rows >= limit:
-            self._roll()
+        policy = self.sink.rolling_policy
+        if limit is not None and part.rows >= limit or policy is not None and policy.should_roll_on_event(part.size):
+            self._roll(bucket)
+        if policy is not None and now >= self.next_check:
+            self.next_check = now + self.sink.check_interval_ms / 1000.0
+            for b, p in list(self.parts.items()):
+                if policy.should_roll_on_processing_time(now * 1000.0, p.created * 1000.0, p.last_write * 1000.0):
+                    self._roll(b)
 
-    def _roll(self) -> None:
-        if self.part is not None:
-            committable = self.part.close()
-            self.part = None
+    def _roll(self, bucket: str = "") -> None:
+        part = self.parts.pop(bucket, None)
+        if part is not None:
+            committable = part.close()
             if self.two_phase:
                 self.prepared.append(committable)
             else:
                 self.sink.commit([committable])
 
     def prepare_commit(self) -> list:
-        self._roll()
+        # Every open part file closes here, whatever the rolling policy: an in-progress file cannot be
+        # resumed after a failure on every filesystem (S3 has no truncate), so what the checkpoint covers
+        # must be in closed (pending) files.
+        for bucket in list(self.parts):
+            self._roll(bucket)
         out, self.prepared = self.prepared, []
         return out
 
@@ -271,10 +371,11 @@ class FileSinkWriter(SinkWriter):
     def restore_state(self, state: list) -> None:
         if state:
             self.counter = max(int(s.get("counter", 0)) for s in state)
-        # Drop what the failed attempt wrote after the checkpoint: every hidden part file of this subtask.
-        prefix = f".part-{self.subtask}-"
+        # Drop what the failed attempt wrote after the checkpoint: every hidden part file of this subtask
+        # (in the root and in every bucket directory).
+        prefix = f".{self.sink.part_prefix}-{self.subtask}-"
         try:
-            names = self.fs.ls(self.root, detail=False)
+            names = self.fs.find(self.root)
         except FileNotFoundError:
             return
         for path in names:
@@ -282,26 +383,33 @@ class FileSinkWriter(SinkWriter):
                 self.fs.rm(path)
 
     def close(self) -> None:
-        if self.part is not None:
-            self.part.abort()
-            self.part = None
+        for part in self.parts.values():
+            part.abort()
+        self.parts = {}
 
 
 class _PartFile:
-    def __init__(self, fs: Any, root: str, name: str, fmt: str):
+    def __init__(self, fs: Any, root: str, name: str, fmt: str, encoder: Any = None, now: float | None = None):
         self.fs = fs
         self.final = posixpath.join(root, name)
         self.tmp = posixpath.join(root, f".{name}.inprogress")
         self.format = fmt
+        self.encoder = encoder
         self.rows = 0
+        self.size = 0  # bytes written (row formats; what the rolling policy's part size counts)
+        self.created = self.last_write = now if now is not None else time.time()
         self.file = fs.open(self.tmp, "wb")
         self.writer: pq.ParquetWriter | None = None
 
-    def write(self, batch) -> None:
-        if self.format == "jsonl":
+    def write(self, batch, now: float | None = None) -> None:
+        self.last_write = now if now is not None else time.time()
+        if self.format in ("jsonl", "row"):
             rows = to_rows(batch)
-            self.file.write("".join(json.dumps(r, default=str) + "\n" for r in rows).encode())
+            data = (self.encoder.encode(rows) if self.format == "row"
+                    else "".join(json.dumps(r, default=str) + "\n" for r in rows).encode())
+            self.file.write(data)
             self.rows += len(rows)
+            self.size += len(data)
             return
         if not isinstance(batch, pa.RecordBatch):
             converted = try_columnar(batch)

@@ -4,7 +4,8 @@
 * hash: by key group (``state.keygroups``), vectorised for key columns;
 * rebalance: whole batches round-robin;
 * shuffle: whole batches to a random channel;
-* broadcast: every batch to every channel.
+* broadcast: every batch to every channel;
+* custom: the channel the user's ``Partitioner`` picks for each record's key (``partition_custom``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from ..api.transformations import BROADCAST, FORWARD, HASH, REBALANCE, SHUFFLE, KeySpec
+from ..api.transformations import BROADCAST, CUSTOM, FORWARD, HASH, REBALANCE, SHUFFLE, KeySpec
 from ..batch import Batch, extract_keys, num_rows, try_columnar
 from ..state.keygroups import assign_key_groups, operator_index_for_key_group
 from .channels import OutputChannel
@@ -47,6 +48,11 @@ class RecordWriter:
             self._key = key
             self._max_parallelism = max_parallelism
             self._emit = self._hash if len(channels) > 1 else self._hash_single
+        elif partitioner == CUSTOM:
+            assert key is not None
+            self._key = key
+            self._partition = key.partition_function()  # type: ignore[attr-defined]
+            self._emit = self._custom
         else:
             raise ValueError(f"unknown partitioner {partitioner!r}")
 
@@ -110,6 +116,23 @@ class RecordWriter:
             self._max_parallelism, len(self.channels), assign_key_groups(self.keys_of(batch), self._max_parallelism)
         )
         split(batch, targets, self.channels, ts)
+
+    def _custom(self, batch: Batch, ts: Any) -> None:
+        n = len(self.channels)
+        keys = self.keys_of(batch)
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
+        partition = self._partition
+        targets = [partition(k, n) for k in keys]
+        arr = np.asarray(targets)
+        # A bool or float "index" would misroute silently, one out of range fail obscurely: name the key.
+        if arr.dtype.kind not in "iu" or arr.size and (arr.min() < 0 or arr.max() >= n) \
+                or any(type(t) is bool for t in targets):
+            k, t = next((k, t) for k, t in zip(keys, targets)
+                        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < n)
+            raise ValueError(f"partition_custom: the partitioner returned {t!r} for key {k!r}; it must return "
+                             f"an int in 0..{n - 1} (num_partitions is {n})")
+        split(batch, arr.astype(np.int64, copy=False), self.channels, ts)
 
     def keys_of(self, batch: Batch) -> Any:
         try:

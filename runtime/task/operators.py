@@ -537,8 +537,10 @@ class KeyedReduceOperator(StreamOperator):
             keys = keys.tolist()
         out = []
         missing = object()
+        backend = self.keyed_backend
         for key, r in zip(keys, to_rows(batch)):
             current = state.get(key, missing)
+            backend.current_key = key  # type: ignore[union-attr]  # for state the function opened
             value = r if current is missing else fn(current, r)
             state.put(key, value)
             out.append(value)
@@ -986,6 +988,81 @@ class SourceOperator(StreamOperator):
         self._guard(self.reader.close)
 
 
+def _keyed_rows(batch: Batch, key: Any) -> Any:
+    keys = extract_keys(batch, key)
+    if isinstance(keys, np.ndarray):
+        keys = keys.tolist()
+    return zip(keys, to_rows(batch))
+
+
+class KeyedMapOperator(MapOperator):
+    """``key_by(...).map(f)`` where ``f`` has an ``open``: as in Flink, its runtime context gives
+    keyed state scoped to the key of the record in hand."""
+
+    keyed = True
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, backend, out = self._fn, self.keyed_backend, []
+        for key, r in _keyed_rows(batch, self.node.params["key"]):
+            backend.current_key = key  # type: ignore[union-attr]
+            out.append(fn(r))
+        self.output.emit(out, self.ts)  # one output per input: the timestamps carry over
+
+
+class KeyedFlatMapOperator(FlatMapOperator):
+    keyed = True
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, backend, out = self._fn, self.keyed_backend, []
+        ts = self.ts
+        out_ts: list = []  # each output keeps the timestamp of the input it came from
+        stamps = ts.tolist() if ts is not None else None
+        for i, (key, r) in enumerate(_keyed_rows(batch, self.node.params["key"])):
+            backend.current_key = key  # type: ignore[union-attr]
+            result = fn(r)
+            if result is not None:
+                before = len(out)
+                out.extend(result)
+                if stamps is not None:
+                    out_ts.extend([stamps[i]] * (len(out) - before))
+        self.output.emit(out, None if ts is None else np.asarray(out_ts, dtype=np.int64))
+
+
+class KeyedFilterOperator(FilterOperator):
+    keyed = True
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        fn, backend, mask = self._fn, self.keyed_backend, []
+        rows = []
+        for key, r in _keyed_rows(batch, self.node.params["key"]):
+            backend.current_key = key  # type: ignore[union-attr]
+            mask.append(bool(fn(r)))
+            rows.append(r)
+        kept_ts = None if self.ts is None else self.ts[np.asarray(mask, dtype=bool)]
+        if isinstance(batch, pa.RecordBatch):  # keep the columnar form
+            self.output.emit(batch.filter(pa.array(mask, type=pa.bool_())), kept_ts)
+        else:
+            self.output.emit([r for r, keep in zip(rows, mask) if keep], kept_ts)
+
+
+KEYED_VARIANTS: dict[str, type[StreamOperator]] = {
+    T.MAP: KeyedMapOperator,
+    T.FLAT_MAP: KeyedFlatMapOperator,
+    T.FILTER: KeyedFilterOperator,
+}
+
+
+def _opens_state(node: OperatorNode) -> bool:
+    """A map/flat_map/filter on a keyed stream whose function has its own ``open``: only there can
+    it reach keyed state (a lambda never can), so only it pays for a keyed backend and keys."""
+    if node.params.get("key") is None or node.kind not in KEYED_VARIANTS:
+        return False
+    from ..api.functions import Function
+
+    opener = getattr(type(node.fn), "open", None)
+    return callable(opener) and opener is not Function.open
+
+
 OPERATORS: dict[str, type[StreamOperator]] = {
     T.SOURCE: SourceOperator,
     T.MAP: MapOperator,
@@ -1010,4 +1087,6 @@ def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
         from .windows import WindowOperator  # it builds on this module
 
         return WindowOperator(node, ctx)
+    if _opens_state(node):
+        return KEYED_VARIANTS[node.kind](node, ctx)
     return OPERATORS[node.kind](node, ctx)
