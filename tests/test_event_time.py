@@ -17,6 +17,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -400,6 +401,16 @@ def test_rescale_2_3_1_with_windows_and_timers_open(spark_slots, tmp_path):
                                restore=restore)
         client = env.execute_async("event-time")
         assert client.wait_until_running(60)
+        if p == 2:  # the watermark of every event-time operator, in the REST API and in /metrics
+            jm = client.job_manager
+            deadline = time.monotonic() + 60
+            while "KeyedProcess" not in str(jm.job_info()["watermarks"]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            wms = jm.job_info()["watermarks"]
+            timers = next(v for k, v in wms.items() if "KeyedProcess" in k)
+            assert timers["low"] == min(timers["subtasks"].values()) and timers["low"] >= 1000
+            with urllib.request.urlopen(f"{jm.rest.url}/metrics", timeout=10) as r:
+                assert 'streamjob_current_output_watermark{' in r.read().decode()
         time.sleep(1.0)
         restore = client.stop_with_savepoint(False, savepoints, timeout=120)
         client.get_job_execution_result(120)

@@ -285,7 +285,10 @@ class JobManager:
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
                     "latest_checkpoint": None if latest is None else {
                         "id": latest.checkpoint_id, "path": latest.url,
-                        "completed_time": latest.metadata.completed_ms / 1000.0}}
+                        "completed_time": latest.metadata.completed_ms / 1000.0},
+                    # event time: the lowest watermark over an operator's subtasks (Flink's low watermark)
+                    "watermarks": {op: {"low": min(w.values()), "subtasks": {str(k): v for k, v in sorted(w.items())}}
+                                   for op, w in self._watermarks_unlocked().items()}}
 
     def restored_info(self) -> dict[str, Any] | None:
         if self.restored is None:
@@ -332,6 +335,7 @@ class JobManager:
                                    for status in ("COMPLETED", "FAILED")},
                     "restored_time": self.restored[1] if self.restored else None,
                     "records": {self.operator_names.get(k, k): v for k, v in self.operator_totals().items()},
+                    "watermarks": self._watermarks_unlocked(),
                     "backpressure": bp}
 
     def savepoint_status(self, trigger_id: str) -> SavepointRequest | None:
@@ -406,11 +410,24 @@ class JobManager:
         with self._lock:
             totals: dict[str, list[int]] = {}
             for per_slot in self.metrics.values():
-                for op, (rin, rout) in per_slot.items():
+                for op, values in per_slot.items():
                     t = totals.setdefault(op, [0, 0])
-                    t[0] += rin
-                    t[1] += rout
+                    t[0] += values[0]
+                    t[1] += values[1]
             return totals
+
+    def operator_watermarks(self) -> dict[str, dict[int, int]]:
+        """operator name -> subtask -> its current watermark (ms), for operators that have one."""
+        with self._lock:
+            return self._watermarks_unlocked()
+
+    def _watermarks_unlocked(self) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for slot, per_slot in self.metrics.items():
+            for op, values in per_slot.items():
+                if len(values) > 2 and values[2] is not None:
+                    out.setdefault(self.operator_names.get(op, op), {})[slot] = values[2]
+        return out
 
     def task_pids(self) -> dict[int, int]:
         """slot -> process id of the task running it (current attempt)."""

@@ -20,6 +20,7 @@ streamjob_checkpoint_alignment_time_seconds                   checkpointAlignmen
 streamjob_num_restarts_total                                  numRestarts
 streamjob_uptime_seconds / streamjob_job_state{state}          uptime, and 1 for the current state
 streamjob_num_records_in_total / _out_total {operator}        numRecordsIn / numRecordsOut
+streamjob_current_output_watermark {operator, subtask}        currentOutputWatermark (ms; event time only)
 streamjob_back_pressured_time_seconds_total {task, subtask}   backPressuredTimeMsPerSecond, as a counter
 streamjob_is_back_pressured {task, subtask}                   isBackPressured
 =============================================================  ==========================================
@@ -111,6 +112,14 @@ class JobMetrics:
             rout.add_metric([*values, name], o)
         yield rin
         yield rout
+        wm = GaugeMetricFamily("streamjob_current_output_watermark",
+                               "Event-time watermark an operator subtask last emitted, in ms since the epoch "
+                               "(currentOutputWatermark); absent before its first watermark",
+                               labels=[*labels, "operator", "subtask"])
+        for name, per in sorted(snap["watermarks"].items()):
+            for subtask, value in sorted(per.items()):
+                wm.add_metric([*values, name, str(subtask)], float(value))
+        yield wm
         bp = CounterMetricFamily("streamjob_back_pressured_time_seconds",
                                  "Time a task could not emit because downstream had no room (rate() = "
                                  "backPressuredTimeMsPerSecond / 1000)", labels=[*labels, "task", "subtask"])

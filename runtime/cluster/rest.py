@@ -221,7 +221,15 @@ OPENAPI: dict[str, Any] = {
                     "latest_checkpoint": _ref("CheckpointRef"),
                     "final_savepoint": {"type": ["string", "null"],
                                         "description": "path of the stop-with-savepoint that ended the job"},
-                    "error": {"type": ["string", "null"], "description": "why the job FAILED"}}},
+                    "error": {"type": ["string", "null"], "description": "why the job FAILED"},
+                    "watermarks": {
+                        "type": "object", "description": "event time, per operator that has a watermark: the "
+                        "lowest over its subtasks and each subtask's (ms since the epoch)",
+                        "additionalProperties": {
+                            "type": "object", "required": ["low", "subtasks"],
+                            "properties": {"low": {"type": "integer"},
+                                           "subtasks": {"type": "object",
+                                                        "additionalProperties": {"type": "integer"}}}}}}},
             "CheckpointStats": {
                 "type": "object", "required": ["id", "status", "trigger_time", "duration_ms", "state_size"],
                 "properties": {

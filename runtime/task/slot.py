@@ -21,7 +21,7 @@ from ..config import Configuration, Options
 from ..graph.job_graph import JobGraph, TaskVertex
 from ..network.channels import InputGate, OutputChannel, local_pair
 from ..batch import Stamped
-from ..network.events import MAX_WATERMARK, CheckpointBarrier, EndOfPartition, RuntimeEvent, Watermark, WatermarkStatus
+from ..network.events import MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, EndOfPartition, RuntimeEvent, Watermark, WatermarkStatus
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
@@ -568,7 +568,10 @@ class SlotRuntime:
                 task.stop_requested = True
 
     def operator_metrics(self) -> dict[str, list[int]]:
-        return {str(op_id): [op.records_in, op.output.records_out] for op_id, op in self.operators.items()}
+        """op id -> [records in, records out, current watermark (None before the first)]."""
+        return {str(op_id): [op.records_in, op.output.records_out,
+                             None if op.current_watermark == MIN_WATERMARK else op.current_watermark]
+                for op_id, op in self.operators.items()}
 
     def _report_metrics(self) -> None:
         if self.control is not None:
