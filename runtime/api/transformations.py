@@ -30,6 +30,7 @@ CO_FLAT_MAP = "co_flat_map"
 KEYED_CO_PROCESS = "keyed_co_process"  # params["keys"]: the KeySpec of each input
 TIMESTAMPS = "timestamps"  # params["strategy"]: a WatermarkStrategy
 WINDOW = "window"  # params: key, assigner, trigger, evictor, allowed_lateness, late_tag, mode, functions
+WINDOW_AGGREGATE = "window_aggregate"  # columnar sum/min/max of a column: params key, assigner, how, field, late_tag
 SINK = "sink"
 PARTITION = "partition"
 UNION = "union"
@@ -37,7 +38,7 @@ SIDE_OUTPUT = "side_output"  # params["tag"]: the name of one side output of its
 
 VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT)
 # Operators whose user function can emit to side outputs.
-SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS, KEYED_CO_PROCESS, WINDOW)
+SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS, KEYED_CO_PROCESS, WINDOW, WINDOW_AGGREGATE)
 TWO_INPUT_KINDS = (CO_PROCESS, CO_MAP, CO_FLAT_MAP, KEYED_CO_PROCESS)
 
 # Partitioners of PARTITION transformations
