@@ -38,6 +38,7 @@ class BarrierHandler:
         self.arrived: set[int] = set()
         self.started = 0.0
         self.latest = 0  # newest checkpoint id this task triggered or gave up
+        self.recording = False  # see UnalignedBarrierHandler
 
     def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
         n = barrier.checkpoint_id
@@ -96,6 +97,7 @@ class SnapshotJob:
     snapshots: list[Any]  # OperatorSnapshot per stateful operator of the chain
     sync_ms: float
     alignment_ms: float
+    channel_state: Any = None  # ChannelStateCollector of an unaligned-capable checkpoint
 
 
 @dataclass

@@ -1,0 +1,176 @@
+"""Unaligned checkpoints: barriers overtake in-flight data, which is persisted as channel state.
+
+Runtime-level tests (real channels, gate, task loop and barrier handler, no Spark) check what a
+snapshot and its channel state hold; the Spark test kills tasks of a back-pressured job and
+compares the committed output row for row with a failure-free run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from jobs import counting
+from streamjob.runtime import CheckpointingMode, StreamExecutionEnvironment
+from streamjob.runtime.checkpoint import channel_state
+from streamjob.runtime.checkpoint.channel_state import ChannelStateCollector
+from streamjob.runtime.config import ConfigError, Configuration
+from streamjob.runtime.network.channels import InputChannel, InputGate, OutputChannel
+from streamjob.runtime.network.events import CheckpointBarrier, EndOfPartition
+from streamjob.runtime.task.slot import Task
+from streamjob.runtime.task.unaligned import UnalignedBarrierHandler
+from test_checkpointing import Summer, committed_rows
+
+
+def two_input_task(timeout_ms: int = 0):
+    """A task summing two inputs; its unaligned snapshots record (operator sums, channel state)."""
+    channels = [InputChannel(edge=0, source_subtask=0, input_index=0), InputChannel(edge=1, source_subtask=0, input_index=1)]
+    gate = InputGate(channels)
+    head = Summer()
+    task = Task(SimpleNamespace(id=0), [head], [], gate)
+    taken = []
+
+    def on_unaligned(barrier, ms):
+        collector = ChannelStateCollector(barrier.checkpoint_id, barrier)
+        taken.append(("unaligned", list(head.sums), collector))
+        return collector
+
+    task.barriers = UnalignedBarrierHandler(gate, on_aligned=lambda b, ms: taken.append(("aligned", list(head.sums), None)),
+                                            on_abort=lambda n, why: taken.append(("abort", n, why)),
+                                            on_unaligned=on_unaligned, timeout_ms=timeout_ms)
+    return channels, head, task, taken
+
+
+def recorded(collector: ChannelStateCollector) -> dict:
+    state = channel_state.read(collector.to_bytes(), "test")
+    return {key: [row for batch in batches for row in batch] for key, batches in state.inputs.items()}
+
+
+def test_first_barrier_overtakes_queued_data_and_the_rest_becomes_channel_state():
+    channels, head, task, taken = two_input_task()
+    now_ms = int(time.time() * 1000)
+    for item in ([1], [2], CheckpointBarrier(1, now_ms, unaligned=True), [4], [8], EndOfPartition()):
+        channels[0].push(item)
+    for item in ([10], [20]):
+        channels[1].push(item)
+    assert task.step(0.0)
+    # The barrier on input 0 jumped its queue: the snapshot holds nothing yet, and is taken at once.
+    kind, sums, collector = taken[0]
+    assert kind == "unaligned" and sums == [0, 0]
+    for item in ([40], CheckpointBarrier(1, now_ms, unaligned=True), [80], EndOfPartition()):
+        channels[1].push(item)
+    while task.step(0.0):
+        pass
+    assert task.finished and head.sums == [15, 150]
+    assert collector.complete and not task.barriers.recording
+    # Channel state = everything before the barrier on each input; processed later, persisted now.
+    assert recorded(collector) == {(0, 0): [1, 2], (1, 0): [10, 20, 40]}
+    # Restoring operator state + channel state gives what an aligned snapshot holds (3, 70).
+    assert [s + sum(r) for s, r in zip(sums, recorded(collector).values())] == [1 + 2, 10 + 20 + 40]
+    assert collector.bytes_in > 0 and len(taken) == 1
+
+
+def test_savepoint_barriers_stay_aligned():
+    channels, head, task, taken = two_input_task()
+    for item in ([1], CheckpointBarrier(1, 0, savepoint="file:///sp"), [4], EndOfPartition()):
+        channels[0].push(item)
+    for item in ([10], [20], CheckpointBarrier(1, 0, savepoint="file:///sp"), EndOfPartition()):
+        channels[1].push(item)
+    while task.step(0.0):
+        pass
+    assert taken == [("aligned", [1, 30], None)]
+
+
+def test_aligned_checkpoint_switches_to_unaligned_after_the_timeout():
+    channels, head, task, taken = two_input_task(timeout_ms=60_000)
+    fresh = CheckpointBarrier(1, int(time.time() * 1000))
+    for item in ([1], fresh, [4]):
+        channels[0].push(item)
+    for item in ([10], [20]):
+        channels[1].push(item)
+    for _ in range(3):
+        task.step(0.0)
+        task.barriers.poll_timeout()
+    # Within the timeout: aligned, input 0 blocked after its barrier, nothing snapshotted.
+    assert taken == [] and task.barriers.pending is fresh and head.sums == [1, 30]
+    assert task.gate.is_blocked(0)
+    channels[1].push([40])
+    task.barriers.timeout_ms = 1  # the alignment now lasts longer than the timeout
+    time.sleep(0.01)
+    task.barriers.poll_timeout()
+    kind, sums, collector = taken[0]
+    assert kind == "unaligned" and sums == [1, 30] and not task.gate.is_blocked(0)
+    for item in ([80], CheckpointBarrier(1, fresh.timestamp_ms), EndOfPartition()):
+        channels[1].push(item)
+    channels[0].push(EndOfPartition())
+    while task.step(0.0):
+        pass
+    assert head.sums == [5, 150] and collector.complete
+    assert recorded(collector) == {(1, 0): [40, 80]}
+
+
+def test_a_barrier_queued_past_the_timeout_overtakes_the_data_before_it():
+    channels, head, task, taken = two_input_task(timeout_ms=50)
+    old = CheckpointBarrier(1, int(time.time() * 1000) - 1000)  # triggered 1 s ago
+    for item in ([1], [2], old, [4]):
+        channels[0].push(item)
+    channels[1].push([10])
+    task.barriers.poll_timeout()
+    kind, sums, collector = taken[0]
+    assert kind == "unaligned" and sums == [0, 0]
+    assert list(channels[0].queue) == [[1], [2], [4]]  # the barrier left the queue
+    channels[1].push(CheckpointBarrier(1, old.timestamp_ms))
+    for ch in channels:
+        ch.push(EndOfPartition())
+    while task.step(0.0):
+        pass
+    assert recorded(collector) == {(0, 0): [1, 2], (1, 0): [10]}
+
+
+def test_output_barrier_overtakes_batches_waiting_for_credit():
+    sent = []
+    out = OutputChannel(lambda item, is_data: sent.append(item), batch_size=100, buffer_timeout_ms=1000)
+    out.add_credits(1)
+    for b in ([1], [2], [3]):
+        out.emit(b)
+        out.flush()
+    barrier = CheckpointBarrier(1, 0, unaligned=True)
+    assert sent == [[1]] and out.overtake(barrier) == [[2], [3]]
+    assert sent == [[1], barrier]  # events take no credit: it went out at once, before [2] and [3]
+    out.add_credits(2)
+    assert sent == [[1], barrier, [2], [3]]
+
+
+def test_aligned_barrier_in_an_output_queue_times_out_into_an_unaligned_one():
+    sent = []
+    out = OutputChannel(lambda item, is_data: sent.append(item), batch_size=100, buffer_timeout_ms=1000)
+    out.emit([1])
+    barrier = CheckpointBarrier(1, 0)
+    out.send_event(barrier)
+    collector = ChannelStateCollector(1, barrier, waiting_outputs={(0, 0): out})
+    collector.settle_outputs(start_delay_ms=10, timeout_ms=100)
+    assert not collector.complete and sent == []
+    collector.settle_outputs(start_delay_ms=200, timeout_ms=100)
+    assert collector.complete and collector.unaligned and sent == [barrier]
+    assert channel_state.read(collector.to_bytes(), "test").outputs == {(0, 0): [[1]]}
+
+
+def test_unaligned_checkpoints_need_exactly_once_and_the_api_names_the_options():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    config = env.get_checkpoint_config()
+    assert not config.is_unaligned_checkpoints_enabled()
+    config.enable_unaligned_checkpoints()
+    config.set_aligned_checkpoint_timeout(2000)
+    assert config.is_unaligned_checkpoints_enabled() and config.get_aligned_checkpoint_timeout() == 2000
+    config.disable_unaligned_checkpoints()
+    assert not config.is_unaligned_checkpoints_enabled()
+    with pytest.raises(ConfigError, match="execution.checkpointing.unaligned=true needs execution.checkpointing.mode"):
+        Configuration({"execution.checkpointing.unaligned": "true",
+                       "execution.checkpointing.mode": "AT_LEAST_ONCE"}).unaligned_checkpoints()
+    assert Configuration({"execution.checkpointing.unaligned.enabled": "true",
+                          "execution.checkpointing.aligned-checkpoint-timeout": "1 s"}).unaligned_checkpoints() == (True, 1000)
