@@ -174,3 +174,54 @@ def test_unaligned_checkpoints_need_exactly_once_and_the_api_names_the_options()
                        "execution.checkpointing.mode": "AT_LEAST_ONCE"}).unaligned_checkpoints()
     assert Configuration({"execution.checkpointing.unaligned.enabled": "true",
                           "execution.checkpointing.aligned-checkpoint-timeout": "1 s"}).unaligned_checkpoints() == (True, 1000)
+
+
+# -- real Spark: exactly once under kills, back-pressured, unaligned ------------------------------------
+def kill_until_channel_state_restored(client, rng: random.Random, min_kills: int = 3, max_kills: int = 5):
+    """SIGKILL random task processes (each time once the job runs again and a checkpoint completed
+    since the last kill, so every restore has one) until at least ``min_kills`` happened and one restore
+    used a checkpoint holding channel state. Returns (kills, {restored checkpoint id: held channel state})."""
+    assert client.wait_until_running(60)
+    jm = client.job_manager
+    kills, restores = 0, {}
+    completed_at_kill = 0
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and not client._finished.is_set():
+        if jm.restore is not None:
+            restores[jm.restore.checkpoint_id] = bool(jm.restore.metadata.channel_state())
+        if kills >= max_kills or (kills >= min_kills and any(restores.values())):
+            break
+        time.sleep(rng.uniform(0.3, 1.2))
+        pids = jm.task_pids()
+        if not jm.all_running() or len(pids) < 3 or jm.coordinator.counts["COMPLETED"] <= completed_at_kill:
+            continue
+        try:
+            completed_at_kill = jm.coordinator.counts["COMPLETED"]
+            os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
+            kills += 1
+        except ProcessLookupError:
+            pass
+    return kills, restores
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_random_kills_with_unaligned_checkpoints_under_backpressure_lose_and_duplicate_nothing(
+        spark_slots, tmp_path, backend):
+    rng = random.Random(int(time.time()))
+    rows = 30_000
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    # The keyed operator takes 0.5 ms a row (~2,000 rows/s per subtask) and the source offers 20,000
+    # rows/s: every channel stays full, so each unaligned barrier overtakes in-flight data.
+    env = counting.build(out, checkpoints, rows, rate=20_000, interval_ms=rng.randint(200, 400), backend=backend,
+                         conf={"execution.checkpointing.unaligned": "true"}, slow_ms=0.5)
+    client = env.execute_async("counting-unaligned")
+    kills, restores = kill_until_channel_state_restored(client, rng)
+    result = client.get_job_execution_result(300)
+    assert kills >= 3 and result.restarts >= 2  # (a kill as the job ends may find nothing left to restart)
+    completed = [c for c in result.checkpoints if c["status"] == "COMPLETED"]
+    assert any(c["checkpoint_type"] == "UNALIGNED_CHECKPOINT" and c["persisted_data"] > 0 for c in completed)
+    assert any(restores.values()), f"no restore used a checkpoint holding in-flight data: {restores}"
+    got = committed_rows(out)
+    expected = counting.expected_rows(rows)
+    assert len(got) == len(expected)
+    assert got == expected

@@ -552,11 +552,16 @@ class SlotRuntime:
         sync_ms = (time.perf_counter() - started) * 1000.0
         task.last_checkpoint = n
         job = SnapshotJob(task, n, snaps, sync_ms, alignment_ms, collector)
-        if collector is None:
-            self.snapshots.submit(job)  # type: ignore[union-attr]
-        else:
+        if collector is None or (not overtake and collector.complete):
+            self._submit(job)
+        else:  # the handler fills in the input side after this returns
             self._parked.append(job)  # submitted by _settle_channel_state once every channel is settled
         return collector
+
+    def _submit(self, job: SnapshotJob) -> None:
+        if job.channel_state is not None and not job.channel_state.empty:
+            job.snapshots.append(ChannelStateSnapshot(job.channel_state))
+        self.snapshots.submit(job)  # type: ignore[union-attr]
 
     def _settle_channel_state(self) -> None:
         """Submit the parked snapshots whose channel state is complete; let aligned barriers stuck in
@@ -577,9 +582,7 @@ class SlotRuntime:
         ready = [job for job in self._parked if job.channel_state.complete]
         for job in ready:
             self._parked.remove(job)
-            if not job.channel_state.empty:
-                job.snapshots.append(ChannelStateSnapshot(job.channel_state))
-            self.snapshots.submit(job)  # type: ignore[union-attr]
+            self._submit(job)
 
     def _drop_parked(self, task: Task | None, checkpoint_id: int, decline: bool = False) -> None:
         """Give up parked snapshots of checkpoints up to ``checkpoint_id`` (aborted, or overtaken by a
@@ -647,6 +650,8 @@ class SlotRuntime:
         self.control.send({"type": "end_of_data", "slot": self.subtask, "attempt": self.attempt})
         while not self.final_checkpoint_done:
             self._handle_control()
+            if self._parked:
+                self._settle_channel_state()
             if self.snapshots.results:  # type: ignore[union-attr]
                 self._collect_snapshots()
             self.transport.poll(0.01)
