@@ -225,3 +225,66 @@ def test_random_kills_with_unaligned_checkpoints_under_backpressure_lose_and_dup
     expected = counting.expected_rows(rows)
     assert len(got) == len(expected)
     assert got == expected
+
+
+# -- statistics: Flink's persisted_data / processed_data in REST and Prometheus --------------------------
+def test_persisted_in_flight_bytes_per_checkpoint_in_rest_stats_and_metrics(tmp_path):
+    from streamjob.runtime.checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings
+    from streamjob.runtime.checkpoint.storage import CheckpointStorage, load_checkpoint
+    from streamjob.runtime.cluster.jobmanager import JobManager
+    from streamjob.runtime.cluster.metrics import JobMetrics
+
+    storage = CheckpointStorage(f"file://{tmp_path}", "job1", inline_threshold=0)
+    storage.initialize()
+    settings = CheckpointSettings(interval_ms=100, mode="EXACTLY_ONCE", timeout_ms=10_000, min_pause_ms=0,
+                                  max_concurrent=1, tolerable_failures=0, num_retained=2,
+                                  retention="NO_EXTERNALIZED_CHECKPOINTS")
+    cc = CheckpointCoordinator(settings, storage, job_id="job1", job_name="j", parallelism=2, max_parallelism=128,
+                               operators={"sum": "Sum"}, tasks=[1])
+    jm = JobManager("job1", "j", 2, coordinator=cc)
+    collector = ChannelStateCollector(1, CheckpointBarrier(1, 0, unaligned=True), input_keys=[(0, 0)])
+    rows = [{"k": i, "v": f"value {i}"} for i in range(300)]
+    collector.add_input(0, [rows])
+    data = collector.to_bytes()
+    for n, persisted in ((1, collector.bytes_in), (2, 0)):
+        cc.trigger(float(n))
+        for sub in range(2):
+            handles = {"sum": storage.write_state(n, f"sum-{sub}", b"state", {"operator": [0, 1]})}
+            if persisted and sub == 1:
+                handles[channel_state.CHANNEL_STATE_KEY] = storage.write_state(n, "cs-1", data, {"channel_state": {}})
+            jm._on_ack({"type": "ack", "slot": sub, "attempt": 0, "id": n, "task": 1, "name": "Sum", "handles": handles,
+                        "sync_ms": 1, "async_ms": 1, "alignment_ms": 0, "size": 5,
+                        "persisted_data": persisted if sub == 1 else 0, "processed_data": persisted if sub == 1 else 0,
+                        "unaligned": bool(persisted)})
+        if n == 1:
+            # The unaligned checkpoint's _metadata names its channel state, which reads back as recorded.
+            root, meta = load_checkpoint(storage.checkpoint_url(1))
+            assert set(meta.channel_state()) == {"1"} and meta.channel_state()["1"][0] is None
+            assert recorded(collector) == {(0, 0): rows}
+            text = JobMetrics(jm).exposition()[0].decode()
+            assert f'streamjob_last_checkpoint_persisted_data_bytes{{job="j",job_id="job1"}} {float(persisted)}' in text
+            assert 'streamjob_last_checkpoint_unaligned{job="j",job_id="job1"} 1.0' in text
+    history = sorted(jm.checkpoints_info()["history"], key=lambda h: h["id"])
+    assert [(h["id"], h["checkpoint_type"], h["persisted_data"]) for h in history] == [
+        (1, "UNALIGNED_CHECKPOINT", collector.bytes_in), (2, "CHECKPOINT", 0)]
+    assert collector.bytes_in > 1000 and history[0]["processed_data"] == collector.bytes_in
+    text = JobMetrics(jm).exposition()[0].decode()
+    assert 'streamjob_last_checkpoint_persisted_data_bytes{job="j",job_id="job1"} 0.0' in text
+    assert 'streamjob_last_checkpoint_processed_data_bytes{job="j",job_id="job1"} 0.0' in text
+
+
+def test_restoring_channel_state_at_another_parallelism_is_refused_naming_savepoints():
+    from streamjob.runtime.checkpoint.coordinator import CompletedCheckpoint
+    from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
+    from streamjob.runtime.cluster.executor import JobDefinitionError, check_restorable
+
+    def checkpoint(channel: dict) -> CompletedCheckpoint:
+        meta = CheckpointMetadata(checkpoint_id=7, job_id="j", job_name="counting", timestamp_ms=0, parallelism=3,
+                                  max_parallelism=128, operators={}, extra={"channel_state": channel} if channel else {})
+        return CompletedCheckpoint(7, "file:///c/j/chk-7", meta)
+
+    graph = counting.build("/tmp/out", "/tmp/chk", 10, 10, parallelism=2)._build("counting")
+    assert check_restorable(checkpoint({}), graph, False) == []  # aligned: rescaling is fine
+    with pytest.raises(JobDefinitionError, match=r"unaligned checkpoint holding in-flight data .* only be restored "
+                                                 r"at parallelism 3, this job has 2.*savepoint"):
+        check_restorable(checkpoint({"2": [None, {"data": "", "index": {}}, None]}), graph, False)
