@@ -46,6 +46,7 @@ class TaskCheckpointStats:
     persisted_data: int = 0  # in-flight bytes stored as channel state (unaligned checkpoints), as Flink's
     processed_data: int = 0  # bytes processed between the barrier overtaking them and the snapshot settling
     unaligned: bool = False  # a barrier overtook in-flight data at this subtask
+    start_delay_ms: float = 0.0  # trigger to this subtask's snapshot: how long the barrier took to come
 
 
 @dataclass
@@ -84,6 +85,7 @@ class CheckpointStats:
                 "duration_ms": self.duration_ms, "state_size": self.state_size,
                 "checkpointed_size": self.checkpointed_size, "max_sync_ms": worst("sync_ms"),
                 "max_async_ms": worst("async_ms"), "max_alignment_ms": worst("alignment_ms"),
+                "max_start_delay_ms": worst("start_delay_ms"),
                 "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint,
                 "persisted_data": self.persisted_data, "processed_data": self.processed_data,
                 "checkpoint_type": self.checkpoint_type}

@@ -382,7 +382,8 @@ class JobManager:
         stats = TaskCheckpointStats(str(msg.get("name", msg["task"])), int(msg["slot"]), float(msg["sync_ms"]),
                                     float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]),
                                     int(msg.get("uploaded", msg["size"])), int(msg.get("persisted_data", 0)),
-                                    int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)))
+                                    int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)),
+                                    float(msg.get("start_delay_ms", 0.0)))
         with self._lock:
             if int(msg.get("attempt", -1)) != self.attempt:
                 cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])

@@ -21,6 +21,7 @@ streamjob_last_checkpoint_persisted_data_bytes                REST persisted_dat
                                                               bytes an unaligned checkpoint stored (channel state)
 streamjob_last_checkpoint_processed_data_bytes                REST processed_data: bytes processed while overtaken
 streamjob_last_checkpoint_unaligned                           1 if the last checkpoint was UNALIGNED_CHECKPOINT
+streamjob_checkpoint_start_delay_seconds                      checkpointStartDelayNanos (slowest task, last)
 streamjob_num_restarts_total                                  numRestarts
 streamjob_uptime_seconds / streamjob_job_state{state}          uptime, and 1 for the current state
 streamjob_num_records_in_total / _out_total {operator}        numRecordsIn / numRecordsOut
@@ -112,6 +113,10 @@ class JobMetrics:
         yield gauge("streamjob_last_checkpoint_unaligned",
                     "1 if barriers overtook in-flight data in the last completed checkpoint (UNALIGNED_CHECKPOINT)",
                     None if last is None else float(last.get("checkpoint_type") == "UNALIGNED_CHECKPOINT"))
+        yield gauge("streamjob_checkpoint_start_delay_seconds",
+                    "Trigger to the snapshot of the task the barrier reached last, in the last completed checkpoint "
+                    "(checkpointStartDelayNanos): grows with backpressure unless checkpoints are unaligned",
+                    None if last is None else last.get("max_start_delay_ms", 0.0) / 1000.0)
         yield gauge("streamjob_last_checkpoint_restore_timestamp_seconds",
                     "Unix time the job last restored state from a checkpoint or savepoint",
                     snap["restored_time"])

@@ -234,7 +234,9 @@ OPENAPI: dict[str, Any] = {
                                        "(unaligned checkpoints), as Flink's persisted_data"},
                     "processed_data": {"type": "integer", "description": "bytes processed while the barriers "
                                        "overtook them, as Flink's processed_data"},
-                    "checkpoint_type": {"enum": ["CHECKPOINT", "UNALIGNED_CHECKPOINT", "SAVEPOINT"]}}},
+                    "checkpoint_type": {"enum": ["CHECKPOINT", "UNALIGNED_CHECKPOINT", "SAVEPOINT"]},
+                    "max_start_delay_ms": {**_NUM, "description": "trigger to the snapshot of the subtask the "
+                                           "barrier reached last (Flink's checkpoint start delay)"}}},
             "Checkpoints": {
                 "type": "object", "required": ["counts", "latest", "history"],
                 "properties": {

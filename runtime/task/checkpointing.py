@@ -98,6 +98,7 @@ class SnapshotJob:
     sync_ms: float
     alignment_ms: float
     channel_state: Any = None  # ChannelStateCollector of an unaligned-capable checkpoint
+    start_delay_ms: float = 0.0  # trigger to this snapshot (Flink's checkpointStartDelay)
 
 
 @dataclass

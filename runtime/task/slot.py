@@ -118,7 +118,7 @@ class Task:
         barriers = self.barriers
         if gate.priority:  # unaligned barriers overtake everything, backpressure included
             barriers.on_priority()  # type: ignore[union-attr]
-            progressed = True
+            return True  # back to the loop first: it submits the snapshot before this task takes more input
         self.backpressured = False
         for _ in range(ITEMS_PER_STEP):
             if not self.writers_available():
@@ -551,7 +551,8 @@ class SlotRuntime:
                                                  for j, ch in enumerate(w.channels) if ch.holds(barrier)}
         sync_ms = (time.perf_counter() - started) * 1000.0
         task.last_checkpoint = n
-        job = SnapshotJob(task, n, snaps, sync_ms, alignment_ms, collector)
+        job = SnapshotJob(task, n, snaps, sync_ms, alignment_ms, collector,
+                          max(0.0, time.time() * 1000.0 - barrier.timestamp_ms) if barrier.timestamp_ms else 0.0)
         if collector is None or (not overtake and collector.complete):
             self._submit(job)
         else:  # the handler fills in the input side after this returns
@@ -624,7 +625,7 @@ class SlotRuntime:
                                    "task": task.vertex.id, "name": task.vertex.name(self.graph),
                                    "handles": r.handles, "sync_ms": r.job.sync_ms, "async_ms": r.async_ms,
                                    "alignment_ms": r.job.alignment_ms, "size": r.size, "uploaded": r.uploaded,
-                                   **_channel_state_stats(r.job.channel_state)})
+                                   "start_delay_ms": r.job.start_delay_ms, **_channel_state_stats(r.job.channel_state)})
 
     def _decline(self, task: Task, checkpoint_id: int, reason: str) -> None:
         if self.control is not None:
