@@ -80,7 +80,7 @@ def row(i: int) -> dict:
     return {"key": i % 1000, "value": i}
 
 
-def run(args: argparse.Namespace, unaligned: bool, checkpoint_dir: str) -> dict:
+def run(args: argparse.Namespace, unaligned: bool, checkpoint_dir: str, timeout_ms: int = 0) -> dict:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.configure({"execution.batch-size": args.batch_size,
@@ -90,9 +90,10 @@ def run(args: argparse.Namespace, unaligned: bool, checkpoint_dir: str) -> dict:
     config.set_checkpoint_storage(f"file://{checkpoint_dir}")
     if unaligned:
         config.enable_unaligned_checkpoints()
+        config.set_aligned_checkpoint_timeout(timeout_ms)
     (env.from_source(DataGenSource(row), name="numbers")
         .key_by(lambda r: "hot").sink_to(SlowSink(args.sink_us_per_row)))
-    client = env.execute_async("backpressure-" + ("unaligned" if unaligned else "aligned"))
+    client = env.execute_async("backpressure-" + mode_name(unaligned, timeout_ms))
     assert client.wait_until_running(120), "the job did not start"
     started = time.time()
     time.sleep(args.seconds)
@@ -107,10 +108,17 @@ def run(args: argparse.Namespace, unaligned: bool, checkpoint_dir: str) -> dict:
     completed = [c for c in history if c["status"] == "COMPLETED" and c["trigger_time"] >= started + WARMUP_S]
     return {
         "unaligned": unaligned,
+        "mode": mode_name(unaligned, timeout_ms),
         "checkpoints": completed,
         "failed": sum(c["status"] == "FAILED" for c in history),
         "back_pressured": {f"{task}#{sub}": seconds for (task, sub), (seconds, _) in backpressure.items()},
     }
+
+
+def mode_name(unaligned: bool, timeout_ms: int) -> str:
+    if not unaligned:
+        return "aligned"
+    return f"timeout {timeout_ms} ms" if timeout_ms else "unaligned"
 
 
 def median(runs: list[dict], field: str) -> float | None:
@@ -126,24 +134,30 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=200)
     parser.add_argument("--buffers-per-channel", type=int, default=64)
     parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--aligned-timeout-ms", type=int, default=0,
+                        help="also run unaligned checkpoints with this aligned-checkpoint timeout (a third mode: "
+                             "each checkpoint starts aligned and switches once it is that late)")
     args = parser.parse_args()
 
+    modes = [(False, 0), (True, 0)] + ([(True, args.aligned_timeout_ms)] if args.aligned_timeout_ms else [])
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="sj-bench-bp-") as d:
         for i in range(args.rounds):
-            for unaligned in ((False, True) if i % 2 == 0 else (True, False)):
-                r = run(args, unaligned, d)
+            for unaligned, timeout_ms in (modes if i % 2 == 0 else modes[::-1]):
+                r = run(args, unaligned, d, timeout_ms)
                 runs.append(r)
                 durations = [c["duration_ms"] for c in r["checkpoints"]]
-                print(f"  {'unaligned' if unaligned else 'aligned  '}: {len(durations)} checkpoints, "
+                print(f"  {r['mode']:<16}: {len(durations)} checkpoints, "
                       f"median {statistics.median(durations) if durations else float('nan'):.0f} ms, "
                       f"{r['failed']} failed", flush=True)
 
     rows = []
-    for unaligned in (False, True):
-        mine = [r for r in runs if r["unaligned"] == unaligned]
+    for unaligned, timeout_ms in modes:
+        mine = [r for r in runs if r["mode"] == mode_name(unaligned, timeout_ms)]
         rows.append({
-            "mode": "unaligned" if unaligned else "aligned",
+            "mode": mode_name(unaligned, timeout_ms),
+            "unaligned_checkpoints": sum(c["checkpoint_type"] == "UNALIGNED_CHECKPOINT"
+                                         for r in mine for c in r["checkpoints"]),
             "checkpoints": sum(len(r["checkpoints"]) for r in mine),
             "duration_ms_median": median(mine, "duration_ms"),
             "duration_ms_max": max((c["duration_ms"] for r in mine for c in r["checkpoints"]), default=None),
@@ -152,7 +166,7 @@ def main() -> int:
             "persisted_bytes_median": median(mine, "persisted_data"),
             "failed": sum(r["failed"] for r in mine),
         })
-    aligned, unaligned_row = rows
+    aligned, unaligned_row = rows[0], rows[1]
     ratio = None
     if aligned["duration_ms_median"] and unaligned_row["duration_ms_median"]:
         ratio = aligned["duration_ms_median"] / unaligned_row["duration_ms_median"]
@@ -165,8 +179,8 @@ def main() -> int:
           f"batches of {args.batch_size} rows, "
           f"{args.buffers_per_channel} credits per channel; a checkpoint every {args.interval_ms} ms "
           f"({args.rounds} runs of {args.seconds:g} s per mode, first {WARMUP_S:g} s left out)")
-    header = f"{'mode':<10} {'checkpoints':>11} {'end-to-end median':>18} {'max':>9} {'start delay median':>19} " \
-             f"{'alignment median':>17} {'persisted median':>17}"
+    header = f"{'mode':<16} {'checkpoints':>11} {'unaligned':>9} {'end-to-end median':>18} {'max':>9} " \
+             f"{'start delay median':>19} {'alignment median':>17} {'persisted median':>17}"
     print(header)
     print("-" * len(header))
 
@@ -175,7 +189,8 @@ def main() -> int:
 
     for r in rows:
         persisted = "n/a" if r["persisted_bytes_median"] is None else f"{r['persisted_bytes_median'] / 1024:.0f} KiB"
-        print(f"{r['mode']:<10} {r['checkpoints']:>11} {ms(r['duration_ms_median']):>18} {ms(r['duration_ms_max']):>9} "
+        print(f"{r['mode']:<16} {r['checkpoints']:>11} {r['unaligned_checkpoints']:>9} "
+              f"{ms(r['duration_ms_median']):>18} {ms(r['duration_ms_max']):>9} "
               f"{ms(r['start_delay_ms_median']):>19} {ms(r['alignment_ms_median']):>17} {persisted:>17}")
     print("-" * len(header))
     ok = ratio is not None and ratio >= FLOOR

@@ -204,16 +204,20 @@ def kill_until_channel_state_restored(client, rng: random.Random, min_kills: int
     return kills, restores
 
 
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("backend, aligned_timeout_ms", [("hashmap", 0), ("rocksdb", 30)],
+                         ids=["hashmap-unaligned", "rocksdb-aligned-timeout"])
 def test_random_kills_with_unaligned_checkpoints_under_backpressure_lose_and_duplicate_nothing(
-        spark_slots, tmp_path, backend):
+        spark_slots, tmp_path, backend, aligned_timeout_ms):
+    """RocksDB runs with an aligned-checkpoint timeout of 30 ms: its checkpoints start aligned and turn
+    unaligned under the backpressure (the timeout path, with the same exactly-once check)."""
     rng = random.Random(int(time.time()))
     rows = 30_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     # The keyed operator takes 0.5 ms a row (~2,000 rows/s per subtask) and the source offers 20,000
     # rows/s: every channel stays full, so each unaligned barrier overtakes in-flight data.
     env = counting.build(out, checkpoints, rows, rate=20_000, interval_ms=rng.randint(200, 400), backend=backend,
-                         conf={"execution.checkpointing.unaligned": "true"}, slow_ms=0.5)
+                         conf={"execution.checkpointing.unaligned": "true",
+                               "execution.checkpointing.aligned-checkpoint-timeout": aligned_timeout_ms}, slow_ms=0.5)
     client = env.execute_async("counting-unaligned")
     kills, restores = kill_until_channel_state_restored(client, rng)
     result = client.get_job_execution_result(300)
