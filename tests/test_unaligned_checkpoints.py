@@ -169,6 +169,28 @@ def test_unaligned_checkpoints_need_exactly_once_and_the_api_names_the_options()
     assert config.is_unaligned_checkpoints_enabled() and config.get_aligned_checkpoint_timeout() == 2000
     config.disable_unaligned_checkpoints()
     assert not config.is_unaligned_checkpoints_enabled()
+    # The rest of PyFlink's CheckpointConfig does what it says, or names what it does not do.
+    from datetime import timedelta
+
+    from streamjob.runtime.api.checkpointing import ExternalizedCheckpointCleanup
+    from streamjob.runtime.api.time import Duration
+
+    assert config.set_alignment_timeout(Duration.of_seconds(3)).get_alignment_timeout() == 3000
+    assert config.set_aligned_checkpoint_timeout(timedelta(milliseconds=250)).get_aligned_checkpoint_timeout() == 250
+    assert not config.is_externalized_checkpoints_enabled()
+    config.enable_externalized_checkpoints(ExternalizedCheckpointCleanup.RETAIN_ON_CANCELLATION)
+    assert config.is_externalized_checkpoints_enabled()
+    config.set_externalized_checkpoint_cleanup(ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION)
+    assert config.get_externalized_checkpoint_cleanup() == ExternalizedCheckpointCleanup.DELETE_ON_CANCELLATION
+    assert config.set_fail_on_checkpointing_errors(False).get_tolerable_checkpoint_failure_number() == 2**31 - 1
+    assert config.set_fail_on_checkpointing_errors(True).is_fail_on_checkpointing_errors()
+    assert config.set_force_unaligned_checkpoints(True).is_force_unaligned_checkpoints()
+    config.set_checkpoint_storage_dir("file:///tmp/sj-checkpoints")
+    assert config.get_checkpoint_storage() == "file:///tmp/sj-checkpoints"
+    with pytest.raises(NotImplementedError, match="CheckpointConfig.enable_approximate_local_recovery"):
+        config.enable_approximate_local_recovery(True)
+    with pytest.raises(TypeError, match="execution.checkpointing.dir"):
+        config.set_checkpoint_storage(42)
     with pytest.raises(ConfigError, match="execution.checkpointing.unaligned=true needs execution.checkpointing.mode"):
         Configuration({"execution.checkpointing.unaligned": "true",
                        "execution.checkpointing.mode": "AT_LEAST_ONCE"}).unaligned_checkpoints()
