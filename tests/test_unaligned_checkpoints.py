@@ -156,7 +156,7 @@ def test_aligned_barrier_in_an_output_queue_times_out_into_an_unaligned_one():
     collector.settle_outputs(start_delay_ms=10, timeout_ms=100)
     assert not collector.complete and sent == []
     collector.settle_outputs(start_delay_ms=200, timeout_ms=100)
-    assert collector.complete and collector.unaligned and sent == [barrier]
+    assert collector.complete and collector.unaligned and sent == [CheckpointBarrier(1, 0, unaligned=True)]
     assert channel_state.read(collector.to_bytes(), "test").outputs == {(0, 0): [[1]]}
 
 

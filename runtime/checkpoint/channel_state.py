@@ -22,6 +22,7 @@ task decides when, the snapshot writer stores the bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -97,7 +98,8 @@ class ChannelStateCollector:
             if not ch.holds(self.barrier):
                 del self.waiting_outputs[key]
             elif timeout_ms is not None and start_delay_ms >= timeout_ms:
-                self.add_output(key, ch.overtake(self.barrier))
+                # Sent as an unaligned barrier: downstream lets it overtake its input queue too.
+                self.add_output(key, ch.overtake(dataclasses.replace(self.barrier, unaligned=True), self.barrier))
                 del self.waiting_outputs[key]
 
     @property

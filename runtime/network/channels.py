@@ -64,11 +64,11 @@ class OutputChannel:
             return None
         return deadline
 
-    def overtake(self, barrier: CheckpointBarrier) -> list[Any]:
-        """Unaligned checkpoint: put ``barrier`` at the front of the queue (if it already waits in it,
-        move it there) and return the batches it overtook. They still go out, after the barrier;
-        the caller persists them as this channel's output state (the receiver will not count them
-        in its snapshot, since they arrive after the barrier)."""
+    def overtake(self, barrier: CheckpointBarrier, replacing: CheckpointBarrier | None = None) -> list[Any]:
+        """Unaligned checkpoint: put ``barrier`` at the front of the queue (instead of ``replacing``, an
+        aligned barrier of the same checkpoint still waiting in it) and return the batches it overtook.
+        They still go out, after the barrier; the caller persists them as this channel's output state
+        (the receiver will not count them in its snapshot, since they arrive after the barrier)."""
         self._seal()  # records emitted before the snapshot belong before the barrier
         overtaken = []
         kept: deque[tuple[Any, bool]] = deque()
@@ -76,7 +76,7 @@ class OutputChannel:
             if is_data:
                 overtaken.append(item)
                 kept.append((item, is_data))
-            elif item is not barrier:
+            elif item is not barrier and item is not replacing:
                 kept.append((item, is_data))
         kept.appendleft((barrier, False))
         self._pending = kept

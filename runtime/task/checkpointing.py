@@ -5,7 +5,8 @@ arrived on every input channel. In EXACTLY_ONCE mode a channel that delivered
 barrier n is blocked until all have (alignment), so the snapshot holds exactly
 the effects of the records before the barrier on each input. In AT_LEAST_ONCE
 mode nothing is blocked; records after an early barrier are in the snapshot
-and replayed after a failure. A finished channel counts as aligned.
+and replayed after a failure. A finished channel counts as aligned. Unaligned
+checkpoints (barriers overtaking in-flight data) are ``unaligned.UnalignedBarrierHandler``.
 
 ``SnapshotWriter`` is the asynchronous phase: one thread per slot serialises
 the frozen state (chunk by chunk, so the task loop keeps the GIL most of the
