@@ -381,13 +381,14 @@ def test_pyflink_documentation_programs_print_what_pyflink_prints(spark_slots, t
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
-def test_windows_and_timers_are_exactly_once_under_random_task_kills(spark_slots, tmp_path, backend):
+@pytest.mark.parametrize("backend, unaligned", [("hashmap", False), ("rocksdb", True)],
+                         ids=["hashmap-aligned", "rocksdb-unaligned"])
+def test_windows_and_timers_are_exactly_once_under_random_task_kills(spark_slots, tmp_path, backend, unaligned):
     rng = random.Random(int(time.time()))
     rows = 24_000
     out = str(tmp_path / "out")
     env = event_time.build(out, str(tmp_path / "checkpoints"), rows, rate=4000, backend=backend,
-                           interval_ms=rng.randint(200, 400))
+                           interval_ms=rng.randint(200, 400), unaligned=unaligned)
     client = env.execute_async("event-time")
     killed = kill_tasks_at_random(client, 3, rng)
     result = client.get_job_execution_result(300)

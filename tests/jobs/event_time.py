@@ -82,7 +82,8 @@ class CountPerWindow(KeyedProcessFunction):
 
 
 def build(out: str, checkpoints: str | None, rows: int, rate: float | None, *, parallelism: int = 3,
-          backend: str = "hashmap", interval_ms: int = 300, restore: str | None = None) -> StreamExecutionEnvironment:
+          backend: str = "hashmap", interval_ms: int = 300, restore: str | None = None,
+          unaligned: bool = False) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     env.get_config().set("pipeline.auto-watermark-interval", 50)
@@ -93,6 +94,8 @@ def build(out: str, checkpoints: str | None, rows: int, rate: float | None, *, p
         config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
         env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
         env.set_state_backend(backend)
+        if unaligned:  # in-flight records (with their timestamps) become channel state
+            config.enable_unaligned_checkpoints()
     if restore:
         env.get_config().set("execution.state-recovery.path", restore)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(40)).with_timestamp_assigner("ts")
