@@ -1,6 +1,15 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
-from .api.datastream import AllWindowedStream, ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
+from .api.datastream import (
+    AllWindowedStream,
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    WindowedStream,
+)
 from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
@@ -11,11 +20,13 @@ from .api.checkpointing import (
 from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
 from .api.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
@@ -100,6 +111,9 @@ __all__ = [
     "WindowFunction",
     "AllWindowedStream",
     "WindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "AggregateFunction",
     "AggregatingStateDescriptor",
     "CheckpointConfig",
@@ -136,6 +150,7 @@ __all__ = [
     "JobDefinitionError",
     "JobExecutionResult",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
