@@ -17,6 +17,7 @@ from .api.checkpointing import (
     ExternalizedCheckpointCleanup,
     ExternalizedCheckpointRetention,
 )
+from .api.execution_config import ExecutionConfig
 from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
 from .api.functions import (
     AggregateFunction,
@@ -114,6 +115,7 @@ __all__ = [
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
+    "ExecutionConfig",
     "AggregateFunction",
     "AggregatingStateDescriptor",
     "CheckpointConfig",

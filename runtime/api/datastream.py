@@ -49,6 +49,10 @@ class DataStream:
     def get_name(self) -> str:
         return self._t.name
 
+    def get_execution_config(self) -> Any:
+        """The job's ExecutionConfig (the same object as ``env.get_config()``), as in PyFlink."""
+        return self._env.get_config()
+
     def _operator_transformation(self) -> Transformation:
         t = self._t
         if t.kind in T.VIRTUAL_KINDS:

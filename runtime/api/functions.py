@@ -50,6 +50,13 @@ class RuntimeContext:
         return self._attempt
 
     def get_job_parameter(self, key: str, default_value: Any = None) -> Any:
+        """A global job parameter (``env.get_config().set_global_job_parameters``), else the job's
+        configuration entry of that key."""
+        from .execution_config import GLOBAL_JOB_PARAMETERS, job_parameters
+
+        params = job_parameters(self._job_parameters.get(GLOBAL_JOB_PARAMETERS))
+        if key in params:
+            return params[key]
         return self._job_parameters.get(key, default_value)
 
     def is_checkpointing_enabled(self) -> bool:
