@@ -30,6 +30,7 @@ from streamjob.runtime import (
     KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     MapStateDescriptor,
+    OutputTag,
     StreamExecutionEnvironment,
     TimeDomain,
     Types,
@@ -39,7 +40,7 @@ from streamjob.runtime.api import transformations as T
 from streamjob.runtime.api.functions import RuntimeContext
 from streamjob.runtime.checkpoint.storage import StateLocation
 from streamjob.runtime.connectors import DiscardingSink
-from streamjob.runtime.graph.job_graph import JobDefinitionError, build_job_graph
+from streamjob.runtime.graph.job_graph import build_job_graph
 from streamjob.runtime.state.operator_state import BROADCAST, OperatorStateStore
 from streamjob.runtime.state.snapshot import serialize
 from streamjob.runtime.task.operators import create_operator
@@ -47,6 +48,7 @@ from test_checkpointing import kill_tasks_at_random
 
 RULES = MapStateDescriptor("rules", Types.STRING(), Types.INT())
 NAMES = MapStateDescriptor("names", Types.STRING(), Types.STRING())
+UNKNOWN = OutputTag("unknown")
 
 
 class Harness:
@@ -69,7 +71,9 @@ class Harness:
         ctx._state_root = state_root
         self.op = create_operator(self.node, ctx)
         self.out: list = []
+        self.side: list = []
         self.op.output.connect(lambda b, ts: self.out.extend(b), None)
+        self.op.output.connect(lambda b, ts: self.side.extend(b), UNKNOWN.tag_id)
 
     def open(self) -> "Harness":
         self.op.open()
@@ -94,7 +98,9 @@ class Threshold(BroadcastProcessFunction):
     def process_element(self, value, ctx):
         rules = ctx.get_broadcast_state(RULES)
         limit = rules.get(value[0])
-        if limit is not None and value[1] > limit:
+        if limit is None:
+            ctx.output(UNKNOWN, value)  # side outputs work as in every process function
+        elif value[1] > limit:
             yield value[0], value[1], ctx.get_broadcast_state(NAMES).get(value[0])
 
     def process_broadcast_element(self, value, ctx):
@@ -106,11 +112,11 @@ class Threshold(BroadcastProcessFunction):
 def test_broadcast_side_writes_element_side_reads_several_descriptors():
     h = Harness(Threshold(), keyed=False).open()
     h.element(("red", 5))
-    assert h.take() == []  # no rule yet
+    assert h.take() == [] and h.side == [("red", 5)]  # no rule yet
     h.rule(("red", 3), ("blue", 10))
     assert h.take() == [("rule", "red"), ("rule", "blue")]
     h.element(("red", 5), ("blue", 5), ("red", 2), ("green", 100))
-    assert h.take() == [("red", 5, "RED")]
+    assert h.take() == [("red", 5, "RED")] and h.side == [("red", 5), ("green", 100)]
 
     class Writes(BroadcastProcessFunction):
         def process_element(self, value, ctx):

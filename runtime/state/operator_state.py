@@ -6,12 +6,14 @@ elements out in even contiguous shares; *union* list state gives every
 subtask everything. At the same parallelism each subtask gets its own list back.
 
 *Broadcast* state (a key -> value map per ``MapStateDescriptor`` of a broadcast stream)
-is the same in every subtask: every subtask processes the same broadcast records, and an
-aligned barrier sits at the same place in each of their broadcast channels. Every subtask
-writes its copy, and on restore each new subtask takes one whole copy (its own at the same
-parallelism), as Flink does: at the same parallelism a subtask resumes from exactly the
-state it had, and after a rescale the reads spread over the old copies instead of all
-falling on one file.
+is the same in every subtask under exactly-once: every subtask processes the same broadcast
+records, and an aligned barrier sits at the same place in each of their broadcast channels.
+Every subtask writes its copy, and on restore each new subtask takes one whole copy (its own
+at the same parallelism), as Flink does. Writing only subtask 0's copy would save storage,
+but the copies are equal only with aligned barriers: without alignment (at-least-once) each
+subtask's copy matches its own position in the broadcast channels, and at the same
+parallelism it must get exactly that copy back to resume where it was. The maps are small by
+design (Flink keeps them in memory too), so p copies cost little.
 """
 
 from __future__ import annotations
