@@ -30,6 +30,7 @@ from streamjob.runtime import (
     KeyedProcessFunction,
     MapStateDescriptor,
     OutputTag,
+    PyFlinkNotSupported,
     StreamExecutionEnvironment,
     TimeDomain,
     Types,
@@ -254,6 +255,8 @@ def test_api_builds_broadcast_connected_streams_as_pyflink():
         items.key_by(lambda r: r[0]).connect(b).process(Threshold())
     with pytest.raises(TypeError, match="KeyedBroadcastProcessFunction needs a keyed stream"):
         items.connect(b).process(Buffer())
+    with pytest.raises(PyFlinkNotSupported, match=r"KeyedStream.broadcast\(\) .*before key_by"):
+        items.key_by(lambda r: r[0]).broadcast(RULES)  # as in PyFlink: a keyed stream keeps its partitioning
     with pytest.raises(TypeError, match="broadcast needs MapStateDescriptors"):
         rules.broadcast(ValueStateDescriptor("v"))
     with pytest.raises(TypeError, match=r"process_broadcast_element\(\) is missing"):

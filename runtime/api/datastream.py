@@ -331,6 +331,9 @@ class KeyedStream(DataStream):
     def forward(self) -> DataStream:
         return self._no_repartition("forward")
 
+    def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
+        return self._no_repartition("broadcast")  # PyFlink refuses it too, with or without descriptors
+
     def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
         return self._no_repartition("partition_custom")
 
