@@ -30,6 +30,9 @@ class Options:
     CHECKPOINTING_NUM_RETAINED = "execution.checkpointing.num-retained"
     CHECKPOINTING_RETENTION = "execution.checkpointing.externalized-checkpoint-retention"
     CHECKPOINTING_DIR = "execution.checkpointing.dir"
+    CHECKPOINTING_UNALIGNED = "execution.checkpointing.unaligned"  # also read: ....unaligned.enabled (Flink 2)
+    CHECKPOINTING_ALIGNED_TIMEOUT = "execution.checkpointing.aligned-checkpoint-timeout"  # 0: unaligned at once
+    CHECKPOINTING_UNALIGNED_FORCED = "execution.checkpointing.unaligned.forced"
     MEMORY_STORAGE_MAX_STATE = "execution.checkpointing.memory.max-state-size"  # bytes per task, memory://
     INLINE_STATE_THRESHOLD = "execution.checkpointing.file-state-threshold"  # bytes kept inside _metadata
     STATE_BACKEND = "state.backend.type"
@@ -84,6 +87,9 @@ DEFAULTS: dict[str, Any] = {
     Options.CHECKPOINTING_NUM_RETAINED: 1,
     Options.CHECKPOINTING_RETENTION: "NO_EXTERNALIZED_CHECKPOINTS",
     Options.CHECKPOINTING_DIR: "memory://streamjob-checkpoints",
+    Options.CHECKPOINTING_UNALIGNED: False,
+    Options.CHECKPOINTING_ALIGNED_TIMEOUT: 0,
+    Options.CHECKPOINTING_UNALIGNED_FORCED: False,
     Options.MEMORY_STORAGE_MAX_STATE: 5 << 20,  # as Flink's job manager storage
     Options.INLINE_STATE_THRESHOLD: 20 << 10,  # as Flink's state.storage.fs.memory-threshold
     Options.STATE_BACKEND: "hashmap",
@@ -224,6 +230,18 @@ class Configuration:
         if not m:
             raise ConfigError(f"configuration {key}: expected a memory size such as 64 mb or 1 gb, got {value!r}")
         return int(float(m.group(1)) * _MEMORY_UNITS[(m.group(2) or "b")[0]])
+
+    def unaligned_checkpoints(self) -> tuple[bool, int]:
+        """(unaligned checkpoints on, aligned-checkpoint timeout in ms). Unaligned checkpoints are an
+        EXACTLY_ONCE technique (as in Flink): asking for them with AT_LEAST_ONCE is an error."""
+        on = self.get_bool(Options.CHECKPOINTING_UNALIGNED) or self.get_bool(
+            Options.CHECKPOINTING_UNALIGNED + ".enabled")
+        timeout = self.get_duration_ms(Options.CHECKPOINTING_ALIGNED_TIMEOUT)
+        if on and str(self.get(Options.CHECKPOINTING_MODE)).upper() != "EXACTLY_ONCE":
+            raise ConfigError(f"{Options.CHECKPOINTING_UNALIGNED}=true needs {Options.CHECKPOINTING_MODE}="
+                              f"EXACTLY_ONCE (got {self.get(Options.CHECKPOINTING_MODE)}): at least once never aligns, "
+                              f"so there is nothing for barriers to overtake")
+        return on, timeout
 
     def checkpointing_enabled(self) -> bool:
         return self.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0

@@ -126,11 +126,14 @@ class Summer:
     def __init__(self):
         self.sums = [0, 0]
 
-    def process_batch(self, batch, input_index):
+    def process_batch(self, batch, input_index, ts=None):
         self.sums[input_index] += sum(batch)
 
     def end_input(self, input_index):
         pass
+
+    def next_processing_time(self):
+        return None  # no timers
 
     def finish(self):
         pass

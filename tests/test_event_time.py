@@ -151,9 +151,10 @@ class Harness:
         self.out: list = []
         self.side: dict = {t: [] for t in tags}
         self.events: list = []
-        self.op.output.connect(lambda b, ts: self.out.extend(zip(b, _stamps(b, ts))), None, self.events.append)
+        self.op.output.connect(lambda b, ts: self.out.extend(zip(_rows(b), _stamps(_rows(b), ts))), None,
+                               self.events.append)
         for t in tags:
-            self.op.output.connect(lambda b, ts, t=t: self.side[t].extend(zip(b, _stamps(b, ts))), t)
+            self.op.output.connect(lambda b, ts, t=t: self.side[t].extend(zip(_rows(b), _stamps(_rows(b), ts))), t)
         self.op.open()
 
     def feed(self, *records: tuple) -> "Harness":
@@ -172,6 +173,10 @@ class Harness:
 
 def _stamps(batch, ts):
     return ts.tolist() if ts is not None else [None] * len(batch)
+
+
+def _rows(batch):
+    return batch.to_pylist() if hasattr(batch, "to_pylist") else batch
 
 
 def window_of(assigner, how="reduce", lateness=0, late=None, trigger=None, evictor=None, fn=None):
@@ -419,3 +424,39 @@ def test_rescale_2_3_1_with_windows_and_timers_open(spark_slots, tmp_path):
     env.execute("event-time")
     got = sorted((r["kind"], r["key"], r["end"], r["n"]) for r in committed(out))
     assert got == event_time.expected(rows)
+
+
+# -- the columnar window aggregation ------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10)),
+                                      SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(5))],
+                         ids=["tumbling", "sliding"])
+def test_columnar_window_sum_equals_the_per_record_window_and_skips_python(backend, assigner):
+    import pyarrow as pa
+
+    rng = random.Random(7)
+    rows = [{"k": rng.randrange(5), "v": rng.randrange(100), "x": rng.random()} for _ in range(400)]
+    stamps = [i // 4 + rng.randrange(3) for i in range(400)]
+    results = {}
+    for how in ("sum", "min", "max"):
+        for path in ("columnar", "per-record"):
+            key = "k" if path == "columnar" else (lambda r: r["k"])  # a key function takes the per-record path
+            h = Harness(lambda s: getattr(s.key_by(key).window(assigner), how)("v"), backend, tags=("late",))
+            assert (type(h.op).__name__ == "ColumnarWindowAggregateOperator") == (path == "columnar")
+            for lo in range(0, 400, 50):
+                part = rows[lo:lo + 50]
+                batch = pa.RecordBatch.from_pylist(part) if path == "columnar" else part
+                h.op.process_batch(batch, 0, np.array(stamps[lo:lo + 50], dtype=np.int64))
+                h.watermark(stamps[lo] - 3)  # windows fire along the way, not only at the end
+            h.watermark(MAX_WATERMARK)
+            got = []
+            for b, t in zip(*_batches(h)):
+                got += [(r["k"], r["v"], r["x"], t) for r in b]
+            results[path] = sorted(got)
+        assert results["columnar"] == results["per-record"] and results["columnar"], how
+
+
+def _batches(h):
+    """The harness's output regrouped: rows (dicts) and their timestamps."""
+    rows = [r for r, _ in h.out]
+    return [[r] for r in rows], [t for _, t in h.out]

@@ -32,6 +32,8 @@ ExternalizedCheckpointCleanup = ExternalizedCheckpointRetention
 def to_millis(value: Any, what: str) -> int:
     if isinstance(value, _dt.timedelta):
         value = value.total_seconds() * 1000
+    elif hasattr(value, "to_milliseconds"):  # Duration / Time, as PyFlink passes them
+        value = value.to_milliseconds()
     try:
         ms = int(value)
     except (TypeError, ValueError):
@@ -122,13 +124,99 @@ class CheckpointConfig:
         self._config.set(Options.CHECKPOINTING_RETENTION, ExternalizedCheckpointRetention(value).value)
         return self
 
-    enable_externalized_checkpoints = set_externalized_checkpoint_retention  # Flink 1.x name
+    # Flink 1.x names of the same setting
+    enable_externalized_checkpoints = set_externalized_checkpoint_retention
+    set_externalized_checkpoint_cleanup = set_externalized_checkpoint_retention
+    get_externalized_checkpoint_cleanup = get_externalized_checkpoint_retention
 
-    def set_checkpoint_storage(self, storage: str) -> "CheckpointConfig":
-        """Where checkpoints go: ``file:///dir``, a local path, ``s3://bucket/dir`` or ``memory://`` (job manager)."""
+    def is_externalized_checkpoints_enabled(self) -> bool:
+        return self.get_externalized_checkpoint_retention() != ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+
+    # failures
+    def set_fail_on_checkpointing_errors(self, fail: bool) -> "CheckpointConfig":
+        """Flink 1.x: True = a failed checkpoint fails the job (tolerable failures 0); False = never."""
+        self._config.set(Options.CHECKPOINTING_TOLERABLE_FAILURES, 0 if fail else 2**31 - 1)
+        return self
+
+    def is_fail_on_checkpointing_errors(self) -> bool:
+        return self.get_tolerable_checkpoint_failure_number() == 0
+
+    # unaligned checkpoints
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> "CheckpointConfig":
+        """Barriers overtake in-flight data, which is stored in the checkpoint (EXACTLY_ONCE only):
+        checkpoints complete quickly even under backpressure. Savepoints stay aligned."""
+        self._config.set(Options.CHECKPOINTING_UNALIGNED, bool(enabled))
+        return self
+
+    def disable_unaligned_checkpoints(self) -> "CheckpointConfig":
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return self._config.unaligned_checkpoints()[0] if self.get_checkpointing_mode() == CheckpointingMode.EXACTLY_ONCE \
+            else False
+
+    def set_aligned_checkpoint_timeout(self, timeout: Any) -> "CheckpointConfig":
+        """With unaligned checkpoints: start each checkpoint aligned and switch to unaligned where it
+        has not completed within ``timeout`` of its trigger (ms, timedelta or Duration; 0: unaligned at once)."""
+        self._config.set(Options.CHECKPOINTING_ALIGNED_TIMEOUT, to_millis(timeout, "aligned checkpoint timeout"))
+        return self
+
+    def get_aligned_checkpoint_timeout(self) -> int:
+        return self._config.get_duration_ms(Options.CHECKPOINTING_ALIGNED_TIMEOUT)
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout  # Flink 1.13 name
+    get_alignment_timeout = get_aligned_checkpoint_timeout
+
+    def set_force_unaligned_checkpoints(self, force: bool = True) -> "CheckpointConfig":
+        """Flink needs this for iterative jobs, where unaligned checkpoints are otherwise refused; this
+        runtime has no such restriction, so it is recorded and changes nothing."""
+        self._config.set(Options.CHECKPOINTING_UNALIGNED_FORCED, bool(force))
+        return self
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        return self._config.get_bool(Options.CHECKPOINTING_UNALIGNED_FORCED)
+
+    # Flink settings this runtime does not have: a clear error rather than silence.
+    def _unsupported(self, name: str, why: str) -> None:
+        raise NotImplementedError(f"CheckpointConfig.{name}: {why}")
+
+    def enable_approximate_local_recovery(self, enabled: bool = True) -> "CheckpointConfig":
+        if enabled:
+            self._unsupported("enable_approximate_local_recovery",
+                              "approximate local recovery is not supported; failed tasks restore from the "
+                              "latest completed checkpoint (exactly once)")
+        return self
+
+    def is_approximate_local_recovery_enabled(self) -> bool:
+        return False
+
+    def set_force_checkpointing(self, force: bool) -> "CheckpointConfig":
+        """Flink 1.x, for iterative jobs: there are none here, so checkpointing needs no forcing."""
+        return self
+
+    def is_force_checkpointing(self) -> bool:
+        return False
+
+    def set_prefer_checkpoint_for_recovery(self, prefer: bool) -> "CheckpointConfig":
+        if prefer:
+            self._unsupported("set_prefer_checkpoint_for_recovery",
+                              "recovery always uses the latest completed checkpoint; savepoints never count for "
+                              "failover (removed in Flink 1.15 for the same reason)")
+        return self
+
+    def is_prefer_checkpoint_for_recovery(self) -> bool:
+        return False
+
+    def set_checkpoint_storage(self, storage: Any) -> "CheckpointConfig":
+        """Where checkpoints go: ``file:///dir``, a local path, ``s3://bucket/dir`` or ``memory://`` (job manager).
+        A PyFlink storage object with a ``checkpoint_path`` (FileSystemCheckpointStorage) works too."""
         from ..checkpoint.storage import normalize_url
 
-        self._config.set(Options.CHECKPOINTING_DIR, normalize_url(storage))
+        path = getattr(storage, "checkpoint_path", storage)
+        if not isinstance(path, str):
+            raise TypeError(f"set_checkpoint_storage takes a URL such as file:///tmp/checkpoints or "
+                            f"s3://bucket/checkpoints (execution.checkpointing.dir), got {storage!r}")
+        self._config.set(Options.CHECKPOINTING_DIR, normalize_url(path))
         return self
 
     set_checkpoint_storage_dir = set_checkpoint_storage

@@ -431,6 +431,17 @@ class WindowedStream:
     def _field_aggregate(self, how: str, field: Any) -> DataStream:
         if not isinstance(field, (str, int)) or isinstance(field, bool):
             raise TypeError(f"{how}() needs a column name or a tuple position, got {field!r}")
+        from .windowing import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+        p = self._params
+        if (isinstance(field, str) and self._keyed._key.column is not None and not p["all_windows"]
+                and type(p["assigner"]) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+                and p["trigger"] is None and p["evictor"] is None and p["allowed_lateness"] == 0):
+            # The columnar path: Arrow batches in, one Arrow batch per fired window out.
+            label = f"Window({p['assigner'].describe()}, {how.capitalize()}({field!r}))"
+            t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=how, field=field,
+                                   late_tag=p["late_tag"])
+            return DataStream(self._env, t)
         return self._build(f"{how.capitalize()}({field!r})", mode="reduce", reduce=_FieldReduce(how, field),
                            window_function=None)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Configuration, Options
+from .channel_state import CHANNEL_STATE_KEY
 from .metadata import CheckpointMetadata, shared_files
 from .shared import SharedStateRegistry, uploaded_for
 from .storage import CheckpointStorage, SavepointTarget, savepoint_url
@@ -42,6 +43,10 @@ class TaskCheckpointStats:
     alignment_ms: float
     state_size: int
     checkpointed_size: int = 0  # bytes written for this checkpoint (less than state_size when incremental)
+    persisted_data: int = 0  # in-flight bytes stored as channel state (unaligned checkpoints), as Flink's
+    processed_data: int = 0  # bytes processed between the barrier overtaking them and the snapshot settling
+    unaligned: bool = False  # a barrier overtook in-flight data at this subtask
+    start_delay_ms: float = 0.0  # trigger to this subtask's snapshot: how long the barrier took to come
 
 
 @dataclass
@@ -57,6 +62,21 @@ class CheckpointStats:
     final: bool = False
     savepoint: str | None = None  # the savepoint's directory, when this is one
 
+    @property
+    def persisted_data(self) -> int:
+        return sum(t.persisted_data for t in self.tasks)
+
+    @property
+    def processed_data(self) -> int:
+        return sum(t.processed_data for t in self.tasks)
+
+    @property
+    def checkpoint_type(self) -> str:
+        """Flink's REST ``checkpoint_type``."""
+        if self.savepoint is not None:
+            return "SAVEPOINT"
+        return "UNALIGNED_CHECKPOINT" if any(t.unaligned for t in self.tasks) else "CHECKPOINT"
+
     def summary(self) -> dict[str, Any]:
         def worst(attr: str) -> float:
             return max((getattr(t, attr) for t in self.tasks), default=0.0)
@@ -65,7 +85,10 @@ class CheckpointStats:
                 "duration_ms": self.duration_ms, "state_size": self.state_size,
                 "checkpointed_size": self.checkpointed_size, "max_sync_ms": worst("sync_ms"),
                 "max_async_ms": worst("async_ms"), "max_alignment_ms": worst("alignment_ms"),
-                "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint}
+                "max_start_delay_ms": worst("start_delay_ms"),
+                "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint,
+                "persisted_data": self.persisted_data, "processed_data": self.processed_data,
+                "checkpoint_type": self.checkpoint_type}
 
 
 class SavepointConflict(RuntimeError):
@@ -101,6 +124,7 @@ class PendingCheckpoint:
     handles: dict[str, list[Any]]
     stats: CheckpointStats
     savepoint: SavepointRequest | None = None
+    channel_state: dict[str, list[Any]] = field(default_factory=dict)  # task vertex id -> handle per subtask
 
 
 @dataclass
@@ -247,6 +271,8 @@ class CheckpointCoordinator:
         for key, handle in handles.items():
             if key in pending.handles:
                 pending.handles[key][subtask] = handle
+        if handles.get(CHANNEL_STATE_KEY):
+            pending.channel_state.setdefault(str(task), [None] * self.parallelism)[subtask] = handles[CHANNEL_STATE_KEY]
         pending.stats.tasks.append(stats)
         pending.stats.state_size += stats.state_size
         pending.stats.checkpointed_size += stats.checkpointed_size
@@ -262,6 +288,7 @@ class CheckpointCoordinator:
             operators={k: {"name": self.operators[k], "subtasks": hs} for k, hs in pending.handles.items()},
             kind="savepoint" if pending.savepoint else "checkpoint",
             mode=self.settings.mode, completed_ms=int(time.time() * 1000),
+            extra={"channel_state": pending.channel_state} if pending.channel_state else {},
         )
         if pending.savepoint is not None:
             return self._complete_savepoint(pending, meta, now)

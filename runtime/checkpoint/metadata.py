@@ -51,7 +51,13 @@ class CheckpointMetadata:
             for h in op["subtasks"]:
                 if h and h.get("file"):
                     out.append(h["file"])
+        for handles in self.channel_state().values():
+            out += [h["file"] for h in handles if h and h.get("file")]
         return out
+
+    def channel_state(self) -> dict[str, list[dict | None]]:
+        """In-flight data of an unaligned checkpoint: task vertex id -> handle per subtask (none: {})."""
+        return self.extra.get("channel_state") or {}
 
     def shared_files(self) -> list[str]:
         """Files in ``shared/`` this checkpoint references (incremental RocksDB state)."""

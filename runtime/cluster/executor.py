@@ -152,6 +152,13 @@ def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non
             f"keyed state is sharded into max-parallelism key groups, which cannot change; "
             f"set env.set_max_parallelism({meta.max_parallelism}) (or --conf pipeline.max-parallelism="
             f"{meta.max_parallelism})")
+    if meta.channel_state() and meta.parallelism != graph.parallelism:
+        raise JobDefinitionError(
+            f"{what} is an unaligned checkpoint holding in-flight data (channel state) of {meta.parallelism} "
+            f"subtasks; it can only be restored at parallelism {meta.parallelism}, this job has {graph.parallelism}. "
+            f"To rescale, restore it at parallelism {meta.parallelism} and take a savepoint (savepoints are always "
+            f"aligned: streamjob savepoint --stop --target-dir DIR), then start from it with --from-savepoint "
+            f"(execution.state-recovery.path) at the new parallelism")
     keys = {op.state_key for op in graph.operators.values()}
     unmatched = [(k, op.get("name", "?")) for k, op in meta.operators.items()
                  if k not in keys and any(op.get("subtasks") or [])]
@@ -201,6 +208,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
     try:
         backend = backend_type(config)
+        if config.checkpointing_enabled():
+            config.unaligned_checkpoints()  # refuses unaligned checkpoints without EXACTLY_ONCE
     except ConfigError as e:
         raise JobDefinitionError(str(e)) from None
     settings = CheckpointSettings.from_configuration(config)

@@ -385,7 +385,9 @@ class JobManager:
             return
         stats = TaskCheckpointStats(str(msg.get("name", msg["task"])), int(msg["slot"]), float(msg["sync_ms"]),
                                     float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]),
-                                    int(msg.get("uploaded", msg["size"])))
+                                    int(msg.get("uploaded", msg["size"])), int(msg.get("persisted_data", 0)),
+                                    int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)),
+                                    float(msg.get("start_delay_ms", 0.0)))
         with self._lock:
             if int(msg.get("attempt", -1)) != self.attempt:
                 cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
@@ -473,7 +475,8 @@ class JobManager:
         if self.restore is not None:
             r = self.restore
             restore = {"id": r.checkpoint_id, "url": r.url, "root": r.root,
-                       "parallelism": r.metadata.parallelism, "operators": r.metadata.operators}
+                       "parallelism": r.metadata.parallelism, "operators": r.metadata.operators,
+                       "channel_state": r.metadata.channel_state()}
         storage = self.coordinator.storage.base_url if self.coordinator is not None else None
         return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,
                 "checkpoint_dir": storage}

@@ -17,6 +17,11 @@ streamjob_last_completed_checkpoint_id                        lastCompletedCheck
 streamjob_last_checkpoint_completed_timestamp_seconds         when the last one completed (for staleness)
 streamjob_last_checkpoint_restore_timestamp_seconds           lastCheckpointRestoreTimestamp
 streamjob_checkpoint_alignment_time_seconds                   checkpointAlignmentTime (slowest task, last)
+streamjob_last_checkpoint_persisted_data_bytes                REST persisted_data of the last checkpoint: in-flight
+                                                              bytes an unaligned checkpoint stored (channel state)
+streamjob_last_checkpoint_processed_data_bytes                REST processed_data: bytes processed while overtaken
+streamjob_last_checkpoint_unaligned                           1 if the last checkpoint was UNALIGNED_CHECKPOINT
+streamjob_checkpoint_start_delay_seconds                      checkpointStartDelayNanos (slowest task, last)
 streamjob_num_restarts_total                                  numRestarts
 streamjob_uptime_seconds / streamjob_job_state{state}          uptime, and 1 for the current state
 streamjob_num_records_in_total / _out_total {operator}        numRecordsIn / numRecordsOut
@@ -100,6 +105,19 @@ class JobMetrics:
         yield gauge("streamjob_checkpoint_alignment_time_seconds",
                     "Barrier alignment of the slowest task in the last completed checkpoint",
                     None if last is None else last["max_alignment_ms"] / 1000.0)
+        yield gauge("streamjob_last_checkpoint_persisted_data_bytes",
+                    "In-flight bytes the last completed checkpoint persisted as channel state (persisted_data; "
+                    "unaligned checkpoints)", None if last is None else last.get("persisted_data", 0))
+        yield gauge("streamjob_last_checkpoint_processed_data_bytes",
+                    "Bytes processed while the last completed checkpoint's barriers overtook them (processed_data)",
+                    None if last is None else last.get("processed_data", 0))
+        yield gauge("streamjob_last_checkpoint_unaligned",
+                    "1 if barriers overtook in-flight data in the last completed checkpoint (UNALIGNED_CHECKPOINT)",
+                    None if last is None else float(last.get("checkpoint_type") == "UNALIGNED_CHECKPOINT"))
+        yield gauge("streamjob_checkpoint_start_delay_seconds",
+                    "Trigger to the snapshot of the task the barrier reached last, in the last completed checkpoint "
+                    "(checkpointStartDelayNanos): grows with backpressure unless checkpoints are unaligned",
+                    None if last is None else last.get("max_start_delay_ms", 0.0) / 1000.0)
         yield gauge("streamjob_last_checkpoint_restore_timestamp_seconds",
                     "Unix time the job last restored state from a checkpoint or savepoint",
                     snap["restored_time"])

@@ -237,7 +237,14 @@ OPENAPI: dict[str, Any] = {
                     "trigger_time": _NUM, "duration_ms": _NULLABLE_NUM, "state_size": {"type": "integer"},
                     "checkpointed_size": {"type": "integer"}, "max_sync_ms": _NUM, "max_async_ms": _NUM,
                     "max_alignment_ms": _NUM, "failure": _NULLABLE_STR, "acks": {"type": "integer"},
-                    "savepoint": _NULLABLE_STR}},
+                    "savepoint": _NULLABLE_STR,
+                    "persisted_data": {"type": "integer", "description": "in-flight bytes stored as channel state "
+                                       "(unaligned checkpoints), as Flink's persisted_data"},
+                    "processed_data": {"type": "integer", "description": "bytes processed while the barriers "
+                                       "overtook them, as Flink's processed_data"},
+                    "checkpoint_type": {"enum": ["CHECKPOINT", "UNALIGNED_CHECKPOINT", "SAVEPOINT"]},
+                    "max_start_delay_ms": {**_NUM, "description": "trigger to the snapshot of the subtask the "
+                                           "barrier reached last (Flink's checkpoint start delay)"}}},
             "Checkpoints": {
                 "type": "object", "required": ["counts", "latest", "history"],
                 "properties": {

@@ -183,7 +183,7 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs)))
 
     for op in operators.values():
-        if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE, T.WINDOW):
+        if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE, T.WINDOW, T.WINDOW_AGGREGATE):
             e = edges[op.inputs[0]]
             if e.partitioner != T.HASH:
                 raise JobDefinitionError(f"operator {op.name!r} needs a keyed input (key_by)")

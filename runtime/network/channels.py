@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any, Callable
 
 from ..batch import Batch, Stamped, concat, concat_timestamps, num_rows, same_form
-from .events import RuntimeEvent
+from .events import CheckpointBarrier, RuntimeEvent
 
 
 class OutputChannel:
@@ -66,6 +66,35 @@ class OutputChannel:
             return None
         return deadline
 
+    def overtake(self, barrier: CheckpointBarrier, replacing: CheckpointBarrier | None = None) -> list[Any]:
+        """Unaligned checkpoint: put ``barrier`` at the front of the queue (instead of ``replacing``, an
+        aligned barrier of the same checkpoint still waiting in it) and return the batches it overtook.
+        They still go out, after the barrier; the caller persists them as this channel's output state
+        (the receiver will not count them in its snapshot, since they arrive after the barrier)."""
+        self._seal()  # records emitted before the snapshot belong before the barrier
+        overtaken = []
+        kept: deque[tuple[Any, bool]] = deque()
+        for item, is_data in self._pending:
+            if is_data:
+                overtaken.append(item)
+                kept.append((item, is_data))
+            elif item is not barrier and item is not replacing:
+                kept.append((item, is_data))
+        kept.appendleft((barrier, False))
+        self._pending = kept
+        self._drain()
+        return overtaken
+
+    def holds(self, event: RuntimeEvent) -> bool:
+        """``event`` still waits in the queue (behind batches without credit)."""
+        return any(item is event for item, _ in self._pending)
+
+    def resend(self, batch: Any) -> None:
+        """Restore: send a batch of this channel's recovered output state, as it was cut."""
+        self._seal()
+        self._pending.append((batch, True))
+        self._drain()
+
     def add_credits(self, n: int) -> None:
         self.credits += n
         self._drain()
@@ -113,8 +142,14 @@ class InputChannel:
         self.queue: deque[Any] = deque()
         self.finished = False  # EndOfPartition consumed
         self.return_credit: Callable[[int], None] = lambda n: None
+        # Set by the gate when barriers may overtake: called with (barrier, number of items queued
+        # before it) instead of queueing an unaligned barrier behind the data.
+        self.on_priority: Callable[[CheckpointBarrier, int], None] | None = None
 
     def push(self, item: Any) -> None:
+        if self.on_priority is not None and type(item) is CheckpointBarrier and item.unaligned:
+            self.on_priority(item, len(self.queue))
+            return
         self.queue.append(item)
 
     def poll(self) -> Any:
@@ -139,6 +174,13 @@ class InputGate:
         self.channels = channels
         self._blocked: set[int] = set()
         self._next = 0
+        # Unaligned barriers that overtook queued data: (channel index, barrier, items before it).
+        self.priority: deque[tuple[int, CheckpointBarrier, int]] = deque()
+
+    def enable_priority_events(self) -> None:
+        """Let unaligned barriers overtake the data queued in every channel (unaligned checkpoints)."""
+        for i, ch in enumerate(self.channels):
+            ch.on_priority = lambda barrier, before, i=i: self.priority.append((i, barrier, before))
 
     def poll(self) -> tuple[int, Any] | None:
         channels = self.channels

@@ -236,6 +236,11 @@ class KeyedStateBackend:
         """A plain key -> value table for built-in operators (reduce, object aggregates)."""
         return self.table(name, "value")
 
+    def drop_table(self, name: str) -> None:
+        """Forget a state entirely (a fired window's tables). A snapshot in flight keeps its frozen copy."""
+        self.tables.pop(name, None)
+        self.kinds.pop(name, None)
+
 
 class HashMapKeyedStateBackend(KeyedStateBackend):
     """All keyed state of one operator subtask: one copy-on-write table per state name."""

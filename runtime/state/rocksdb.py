@@ -475,6 +475,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def new_table(self, name: str, kind: str) -> RocksTable:
         return RocksTable(self, name, kind)
 
+    def drop_table(self, name: str) -> None:
+        """Forget a state entirely: its column family goes (checkpoints already hold their hard links)."""
+        table = self.tables.pop(name, None)
+        self.kinds.pop(name, None)
+        cf = _CF_PREFIX + name
+        if table is not None and cf in self.column_families:
+            self.db.drop_column_family(cf)
+            self.column_families.discard(cf)
+
     # -- snapshots ------------------------------------------------------------------------------
     def snapshot(self, checkpoint_id: int, full: bool = False) -> RocksDBSnapshot:
         """Synchronous phase: dirty cache entries into RocksDB, then a checkpoint of hard links.

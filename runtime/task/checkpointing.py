@@ -5,7 +5,8 @@ arrived on every input channel. In EXACTLY_ONCE mode a channel that delivered
 barrier n is blocked until all have (alignment), so the snapshot holds exactly
 the effects of the records before the barrier on each input. In AT_LEAST_ONCE
 mode nothing is blocked; records after an early barrier are in the snapshot
-and replayed after a failure. A finished channel counts as aligned.
+and replayed after a failure. A finished channel counts as aligned. Unaligned
+checkpoints (barriers overtaking in-flight data) are ``unaligned.UnalignedBarrierHandler``.
 
 ``SnapshotWriter`` is the asynchronous phase: one thread per slot serialises
 the frozen state (chunk by chunk, so the task loop keeps the GIL most of the
@@ -38,6 +39,7 @@ class BarrierHandler:
         self.arrived: set[int] = set()
         self.started = 0.0
         self.latest = 0  # newest checkpoint id this task triggered or gave up
+        self.recording = False  # see UnalignedBarrierHandler
 
     def on_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
         n = barrier.checkpoint_id
@@ -96,6 +98,8 @@ class SnapshotJob:
     snapshots: list[Any]  # OperatorSnapshot per stateful operator of the chain
     sync_ms: float
     alignment_ms: float
+    channel_state: Any = None  # ChannelStateCollector of an unaligned-capable checkpoint
+    start_delay_ms: float = 0.0  # trigger to this snapshot (Flink's checkpointStartDelay)
 
 
 @dataclass

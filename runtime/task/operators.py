@@ -1087,6 +1087,10 @@ def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
         from .windows import WindowOperator  # it builds on this module
 
         return WindowOperator(node, ctx)
+    if node.kind == T.WINDOW_AGGREGATE:
+        from .window_columnar import ColumnarWindowAggregateOperator
+
+        return ColumnarWindowAggregateOperator(node, ctx)
     if node.kind in T.BROADCAST_PROCESS_KINDS:
         from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator  # it builds on this module
 

@@ -30,7 +30,10 @@ from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocati
 from ..state.rocksdb import RocksDBSnapshot
 from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 from ..state.snapshot import serialize
+from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
+from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
+from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
 from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
@@ -58,6 +61,27 @@ def _transient(e: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
     return False
+
+
+class ChannelStateSnapshot:
+    """A task's channel state among its operator snapshots, for the snapshot writer."""
+
+    key = CHANNEL_STATE_KEY
+
+    def __init__(self, collector: ChannelStateCollector):
+        self.collector = collector
+
+    def done(self) -> None:
+        pass
+
+
+def _channel_state_stats(collector: ChannelStateCollector | None) -> dict:
+    """Flink's per-subtask figures: persisted_data (in-flight bytes stored as channel state) and
+    processed_data (bytes processed while the barrier was overtaking them)."""
+    if collector is None:
+        return {}
+    return {"persisted_data": collector.bytes_in + collector.bytes_out, "processed_data": collector.bytes_in,
+            "unaligned": collector.unaligned}
 
 
 class Task:
@@ -116,6 +140,10 @@ class Task:
             return self._step_source(now)
         progressed = False
         gate = self.gate
+        barriers = self.barriers
+        if gate.priority:  # unaligned barriers overtake everything, backpressure included
+            barriers.on_priority()  # type: ignore[union-attr]
+            return True  # back to the loop first: it submits the snapshot before this task takes more input
         self.backpressured = False
         for _ in range(ITEMS_PER_STEP):
             if not self.writers_available():
@@ -130,10 +158,13 @@ class Task:
                 self._on_event(index, item)
                 if self.finished:
                     break
-            elif type(item) is Stamped:
-                self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
             else:
-                self.head.process_batch(item, gate.channels[index].input_index)
+                if barriers is not None and barriers.recording:  # in-flight data of an unaligned checkpoint
+                    barriers.on_data(index, item)  # type: ignore[attr-defined]
+                if type(item) is Stamped:
+                    self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
+                else:
+                    self.head.process_batch(item, gate.channels[index].input_index)
         return progressed
 
     def _step_source(self, now: float) -> bool:
@@ -252,6 +283,10 @@ class SlotRuntime:
         self.ended_at: float | None = None  # wall clock, every task finished
         self.checkpointing = conf.checkpointing_enabled()
         self.exactly_once = str(conf.get(Options.CHECKPOINTING_MODE)).upper() == "EXACTLY_ONCE"
+        # Unaligned checkpoints: barriers overtake in-flight data, which becomes channel state.
+        self.unaligned, self.aligned_timeout_ms = conf.unaligned_checkpoints() if self.checkpointing else (False, 0)
+        self._parked: list[SnapshotJob] = []  # snapshots waiting for their channel state to be complete
+        self._next_timeout_poll = 0.0
         self.final_checkpoint_done = False
         self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
@@ -325,7 +360,14 @@ class SlotRuntime:
                             inputs.append(self.transport.input_channel(eid, s, e.input_index))
                 gate = InputGate(inputs)
             task = Task(vertex, ops, channel_writers, gate)
-            if gate is not None and self.checkpointing:
+            if gate is not None and self.checkpointing and self.unaligned:
+                task.barriers = UnalignedBarrierHandler(
+                    gate,
+                    on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
+                    on_abort=lambda n, reason, task=task: self._decline(task, n, reason),
+                    on_unaligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms, overtake=True),
+                    timeout_ms=self.aligned_timeout_ms)
+            elif gate is not None and self.checkpointing:
                 task.barriers = BarrierHandler(
                     gate, self.exactly_once,
                     on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
@@ -345,6 +387,43 @@ class SlotRuntime:
                 except Exception as e:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
+    def _recover_channel_state(self, restore: dict) -> None:
+        """Replay the in-flight data of an unaligned checkpoint before any new input: first every
+        task's output channel state is sent again (it was emitted before the snapshot), then each
+        task's input channel state goes through its operators (it preceded the barrier there)."""
+        location = StateLocation(restore["root"])
+        recovered = []
+        for task in self.tasks:
+            handles = restore["channel_state"].get(str(task.vertex.id))
+            handle = handles[self.subtask] if handles and self.subtask < len(handles) else None
+            if not handle:
+                continue
+            where = f"checkpoint {restore['url']}, task {task.vertex.name(self.graph)} (subtask {self.subtask + 1})"
+            try:
+                state = channel_state.read(location.read(handle), where)
+            except channel_state.ChannelStateFormatError as e:
+                raise RestoreError(str(e)) from e
+            except Exception as e:
+                raise RestoreError(f"cannot restore {where}: {e}", _transient(e)) from e
+            outputs = {(w.edge, j): ch for w in task.writers for j, ch in enumerate(w.channels)}
+            inputs = {(ch.edge, ch.source_subtask): ch for ch in (task.gate.channels if task.gate else [])}
+            unknown = [k for k in state.outputs if k not in outputs] + [k for k in state.inputs if k not in inputs]
+            if unknown:
+                raise RestoreError(f"{where}: holds in-flight data of channels (edge, subtask) {unknown} this job "
+                                   f"does not have; restore a savepoint instead (in-flight data is only restorable "
+                                   f"into the same job graph at the same parallelism)")
+            for key, batches in state.outputs.items():
+                for batch in batches:
+                    outputs[key].resend(batch)
+            recovered.append((task, state, inputs))
+        for task, state, inputs in recovered:
+            for key, batches in state.inputs.items():
+                for batch in batches:
+                    if type(batch) is Stamped:
+                        task.head.process_batch(batch.batch, inputs[key].input_index, batch.ts)
+                    else:
+                        task.head.process_batch(batch, inputs[key].input_index)
+
     def _print(self, lines: list[str]) -> None:
         control = self.control
         control.send({"type": "print", "slot": self.subtask, "lines": lines})
@@ -362,6 +441,8 @@ class SlotRuntime:
             for task in self.tasks:
                 for op in reversed(task.operators):
                     op.open()
+            if self.restore and self.restore.get("channel_state"):
+                self._recover_channel_state(self.restore)
             if self.checkpointing:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
@@ -422,6 +503,8 @@ class SlotRuntime:
                 if d is not None and (deadline is None or d < deadline):
                     deadline = d
             self._handle_control()
+            if self._parked or self.aligned_timeout_ms > 0:
+                self._settle_channel_state()
             if self.snapshots is not None and self.snapshots.results:
                 self._collect_snapshots()
             if now >= next_metrics:
@@ -449,6 +532,7 @@ class SlotRuntime:
             elif kind == "abort":
                 n = int(msg["id"])
                 self.savepoints.pop(n, None)
+                self._drop_parked(None, n)
                 for task in self.tasks:
                     if task.barriers is not None:
                         task.barriers.abort(n)
@@ -469,7 +553,9 @@ class SlotRuntime:
         completes (then it ends) or is aborted (then it goes on). With ``drain`` it ends its
         input first, so everything downstream finishes into the savepoint."""
         sp = savepoint or {}
-        barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms, savepoint=sp.get("path"))
+        unaligned = self.unaligned and self.aligned_timeout_ms <= 0 and not sp.get("path")  # savepoints stay aligned
+        barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms, unaligned=unaligned,
+                                                        savepoint=sp.get("path"))
         for task in self.tasks:
             if task.last_checkpoint >= checkpoint_id or not (task.finished or task.gate is None):
                 continue
@@ -488,8 +574,14 @@ class SlotRuntime:
                 task.barriers.latest = max(task.barriers.latest, self.last_trigger.checkpoint_id)
             self.checkpoint_task(task, self.last_trigger, 0.0)
 
-    def checkpoint_task(self, task: Task, barrier: CheckpointBarrier, alignment_ms: float) -> None:
+    def checkpoint_task(self, task: Task, barrier: CheckpointBarrier, alignment_ms: float,
+                        overtake: bool = False) -> ChannelStateCollector | None:
+        """Snapshot the task's operators and forward the barrier. With unaligned checkpoints
+        (``overtake``, or an unaligned barrier) the barrier goes to the front of the output queues
+        and what it overtook becomes channel state; the snapshot is acknowledged once the channel
+        state is complete (its inputs are filled in by the UnalignedBarrierHandler)."""
         n = barrier.checkpoint_id
+        self._drop_parked(task, n - 1, decline=True)
         if any(op.snapshot_in_flight for op in task.operators):
             # The previous snapshot of these tables is still being written (only with
             # concurrent checkpoints): wait, so that its copy-on-write layer is folded first.
@@ -500,17 +592,76 @@ class SlotRuntime:
             self.savepoints[n] = SavepointTarget(barrier.savepoint, self.inline_threshold)
         full = barrier.savepoint is not None
         snaps = [s for s in (op.snapshot_state(n, full) for op in task.operators) if s is not None]
+        collector = None
+        if self.unaligned and barrier.savepoint is None:
+            collector = ChannelStateCollector(n, barrier)
         if not task.finished:
-            for w in task.writers:
-                w.broadcast_event(barrier)
+            if collector is not None and (overtake or barrier.unaligned):
+                collector.barrier = forwarded = as_unaligned(barrier)
+                for w in task.writers:
+                    for j, ch in enumerate(w.channels):
+                        collector.add_output((w.edge, j), ch.overtake(forwarded))
+            else:
+                for w in task.writers:
+                    w.broadcast_event(barrier)
+                if collector is not None:  # aligned so far: the barrier may still time out in an output queue
+                    collector.waiting_outputs = {(w.edge, j): ch for w in task.writers
+                                                 for j, ch in enumerate(w.channels) if ch.holds(barrier)}
         sync_ms = (time.perf_counter() - started) * 1000.0
         task.last_checkpoint = n
-        self.snapshots.submit(SnapshotJob(task, n, snaps, sync_ms, alignment_ms))  # type: ignore[union-attr]
+        job = SnapshotJob(task, n, snaps, sync_ms, alignment_ms, collector,
+                          max(0.0, time.time() * 1000.0 - barrier.timestamp_ms) if barrier.timestamp_ms else 0.0)
+        if collector is None or (not overtake and collector.complete):
+            self._submit(job)
+        else:  # the handler fills in the input side after this returns
+            self._parked.append(job)  # submitted by _settle_channel_state once every channel is settled
+        return collector
+
+    def _submit(self, job: SnapshotJob) -> None:
+        if job.channel_state is not None and not job.channel_state.empty:
+            job.snapshots.append(ChannelStateSnapshot(job.channel_state))
+        self.snapshots.submit(job)  # type: ignore[union-attr]
+
+    def _settle_channel_state(self) -> None:
+        """Submit the parked snapshots whose channel state is complete; let aligned barriers stuck in
+        output queues past the aligned-checkpoint timeout overtake; convert timed-out alignments."""
+        now = time.monotonic()
+        if self.aligned_timeout_ms > 0 and now >= self._next_timeout_poll:
+            self._next_timeout_poll = now + 0.005
+            for task in self.tasks:
+                if isinstance(task.barriers, UnalignedBarrierHandler) and not task.finished:
+                    task.barriers.poll_timeout()
+            now_ms = time.time() * 1000.0
+            for job in self._parked:
+                if job.channel_state.waiting_outputs:
+                    job.channel_state.settle_outputs(start_delay_ms(job.channel_state.barrier, now_ms),
+                                                     self.aligned_timeout_ms)
+        if not self._parked:
+            return
+        ready = [job for job in self._parked if job.channel_state.complete]
+        for job in ready:
+            self._parked.remove(job)
+            self._submit(job)
+
+    def _drop_parked(self, task: Task | None, checkpoint_id: int, decline: bool = False) -> None:
+        """Give up parked snapshots of checkpoints up to ``checkpoint_id`` (aborted, or overtaken by a
+        newer checkpoint: then the job manager is told, so it does not wait for it until the timeout)."""
+        for job in [j for j in self._parked if (task is None or j.task is task) and j.checkpoint_id <= checkpoint_id]:
+            self._parked.remove(job)
+            for snap in job.snapshots:
+                snap.done()  # fold the copy-on-write layers back: nothing will write them
+            if decline:
+                self._decline(job.task, job.checkpoint_id,
+                              f"checkpoint {checkpoint_id + 1} started before its channel state was complete")
 
     def _write_snapshot(self, snap: OperatorSnapshot, checkpoint_id: int) -> tuple[dict, int, int]:
         """The asynchronous phase, in the snapshot writer's thread: (handle, state size, bytes written)."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", snap.key)[:80] + f"-{self.subtask}"
         storage: Any = self.savepoints.get(checkpoint_id) or self.storage
+        if isinstance(snap, ChannelStateSnapshot):
+            data = snap.collector.to_bytes()
+            index = {"channel_state": {"inputs": snap.collector.bytes_in, "outputs": snap.collector.bytes_out}}
+            return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
         if isinstance(snap.keyed, RocksDBSnapshot):
             return write_rocksdb_snapshot(snap.keyed, storage, name, snap.operator_state)
         data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
@@ -531,7 +682,8 @@ class SlotRuntime:
                 self.control.send({"type": "ack", "slot": self.subtask, "attempt": self.attempt, "id": n,
                                    "task": task.vertex.id, "name": task.vertex.name(self.graph),
                                    "handles": r.handles, "sync_ms": r.job.sync_ms, "async_ms": r.async_ms,
-                                   "alignment_ms": r.job.alignment_ms, "size": r.size, "uploaded": r.uploaded})
+                                   "alignment_ms": r.job.alignment_ms, "size": r.size, "uploaded": r.uploaded,
+                                   "start_delay_ms": r.job.start_delay_ms, **_channel_state_stats(r.job.channel_state)})
 
     def _decline(self, task: Task, checkpoint_id: int, reason: str) -> None:
         if self.control is not None:
@@ -557,6 +709,8 @@ class SlotRuntime:
         self.control.send({"type": "end_of_data", "slot": self.subtask, "attempt": self.attempt})
         while not self.final_checkpoint_done:
             self._handle_control()
+            if self._parked:
+                self._settle_channel_state()
             if self.snapshots.results:  # type: ignore[union-attr]
                 self._collect_snapshots()
             self.transport.poll(0.01)

@@ -9,6 +9,7 @@ running count of every row is deterministic: ``expected_rows`` computes it.
 
 import random
 import sys
+import time
 from collections import defaultdict
 
 from streamjob.runtime import (
@@ -31,8 +32,9 @@ class Count(KeyedProcessFunction):
     """Keeps its count three ways (value, reducing, map) and checks they agree, plus a bounded list.
     With ``ballast`` > 0 every row also leaves that many bytes of state behind (big checkpoints)."""
 
-    def __init__(self, ballast: int = 0):
+    def __init__(self, ballast: int = 0, slow_ms: float = 0.0):
         self.ballast = ballast
+        self.slow_s = slow_ms / 1000.0  # > 0: a slow operator, so the job runs back-pressured
 
     def open(self, ctx):
         self.blob = ctx.get_map_state(MapStateDescriptor("ballast"))
@@ -42,6 +44,8 @@ class Count(KeyedProcessFunction):
         self.recent = ctx.get_list_state(ListStateDescriptor("recent"))
 
     def process_element(self, row, ctx):
+        if self.slow_s:
+            time.sleep(self.slow_s)
         c = self.count.value() + 1
         self.count.update(c)
         self.total.add(1)
@@ -75,7 +79,8 @@ def expected_rows(rows: int) -> list[tuple]:
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
-          restore: str | None = None, conf: dict | None = None, count_uid: str = "count") -> StreamExecutionEnvironment:
+          restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
+          slow_ms: float = 0.0) -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
     still come in index order: DataGen's splits are residue classes that keep their key."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -93,7 +98,7 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), name="numbers").uid("numbers")
-    source.key_by("key").process(Count(ballast)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast, slow_ms)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
     return env
 
 

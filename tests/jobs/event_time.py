@@ -3,6 +3,7 @@
 Row i has key i % KEYS and event time ``1000 + 5 i`` minus up to 30 ms of disorder; the watermark
 trails by 40 ms, so no row is ever late and every result is deterministic:
 * a tumbling event-time window (aggregate + window function) sums ``i`` per key and window;
+* the built-in ``sum("i")`` over the same windows, on the columnar path;
 * a KeyedProcessFunction counts rows per key and window in MapState and emits the count from an
   event-time timer set at the window's last millisecond.
 Both go to the exactly-once FileSink; ``expected`` computes the output of a run without failures.
@@ -18,6 +19,7 @@ from streamjob.runtime import (
     ExternalizedCheckpointRetention,
     KeyedProcessFunction,
     MapStateDescriptor,
+    ProcessFunction,
     ProcessWindowFunction,
     RestartStrategies,
     StreamExecutionEnvironment,
@@ -53,6 +55,13 @@ class WithWindow(ProcessWindowFunction):
     def process(self, key, context, sums):
         w = context.window()
         yield {"kind": "window", "key": key, "end": w.end, "n": next(iter(sums))}
+
+
+class Tagged(ProcessFunction):
+    """The columnar window sum's rows, named like the others; the window is in the timestamp."""
+
+    def process_element(self, value, ctx):
+        yield {"kind": "sum", "key": value["key"], "end": ctx.timestamp() + 1, "n": value["i"]}
 
 
 class CountPerWindow(KeyedProcessFunction):
@@ -92,7 +101,10 @@ def build(out: str, checkpoints: str | None, rows: int, rate: float | None, *, p
     windows = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))) \
         .aggregate(Sum(), window_function=WithWindow()).uid("windows")
     timers = keyed.process(CountPerWindow()).uid("timers")
-    windows.union(timers).sink_to(FileSink.jsonl(out)).uid("sink")
+    # the built-in sum on Arrow batches (the columnar window path)
+    sums = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW))).sum("i").uid("sums") \
+        .process(Tagged())
+    windows.union(timers, sums).sink_to(FileSink.jsonl(out)).uid("sink")
     return env
 
 
@@ -105,4 +117,5 @@ def expected(rows: int) -> list[tuple]:
         sums[(r["key"], end)] += i
         counts[(r["key"], end)] += 1
     return sorted([("window", k, e, n) for (k, e), n in sums.items()] +
+                  [("sum", k, e, n) for (k, e), n in sums.items()] +
                   [("timer", k, e, n) for (k, e), n in counts.items()])
