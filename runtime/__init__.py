@@ -1,6 +1,15 @@
 """streamjob runtime: a streaming dataflow engine with a PyFlink-style DataStream API, run on Spark."""
 
-from .api.datastream import AllWindowedStream, ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
+from .api.datastream import (
+    AllWindowedStream,
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    WindowedStream,
+)
 from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
@@ -8,14 +17,17 @@ from .api.checkpointing import (
     ExternalizedCheckpointCleanup,
     ExternalizedCheckpointRetention,
 )
+from .api.execution_config import ExecutionConfig
 from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
 from .api.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeySelector,
@@ -100,6 +112,10 @@ __all__ = [
     "WindowFunction",
     "AllWindowedStream",
     "WindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
+    "ExecutionConfig",
     "AggregateFunction",
     "AggregatingStateDescriptor",
     "CheckpointConfig",
@@ -136,6 +152,7 @@ __all__ = [
     "JobDefinitionError",
     "JobExecutionResult",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import transformations as T
 from .functions import (
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
@@ -46,6 +48,10 @@ class DataStream:
 
     def get_name(self) -> str:
         return self._t.name
+
+    def get_execution_config(self) -> Any:
+        """The job's ExecutionConfig (the same object as ``env.get_config()``), as in PyFlink."""
+        return self._env.get_config()
 
     def _operator_transformation(self) -> Transformation:
         t = self._t
@@ -142,9 +148,13 @@ class DataStream:
         are the unit of transfer here, as for rebalance)."""
         return self._partition("Shuffle", T.SHUFFLE)
 
-    def broadcast(self) -> "DataStream":
-        """Every record to every subtask of the next operator."""
-        return self._partition("Broadcast", T.BROADCAST)
+    def broadcast(self, *broadcast_state_descriptors: Any) -> "DataStream | BroadcastStream":
+        """Every record to every subtask of the next operator. With ``MapStateDescriptor``s, a
+        ``BroadcastStream`` to ``connect`` to another stream: its records reach every subtask of
+        a broadcast process function, which keeps them in broadcast state (one map per descriptor)."""
+        if not broadcast_state_descriptors or broadcast_state_descriptors == (None,):
+            return self._partition("Broadcast", T.BROADCAST)
+        return BroadcastStream(self, list(broadcast_state_descriptors))
 
     def forward(self) -> "DataStream":
         """Subtask i to subtask i of the next operator (chained): every operator here runs at the
@@ -163,9 +173,13 @@ class DataStream:
         t = self._env._add(Transformation(T.UNION, "Union", [self._t] + [s._t for s in streams]))
         return DataStream(self._env, t)
 
-    def connect(self, other: "DataStream") -> "ConnectedStreams":
+    def connect(self, other: "DataStream | BroadcastStream") -> "ConnectedStreams | BroadcastConnectedStream":
         if other._env is not self._env:
             raise ValueError("connect needs streams of the same StreamExecutionEnvironment")
+        if isinstance(other, BroadcastStream):
+            return BroadcastConnectedStream(self, other)
+        if not isinstance(other, DataStream):
+            raise TypeError(f"connect needs a DataStream or a BroadcastStream, got {other!r}")
         return ConnectedStreams(self, other)
 
     def sink_to(self, sink: Any) -> "DataStreamSink":
@@ -316,6 +330,9 @@ class KeyedStream(DataStream):
 
     def forward(self) -> DataStream:
         return self._no_repartition("forward")
+
+    def broadcast(self, *broadcast_state_descriptors: Any) -> Any:
+        return self._no_repartition("broadcast")  # PyFlink refuses it too, with or without descriptors
 
     def partition_custom(self, partitioner: Any, key_selector: Any) -> DataStream:
         return self._no_repartition("partition_custom")
@@ -503,6 +520,60 @@ class ConnectedStreams:
         return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func)
 
     __getattr__ = unsupported.lookup("ConnectedStreams", unsupported.CONNECTED_STREAMS)
+
+
+class BroadcastStream:
+    """``stream.broadcast(descriptor, ...)``: a stream whose records go to every subtask of the
+    operator it is connected to, with the broadcast state descriptors that operator holds."""
+
+    def __init__(self, stream: DataStream, descriptors: list):
+        from .state import MapStateDescriptor
+
+        names = set()
+        for d in descriptors:
+            if not isinstance(d, MapStateDescriptor):
+                raise TypeError(f"broadcast needs MapStateDescriptors (broadcast state is a map), got {d!r}")
+            if d.name in names:
+                raise ValueError(f"broadcast: two broadcast state descriptors are named {d.name!r}")
+            names.add(d.name)
+        self._stream = stream
+        self._env = stream._env
+        self._descriptors = descriptors
+
+    def _transformation(self) -> Transformation:
+        return self._env._add(Transformation(T.PARTITION, "Broadcast", [self._stream._t],
+                                             params={"partitioner": T.BROADCAST}))
+
+
+class BroadcastConnectedStream:
+    """A (keyed or non-keyed) stream connected to a ``BroadcastStream``: finish with ``process``
+    (a ``BroadcastProcessFunction``, or a ``KeyedBroadcastProcessFunction`` on a keyed stream)."""
+
+    def __init__(self, stream: DataStream, broadcast_stream: BroadcastStream):
+        self._stream = stream
+        self._broadcast = broadcast_stream
+        self._env = stream._env
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        for m in ("process_element", "process_broadcast_element"):
+            if not callable(getattr(func, m, None)) or isinstance(func, type):
+                raise TypeError(f"process on a broadcast connected stream needs a BroadcastProcessFunction or a "
+                                f"KeyedBroadcastProcessFunction ({m}() is missing), got {func!r}")
+        keyed = isinstance(self._stream, KeyedStream)
+        if keyed and isinstance(func, BroadcastProcessFunction):
+            raise TypeError("a keyed stream connected to a broadcast stream needs a KeyedBroadcastProcessFunction, "
+                            "got a BroadcastProcessFunction (as in PyFlink)")
+        if not keyed and isinstance(func, KeyedBroadcastProcessFunction):
+            raise TypeError("a KeyedBroadcastProcessFunction needs a keyed stream: connect "
+                            "stream.key_by(...) to the broadcast stream")
+        params: dict[str, Any] = {"descriptors": list(self._broadcast._descriptors)}
+        if keyed:
+            kind, name = T.KEYED_BROADCAST_PROCESS, "KeyedBroadcastProcess"
+            params["key"] = self._stream._key  # type: ignore[attr-defined]
+        else:
+            kind, name = T.BROADCAST_PROCESS, "BroadcastProcess"
+        t = Transformation(kind, name, [self._stream._t, self._broadcast._transformation()], fn=func, params=params)
+        return DataStream(self._env, self._env._add(t))
 
 
 class DataStreamSink:

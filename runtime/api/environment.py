@@ -13,6 +13,7 @@ from ..config import Configuration, Options
 from . import backends
 from .backends import StateBackend
 from .checkpointing import CheckpointConfig, CheckpointingMode
+from .execution_config import ExecutionConfig
 from .restart import RestartStrategyConfiguration
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from . import transformations as T
@@ -153,7 +154,8 @@ execution_context = _ExecutionContext()
 
 class StreamExecutionEnvironment:
     def __init__(self, configuration: Configuration | None = None):
-        self._config = execution_context.configuration.copy()
+        # PyFlink's ExecutionConfig (get_config()) over the job's configuration: one object, no copy to keep in step
+        self._config = ExecutionConfig(execution_context.configuration.to_dict())
         if configuration is not None:
             self._config.update(configuration)
         self._transformations: list[Transformation] = []
@@ -166,7 +168,8 @@ class StreamExecutionEnvironment:
         return StreamExecutionEnvironment(configuration)
 
     # -- configuration ------------------------------------------------------
-    def get_config(self) -> Configuration:
+    def get_config(self) -> ExecutionConfig:
+        """PyFlink's ExecutionConfig, and the job's Configuration (``set``/``get`` by key)."""
         return self._config
 
     def configure(self, configuration: Configuration | dict) -> "StreamExecutionEnvironment":

@@ -50,6 +50,13 @@ class RuntimeContext:
         return self._attempt
 
     def get_job_parameter(self, key: str, default_value: Any = None) -> Any:
+        """A global job parameter (``env.get_config().set_global_job_parameters``), else the job's
+        configuration entry of that key."""
+        from .execution_config import GLOBAL_JOB_PARAMETERS, job_parameters
+
+        params = job_parameters(self._job_parameters.get(GLOBAL_JOB_PARAMETERS))
+        if key in params:
+            return params[key]
         return self._job_parameters.get(key, default_value)
 
     def is_checkpointing_enabled(self) -> bool:
@@ -238,6 +245,83 @@ class KeyedCoProcessFunction(Function):
         raise NotImplementedError
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterable[Any] | None:
+        return None
+
+
+class BaseBroadcastProcessFunction(Function):
+    """What both broadcast process functions share (PyFlink's ``BaseBroadcastProcessFunction``).
+
+    ``process_element`` sees the non-broadcast side with read-only broadcast state;
+    ``process_broadcast_element`` sees every broadcast record, in every subtask, and may
+    change the broadcast state: it must change it the same way in every subtask (depend on
+    the broadcast record only), so that all copies stay equal, as in Flink."""
+
+    class BaseContext:
+        def timestamp(self) -> int | None:
+            """The record's event timestamp (ms), None without event time."""
+            return None
+
+        def current_processing_time(self) -> int:
+            raise NotImplementedError
+
+        def current_watermark(self) -> int:
+            raise NotImplementedError
+
+        def output(self, output_tag: OutputTag, value: Any) -> None:
+            """Emit ``value`` to the side output ``output_tag``."""
+            raise NotImplementedError
+
+    class Context(BaseContext):
+        def get_broadcast_state(self, state_descriptor: Any) -> Any:
+            """The writable broadcast state of one of the broadcast stream's descriptors."""
+            raise NotImplementedError
+
+    class ReadOnlyContext(BaseContext):
+        def get_broadcast_state(self, state_descriptor: Any) -> Any:
+            """A read-only view of the broadcast state of one of the broadcast stream's descriptors."""
+            raise NotImplementedError
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """``non_broadcast.connect(broadcast_stream).process(f)``."""
+
+    def process_element(self, value: Any, ctx: "BaseBroadcastProcessFunction.ReadOnlyContext") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any, ctx: "BaseBroadcastProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
+    """``keyed.connect(broadcast_stream).process(f)``: also keyed state and timers on the keyed
+    side (``ctx.get_current_key()``, ``ctx.timer_service()``, ``on_timer``), and on the broadcast
+    side ``ctx.apply_to_keyed_state(descriptor, function)`` over every key of this subtask."""
+
+    class Context(BaseBroadcastProcessFunction.Context):
+        def apply_to_keyed_state(self, state_descriptor: Any, func: Callable[[Any, Any], None]) -> None:
+            """``func(key, state)`` for every key that has state ``state_descriptor`` here."""
+            raise NotImplementedError
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext):
+        def get_current_key(self) -> Any:
+            raise NotImplementedError
+
+        def timer_service(self) -> Any:
+            raise NotImplementedError
+
+    class OnTimerContext(ReadOnlyContext):
+        def time_domain(self) -> Any:
+            """``TimeDomain.EVENT_TIME`` or ``TimeDomain.PROCESSING_TIME``."""
+            raise NotImplementedError
+
+    def process_element(self, value: Any, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any, ctx: "KeyedBroadcastProcessFunction.Context") -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: "KeyedBroadcastProcessFunction.OnTimerContext") -> Iterable[Any] | None:
+        """A timer set for the current key fired; yields output records (none by default)."""
         return None
 
 

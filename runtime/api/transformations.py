@@ -28,6 +28,8 @@ CO_PROCESS = "co_process"
 CO_MAP = "co_map"
 CO_FLAT_MAP = "co_flat_map"
 KEYED_CO_PROCESS = "keyed_co_process"  # params["keys"]: the KeySpec of each input
+BROADCAST_PROCESS = "broadcast_process"  # params["descriptors"]: the broadcast MapStateDescriptors
+KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"  # ... and params["key"]: the KeySpec of the keyed input
 TIMESTAMPS = "timestamps"  # params["strategy"]: a WatermarkStrategy
 WINDOW = "window"  # params: key, assigner, trigger, evictor, allowed_lateness, late_tag, mode, functions
 WINDOW_AGGREGATE = "window_aggregate"  # columnar sum/min/max of a column: params key, assigner, how, field, late_tag
@@ -38,8 +40,10 @@ SIDE_OUTPUT = "side_output"  # params["tag"]: the name of one side output of its
 
 VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT)
 # Operators whose user function can emit to side outputs.
-SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS, KEYED_CO_PROCESS, WINDOW, WINDOW_AGGREGATE)
-TWO_INPUT_KINDS = (CO_PROCESS, CO_MAP, CO_FLAT_MAP, KEYED_CO_PROCESS)
+SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS, KEYED_CO_PROCESS, WINDOW, WINDOW_AGGREGATE, BROADCAST_PROCESS,
+                     KEYED_BROADCAST_PROCESS)
+BROADCAST_PROCESS_KINDS = (BROADCAST_PROCESS, KEYED_BROADCAST_PROCESS)  # input 0: the stream; input 1: broadcast
+TWO_INPUT_KINDS = (CO_PROCESS, CO_MAP, CO_FLAT_MAP, KEYED_CO_PROCESS) + BROADCAST_PROCESS_KINDS
 
 # Partitioners of PARTITION transformations
 FORWARD = "forward"

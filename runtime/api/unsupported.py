@@ -73,7 +73,6 @@ _STREAM_COMMON: dict[str, str] = {
 DATA_STREAM: dict[str, str] = {
     **_STREAM_COMMON,
     "get_type": "streams carry Python objects and have no declared type; keep the output_type you passed",
-    "get_execution_config": "the job's configuration is env.get_config() (a Configuration: get/set by key)",
     "execute_and_collect": _NO_COLLECT,
     "cache": "cached intermediate results exist only in Flink's batch mode; write them with a FileSink and read "
              "them back with a FileSource",

@@ -187,6 +187,14 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
             e = edges[op.inputs[0]]
             if e.partitioner != T.HASH:
                 raise JobDefinitionError(f"operator {op.name!r} needs a keyed input (key_by)")
+        if op.kind in T.BROADCAST_PROCESS_KINDS:
+            for eid in op.inputs:
+                e = edges[eid]
+                if e.input_index == 1 and e.partitioner != T.BROADCAST:
+                    raise JobDefinitionError(f"operator {op.name!r}: its second input must be a broadcast stream "
+                                             "(stream.broadcast(MapStateDescriptor(...)))")
+                if e.input_index == 0 and op.kind == T.KEYED_BROADCAST_PROCESS and e.partitioner != T.HASH:
+                    raise JobDefinitionError(f"operator {op.name!r} needs a keyed input (key_by)")
         if op.kind == T.KEYED_CO_PROCESS:
             if any(edges[e].partitioner != T.HASH for e in op.inputs):
                 raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "

@@ -257,6 +257,23 @@ class RocksTable:
             yield codec.decode_key(it.key()[2:]), codec.decode_value(it.value())
             it.next()
 
+    def keys(self) -> list:
+        """Every key with an entry in this state, once each (``apply_to_keyed_state`` of a
+        broadcast function visits them). A map state holds one entry per (key, user key)."""
+        self.flush()
+        out: list = []
+        last = None
+        it = self.cf.iter()
+        it.seek_to_first()
+        while it.valid():
+            raw = it.key()[2:]
+            kb = codec.split_map_key(raw)[0] if self.kind == "map" else raw
+            if kb != last:  # the entries of one key are adjacent
+                out.append(codec.decode_key(kb))
+                last = kb
+            it.next()
+        return out
+
     # -- to RocksDB ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write every dirty entry in one batch."""

@@ -1091,6 +1091,10 @@ def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
         from .window_columnar import ColumnarWindowAggregateOperator
 
         return ColumnarWindowAggregateOperator(node, ctx)
+    if node.kind in T.BROADCAST_PROCESS_KINDS:
+        from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator  # it builds on this module
+
+        return (KeyedBroadcastProcessOperator if node.kind == T.KEYED_BROADCAST_PROCESS else BroadcastProcessOperator)(node, ctx)
     if _opens_state(node):
         return KEYED_VARIANTS[node.kind](node, ctx)
     return OPERATORS[node.kind](node, ctx)
