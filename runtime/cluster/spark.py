@@ -1,8 +1,8 @@
 """Running a job as one long-lived Spark barrier stage. The only module that imports pyspark.
 
 One barrier task per slot; each runs one subtask of every operator
-(``task.slot.SlotRuntime``). Tasks exchange their data addresses once with
-``allGather`` (it costs about a second; never per checkpoint), then talk over
+(``task.slot.SlotRuntime``). Tasks exchange their data addresses once, through
+the job manager (Spark's ``allGather`` would cost about a second), then talk over
 TCP, and report to the job manager over the control channel.
 
 Facts of PySpark barrier mode this module designs around (see the design page):
@@ -64,6 +64,14 @@ def _readable(duration: str) -> str:
     return f"{int(m.group(1)) / 1000:g} s" if m else duration
 
 
+# JVM options of the embedded local Spark (spark.driver.extraJavaOptions sets others instead).
+# Measured on 2 cores: the C2 JIT compiles Spark's start-up code on the cores the job needs,
+# and creating the SparkContext takes ~10 s with it, ~4.5 s with the C1 compiler alone
+# (TieredStopAtLevel=1); the JVM does no work per record, so C2's faster code buys nothing.
+# The serial collector: no GC worker threads competing with the Python tasks, a smaller heap.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=64m"
+
+
 @dataclass
 class SlotReport:
     """Slots a barrier stage needs and what the cluster offers, for an error that says what is missing."""
@@ -106,12 +114,13 @@ class SparkDeployment:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         conf = dict(spark_conf)
-        from pyspark.sql import SparkSession
+        from pyspark import SparkContext
 
-        active = SparkSession.getActiveSession()
+        # A context already running in this process (a SparkSession the user made, a notebook) is reused.
+        active = SparkContext._active_spark_context
         if active is not None and "spark.master" not in conf:
             self._spark = active
-            self.master = active.sparkContext.master
+            self.master = active.master
         else:
             self.master = conf.pop("spark.master", None) or f"local[{parallelism}]"
         self.local = is_local(self.master)
@@ -128,7 +137,9 @@ class SparkDeployment:
                 self._check_registered_slots()
 
     def _create(self, conf: dict[str, str], app_name: str) -> Any:
-        from pyspark.sql import SparkSession
+        """A SparkContext, not a SparkSession: the job needs only the context, and the SQL session's
+        start-up (catalog, SQL configuration, its imports) cost ~2 s more before the first record."""
+        from pyspark import SparkConf, SparkContext
 
         defaults = {
             # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
@@ -147,25 +158,29 @@ class SparkDeployment:
                     "spark.ui.enabled": "false",
                     "spark.driver.host": "127.0.0.1",
                     "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS}",
+                    # The embedded JVM only schedules the one barrier stage and forks the Python
+                    # workers; records never pass through it. Spark's 1 GB default heap is room it
+                    # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
+                    "spark.driver.memory": "512m",
                 }
             )
             if conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod (POD_IP)
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = SparkSession.builder.master(self.master).appName(app_name)
+        spark_conf = SparkConf().setMaster(self.master).setAppName(app_name)
         for k, v in {**defaults, **conf}.items():
-            builder = builder.config(k, v)
+            spark_conf.set(k, v)
         try:
-            spark = builder.getOrCreate()
+            sc = SparkContext.getOrCreate(spark_conf)
         except Exception as e:  # py4j / JVM launch problems
             raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
         if self.local:
-            spark.sparkContext.setLogLevel("ERROR")
-        return spark
+            sc.setLogLevel("ERROR")
+        return sc
 
     @property
     def spark_context(self) -> Any:
-        return self._spark.sparkContext
+        return self._spark
 
     def slot_report(self) -> SlotReport:
         """What the cluster offers the barrier stage now (for the error when it is not enough)."""
@@ -218,6 +233,11 @@ class SparkDeployment:
             pass
 
 
+# How long a task waits for the others' addresses: a barrier stage starts its tasks together,
+# and a task that fails to start reports it, so the job manager cancels the attempt long before.
+_PEERS_TIMEOUT = 600.0
+
+
 def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) -> Any:
     """Body of one barrier task, in a Spark Python worker."""
     import cloudpickle
@@ -253,7 +273,10 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
                       "checkpoint": (deployment.get("restore") or {}).get("id")})
         control.close()
         raise
-    addresses = ctx.allGather(json.dumps(list(slot.address)))
-    slot.connect([tuple(json.loads(a)) for a in addresses])
+    # Every task learns the others' data addresses through the job manager (one control-channel
+    # round trip; BarrierTaskContext.allGather costs ~1 s of start-up).
+    control.send({"type": "address", "slot": subtask, "attempt": attempt, "address": list(slot.address)})
+    peers = control.wait_for("peers", timeout=_PEERS_TIMEOUT)
+    slot.connect([tuple(a) for a in peers["addresses"]])
     slot.run()
     yield json.dumps({"slot": subtask, "operators": slot.operator_metrics()})

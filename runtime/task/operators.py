@@ -16,7 +16,6 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from ..api import transformations as T
@@ -303,6 +302,8 @@ class _Context:
 
 def _split(results: list, ctx: _Context) -> list:
     """``yield tag, value`` (PyFlink's way) goes to the side output ``tag``, never the main output."""
+    if tuple not in set(map(type, results)):
+        return results  # no (tag, value) pairs: skip the per-record loop (a C-speed scan instead)
     main = []
     for r in results:
         if type(r) is tuple and len(r) == 2 and type(r[0]) is OutputTag:
@@ -395,6 +396,8 @@ class RollingAggregator:
         self.table = table if table is not None else AccumulatorTable()
 
     def update(self, keys: list, values: np.ndarray) -> np.ndarray:
+        import pandas as pd  # here, not at the top: importing pandas delays every task's start by ~0.4 s
+
         values = self._numeric(values)
         if not isinstance(self.table, AccumulatorTable):
             return self._update_keyed_store(keys, values)
@@ -435,6 +438,8 @@ class RollingAggregator:
 
     def _update_keyed_store(self, keys: list, values: np.ndarray) -> np.ndarray:
         """The same kernel over a key-value store (RocksDB): one lookup and one write per distinct key."""
+        import pandas as pd
+
         codes, uniques = pd.factorize(pd.Series(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
         uniques = list(uniques)
         stored = self.table.get_many(uniques)
