@@ -70,6 +70,62 @@ def _readable(duration: str) -> str:
 # (TieredStopAtLevel=1); the JVM does no work per record, so C2's faster code buys nothing.
 # The serial collector: no GC worker threads competing with the Python tasks, a smaller heap.
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=64m"
+# Written by a JVM as it exits; adopted by a later run once no JVM can still be writing it.
+_ARCHIVE_SETTLE_S = 30.0
+
+
+def class_data_sharing_options(cache_dir: str | None = None) -> str:
+    """JVM options for a class-data-sharing archive of the embedded Spark's classes.
+
+    Loading and verifying Spark's ~8,000 classes is most of the JVM's start: with a dynamic
+    CDS archive (JDK 13+) they are mapped from a file instead, measured here 5.6 s -> 3.4 s to
+    a SparkContext and ~50 MB less resident memory. The first run has its JVM write the archive
+    as it exits (to a name of its own, so concurrent runs never share a half-written file);
+    a later run adopts it. The archive is keyed by the Java binary and Spark's jars; a JVM
+    finding one that does not match (or is damaged) ignores it and starts as without.
+    ``STREAMJOB_CLASS_DATA_SHARING=0`` turns this off."""
+    if os.environ.get("STREAMJOB_CLASS_DATA_SHARING", "1").strip().lower() in ("0", "false", "no", "off"):
+        return ""
+    try:
+        import hashlib
+        import time
+
+        import pyspark
+
+        java_home = os.environ.get("JAVA_HOME")
+        java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+        if not java or not os.path.exists(java):
+            return ""
+        java = os.path.realpath(java)
+        jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+        ident = "|".join([pyspark.__version__, java, str(os.stat(java).st_mtime_ns), *sorted(os.listdir(jars))])
+        key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+        cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                          "streamjob")
+        final = os.path.join(cache, f"spark-{key}.jsa")
+        quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+        if not os.path.exists(final):
+            os.makedirs(cache, exist_ok=True)
+            parts = [os.path.join(cache, f) for f in os.listdir(cache)
+                     if f.startswith(f"spark-{key}.") and f.endswith(".jsa.part")]
+            now = time.time()
+            for f in parts:  # the claim of a run whose JVM never wrote (killed) is given up after a day
+                if os.path.getsize(f) == 0 and now - os.path.getmtime(f) > 86400:
+                    os.remove(f)
+                    parts.remove(f)
+            settled = [f for f in parts if os.path.getsize(f) and now - os.path.getmtime(f) > _ARCHIVE_SETTLE_S]
+            if settled:
+                os.replace(settled[0], final)
+            elif parts:
+                return ""  # another run's JVM is writing one
+            else:
+                # Writing costs this one run ~3 s more start-up (and its JVM ~2 s at exit).
+                part = os.path.join(cache, f"spark-{key}.{os.getpid()}.jsa.part")
+                open(part, "wb").close()  # claims the writing: concurrent runs start without an archive
+                return f"-XX:ArchiveClassesAtExit={part} {quiet}"
+        return f"-XX:SharedArchiveFile={final} {quiet}"
+    except (OSError, ImportError):
+        return ""  # no cache directory we may write: start without the archive
 
 
 @dataclass
@@ -158,7 +214,8 @@ class SparkDeployment:
                     "spark.ui.enabled": "false",
                     "spark.driver.host": "127.0.0.1",
                     "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS}",
+                    "spark.driver.extraJavaOptions": (f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
+                                                      f"{class_data_sharing_options()}").strip(),
                     # The embedded JVM only schedules the one barrier stage and forks the Python
                     # workers; records never pass through it. Spark's 1 GB default heap is room it
                     # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
