@@ -69,7 +69,9 @@ def _readable(duration: str) -> str:
 # and creating the SparkContext takes ~10 s with it, ~4.5 s with the C1 compiler alone
 # (TieredStopAtLevel=1); the JVM does no work per record, so C2's faster code buys nothing.
 # The serial collector: no GC worker threads competing with the Python tasks, a smaller heap.
-LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=64m"
+# -Xms32m: the heap starts small and grows as used (its default start is 1/64 of the machine's
+# memory, and the young generation fills all of it before the first collection): ~50 MB less RSS.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=64m -Xms32m"
 # Written by a JVM as it exits; adopted by a later run once no JVM can still be writing it.
 _ARCHIVE_SETTLE_S = 30.0
 
@@ -220,6 +222,10 @@ class SparkDeployment:
                     # workers; records never pass through it. Spark's 1 GB default heap is room it
                     # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
                     "spark.driver.memory": "512m",
+                    # Workers start as their own processes, not forked from a pyspark.daemon that
+                    # stays resident beside them (~45 MB RSS for the job's life); a task restarted
+                    # after a failure starts ~0.3 s slower.
+                    "spark.python.use.daemon": "false",
                 }
             )
             if conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod (POD_IP)
