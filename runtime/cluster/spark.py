@@ -164,7 +164,7 @@ class SlotReport:
 
 
 class SparkDeployment:
-    """The SparkSession a job runs on, created (or reused) for the job's parallelism."""
+    """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
     def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
         self.parallelism = parallelism

@@ -16,6 +16,7 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from ..api import transformations as T
@@ -396,8 +397,6 @@ class RollingAggregator:
         self.table = table if table is not None else AccumulatorTable()
 
     def update(self, keys: list, values: np.ndarray) -> np.ndarray:
-        import pandas as pd  # here, not at the top: importing pandas delays every task's start by ~0.4 s
-
         values = self._numeric(values)
         if not isinstance(self.table, AccumulatorTable):
             return self._update_keyed_store(keys, values)
@@ -438,8 +437,6 @@ class RollingAggregator:
 
     def _update_keyed_store(self, keys: list, values: np.ndarray) -> np.ndarray:
         """The same kernel over a key-value store (RocksDB): one lookup and one write per distinct key."""
-        import pandas as pd
-
         codes, uniques = pd.factorize(pd.Series(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
         uniques = list(uniques)
         stored = self.table.get_many(uniques)
