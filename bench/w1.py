@@ -1,155 +1,222 @@
-"""Runtime foundation benchmark (issue 2): W1 throughput, latency, time to first record.
+"""W1: what the engine sustains on a keyed running sum, beside a plain Python loop and Bytewax.
 
-    python bench/w1.py [--rows 5000000] [--skip-latency] [--skip-first-record]
+    python bench/w1.py [--rows 5000000] [--repeat 1] [--only plain,columnar,per_record,bytewax]
 
-W1 = rows i in [0, N): key = (i * 2654435761) % 100000, value = i % 1000; a keyed
-rolling sum at parallelism 2 into DiscardingSink, through (a) the columnar
-built-in ``sum`` and (b) a KeyedProcessFunction keeping the sum in a dict.
-Both are compared, as ratios, with a plain-Python loop updating a dict over the
-same rows, measured in the same run.
+W1 = rows i in [0, N): key = (i * 2654435761) % 100000, value = i % 1000, written once to
+Parquet files (cached in bench/.data/, gitignored) that every case reads, so the source is
+not the bottleneck. A keyed running sum at parallelism 2 (each input comes out with its key's
+sum so far), into a sink that only notes when its first and last records came:
 
-Throughput is reported two ways: over the job's running time (first task
-processing to last task finished, what the engine sustains) and over the whole
-net runtime including deployment on Spark (stage start, address exchange).
+* plain loop: one Python process reads the same files (``to_pylist`` per batch) and keeps the
+  sums in a dict: the 1.00x every ratio is against;
+* streamjob columnar: ``key_by("key").sum("value")`` (Arrow batches, numpy kernels);
+* streamjob per-record: a ``KeyedProcessFunction`` keeping the sum in ``ValueState``;
+* Bytewax (optional: ``pip install 'streamjob[bench]'``): ``key_on`` + ``stateful_map``, 2 processes;
+
+each streamjob and Bytewax case with checkpoints off and every 1 s (streamjob exactly-once to
+file:// storage; Bytewax snapshots into its SQLite recovery partitions). Every case runs as its
+own process tree (``streamjob run`` on the embedded local Spark), started from here, so:
+
+* events/s = rows / (last record at the sink - first record at the sink): what the engine sustains;
+* first record = from starting the command to the first record at the sink (JVM, Spark, tasks);
+* peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once,
+  sampled every 50 ms;
+* checkpoint cost = 1 - events/s with checkpoints / events/s without, same run.
+
+Timings on a shared machine are noisy: compare the ratios of one run, and use --repeat (the
+median of the repeats is reported).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from streamjob.runtime import KeyedProcessFunction, StreamExecutionEnvironment
-from streamjob.runtime.api.environment import execution_context
-from streamjob.runtime.connectors import DataGenSource, DiscardingSink
-from streamjob.runtime.connectors.base import Sink, SinkWriter
-
-HERE = Path(__file__).parent
-
-
-def w1_row(i: int) -> dict:
-    return {"key": (i * 2654435761) % 100000, "value": i % 1000}
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FILES = 4  # two per subtask at parallelism 2
+BATCH = 8192
 
 
-class DictSum(KeyedProcessFunction):
-    def open(self, ctx):
-        self.sums = {}
+def ensure_data(rows: int, root: Path | None = None) -> Path:
+    """The W1 rows as Parquet files, generated once per row count."""
+    d = (root or HERE / ".data") / f"w1-{rows}"
+    if (d / "_DONE").exists():
+        return d
+    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, rows, FILES + 1, dtype=np.int64)
+    for k in range(FILES):
+        i = np.arange(bounds[k], bounds[k + 1], dtype=np.int64)
+        table = pa.table({"key": (i * 2654435761) % 100000, "value": i % 1000})
+        pq.write_table(table, tmp / f"part-{k}.parquet", row_group_size=1 << 17)
+    (tmp / "_DONE").touch()  # hidden from FileSource (leading "_")
+    if d.exists():
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(d)
+    return d
 
-    def process_element(self, row, ctx):
-        key = ctx.get_current_key()
-        total = self.sums.get(key, 0) + row["value"]
-        self.sums[key] = total
-        row["value"] = total
-        yield row
 
-
-def plain_python(rows: int) -> float:
+# -- the plain loop (run in a child too, so its RSS and start are measured the same way) ------
+def plain_loop(data: Path, out: Path) -> None:
     sums: dict = {}
-    started = time.perf_counter()
-    for i in range(rows):
-        row = w1_row(i)
-        key = row["key"]
-        sums[key] = sums.get(key, 0) + row["value"]
-    return rows / (time.perf_counter() - started)
+    first = None
+    count = 0
+    for f in sorted(data.glob("*.parquet")):
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH):
+            if first is None:
+                first = time.time()
+            for row in batch.to_pylist():
+                key = row["key"]
+                total = sums.get(key, 0) + row["value"]
+                sums[key] = total
+                row["value"] = total
+            count += batch.num_rows
+    (out / "sink-0.json").write_text(json.dumps({"first": first, "last": time.time(), "count": count}))
 
 
-def run_w1(rows: int, path: str) -> dict:
-    execution_context.show_progress = False
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    keyed = env.from_source(DataGenSource(w1_row, count=rows), name="W1").key_by("key")
-    (keyed.sum("value") if path == "columnar" else keyed.process(DictSum())).sink_to(DiscardingSink())
-    result = env.execute(f"W1-{path}")
-    return {
-        "events_per_s": rows / (result.running_time_ms / 1000),
-        "events_per_s_incl_deploy": rows / (result.net_runtime_ms / 1000),
-        "running_s": result.running_time_ms / 1000,
-        "net_runtime_s": result.net_runtime_ms / 1000,
-    }
+# -- one case as a process tree -------------------------------------------------------------
+def _peak_rss(proc: subprocess.Popen, result: dict) -> None:
+    peak = 0
+    try:
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            total = 0
+            try:
+                for p in [root, *root.children(recursive=True)]:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                pass
+            peak = max(peak, total)
+            time.sleep(0.05)
+    except psutil.Error:
+        pass
+    result["peak_rss"] = peak
 
 
-class LatencySink(Sink):
-    def __init__(self, out_dir: str):
-        self.out_dir = out_dir
+def run_case(engine: str, checkpoint: bool, data: Path, rows: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="w1-") as tmp:
+        out = Path(tmp) / "out"
+        out.mkdir()
+        env = {**os.environ, "W1_DATA": str(data), "W1_OUT": str(out), "PYTHONUNBUFFERED": "1"}
+        if engine == "plain":
+            cmd = [sys.executable, str(HERE / "w1.py"), "--plain-child", str(data), str(out)]
+        elif engine in ("columnar", "per_record"):
+            env["W1_PATH"] = engine
+            if checkpoint:
+                env["W1_CHECKPOINT_DIR"] = f"file://{tmp}/checkpoints"
+            cmd = [sys.executable, "-m", "streamjob.runtime.cli", "run", str(HERE / "jobs" / "w1_job.py"), "--no-progress"]
+        else:  # bytewax
+            cmd = [sys.executable, "-m", "bytewax.testing", "w1_bytewax:flow", "-p", "2"]
+            env["PYTHONPATH"] = os.pathsep.join([str(HERE / "jobs"), env.get("PYTHONPATH", "")])
+            if checkpoint:
+                recovery = Path(tmp) / "recovery"
+                recovery.mkdir()
+                subprocess.run([sys.executable, "-m", "bytewax.recovery", str(recovery), "2"], check=True,
+                               capture_output=True)
+                cmd += ["-r", str(recovery), "-s", "1", "-b", "0"]
+        started = time.time()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        sampled: dict = {}
+        sampler = threading.Thread(target=_peak_rss, args=(proc, sampled), daemon=True)
+        sampler.start()
+        stdout, stderr = proc.communicate(timeout=1800)
+        sampler.join()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{engine} (checkpoints {'on' if checkpoint else 'off'}) failed "
+                               f"({proc.returncode}):\n{stderr[-3000:]}")
+        sinks = [json.loads(p.read_text()) for p in out.glob("sink-*.json")]
+        sinks = [s for s in sinks if s["first"] is not None]
+        count = sum(s["count"] for s in sinks)
+        if count != rows:
+            raise RuntimeError(f"{engine}: the sink saw {count} records, expected {rows}")
+        first, last = min(s["first"] for s in sinks), max(s["last"] for s in sinks)
+        case = {"engine": engine, "checkpoint": checkpoint, "events_per_s": rows / (last - first),
+                "first_record_s": first - started, "total_s": time.time() - started,
+                "peak_rss_mb": sampled["peak_rss"] / 2**20}
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if lines:
+            case["job"] = json.loads(lines[-1])
+        return case
 
-    def create_writer(self, ctx):
-        return LatencyWriter(os.path.join(self.out_dir, f"lat-{ctx.get_index_of_this_subtask()}.npy"))
 
-
-class LatencyWriter(SinkWriter):
-    def __init__(self, path: str):
-        self.path = path
-        self.latencies: list[float] = []
-
-    def write(self, batch):
-        now = time.time()
-        rows = batch.to_pylist() if hasattr(batch, "to_pylist") else batch
-        self.latencies.extend(now - r["t"] for r in rows)
-
-    def close(self):  # the sink writer's last call, after its final input (SinkWriter.close)
-        np.save(self.path, np.asarray(self.latencies))
-
-
-def run_latency(rate: int, seconds: int) -> dict:
-    execution_context.show_progress = False
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
-    with tempfile.TemporaryDirectory() as d:
-        src = DataGenSource(lambda i: {"key": i % 100, "value": 1, "t": time.time()}, count=rate * seconds, rows_per_second=rate)
-        env.from_source(src).key_by("key").sum("value").sink_to(LatencySink(d))
-        env.execute("latency")
-        lat = np.concatenate([np.load(p) for p in Path(d).glob("lat-*.npy")])
-    warm = lat[len(lat) // 10 :]  # skip the first second: workers warming up
-    return {"rate": rate, "records": int(len(lat)), "p50_ms": float(np.percentile(warm, 50) * 1000),
-            "p99_ms": float(np.percentile(warm, 99) * 1000), "max_ms": float(warm.max() * 1000)}
-
-
-def time_to_first_record() -> dict:
-    job = HERE / "jobs" / "first_record.py"
-    started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(job), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    first = proc.stdout.readline()
-    elapsed = time.monotonic() - started
-    proc.stdout.read()
-    proc.wait(120)
-    return {"seconds": elapsed, "first_line": first.strip(), "exit_code": proc.returncode}
+CASES = [("plain", False), ("columnar", False), ("columnar", True), ("per_record", False), ("per_record", True),
+         ("bytewax", False), ("bytewax", True)]
+LABELS = {"plain": "plain Python dict loop (1 process)", "columnar": "streamjob columnar (key_by.sum)",
+          "per_record": "streamjob per-record (KeyedProcessFunction + ValueState)", "bytewax": "Bytewax 2 processes (stateful_map)"}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=5_000_000)
-    ap.add_argument("--skip-latency", action="store_true")
-    ap.add_argument("--skip-first-record", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of every case; the median is reported")
+    ap.add_argument("--only", default="", help="comma-separated engines: plain,columnar,per_record,bytewax")
+    ap.add_argument("--plain-child", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    results: dict = {"rows": args.rows, "cores": os.cpu_count()}
-    results["plain_python_dict_events_per_s"] = plain_python(args.rows)
-    results["columnar"] = run_w1(args.rows, "columnar")
-    results["per_row"] = run_w1(args.rows, "per_row")
-    base = results["plain_python_dict_events_per_s"]
-    print(f"W1, {args.rows:,} rows, parallelism 2, {os.cpu_count()} cores")
-    print(f"  plain Python dict loop (1 core):  {base / 1e6:6.2f} M events/s   1.00x")
-    for path in ("columnar", "per_row"):
-        r = results[path]
-        print(f"  {path:<10} running time       {r['events_per_s'] / 1e6:6.2f} M events/s  {r['events_per_s'] / base:5.2f}x"
-              f"   (incl. deployment {r['events_per_s_incl_deploy'] / 1e6:.2f} M/s, {r['net_runtime_s']:.1f}s)")
-    if not args.skip_latency:
-        results["latency"] = run_latency(1000, 12)
-        lat = results["latency"]
-        print(f"  latency at {lat['rate']} events/s: p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, max {lat['max_ms']:.1f} ms")
-    if not args.skip_first_record:
-        results["first_record"] = time_to_first_record()
-        print(f"  streamjob run to first record: {results['first_record']['seconds']:.1f} s")
+    if args.plain_child:
+        plain_loop(Path(args.plain_child[0]), Path(args.plain_child[1]))
+        return
+    data = ensure_data(args.rows)
+    only = set(filter(None, args.only.split(","))) or {e for e, _ in CASES}
+    try:
+        import bytewax  # noqa: F401
+    except ImportError:
+        if "bytewax" in only:
+            print("Bytewax is not installed (pip install 'streamjob[bench]'): its rows are left out", file=sys.stderr)
+        only.discard("bytewax")
+    only.add("plain")  # the baseline of every ratio
+    cases = [c for c in CASES if c[0] in only]
+    runs: dict = {c: [] for c in cases}
+    for r in range(args.repeat):
+        for c in cases:  # interleaved: load from elsewhere on the machine hits every case alike
+            print(f"run {r + 1}/{args.repeat}: {c[0]}, checkpoints {'1 s' if c[1] else 'off'}", file=sys.stderr, flush=True)
+            runs[c].append(run_case(c[0], c[1], data, args.rows))
+    med = {c: {k: statistics.median(x[k] for x in v) for k in ("events_per_s", "first_record_s", "peak_rss_mb")}
+           for c, v in runs.items()}
+    base = med[("plain", False)]["events_per_s"]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    title = (f"W1: {args.rows:,} rows, 100k keys, parallelism 2, Parquet source; {when}; {os.cpu_count()} cores "
+             f"({platform.processor() or platform.machine()}), Python {platform.python_version()}; median of {args.repeat}")
+    header = ["case", "checkpoints", "M events/s", "vs loop", "ckpt cost", "first record", "peak RSS"]
+    table = []
+    for c in cases:
+        m = med[c]
+        cost = ""
+        if c[1] and (c[0], False) in med:
+            cost = f"{(1 - m['events_per_s'] / med[(c[0], False)]['events_per_s']) * 100:.0f}%"
+        table.append([LABELS[c[0]], "1 s exactly-once" if c[1] and c[0] != "bytewax" else ("1 s snapshots" if c[1] else "off"),
+                      f"{m['events_per_s'] / 1e6:.2f}", f"{m['events_per_s'] / base:.2f}x", cost,
+                      f"{m['first_record_s']:.1f} s", f"{m['peak_rss_mb']:.0f} MB"])
+    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
+    lines = [title, "", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths)) + " |" for row in table]
+    print("\n".join(lines))
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    (out / "w1.json").write_text(json.dumps(results, indent=2))
+    (out / "w1.json").write_text(json.dumps({"title": title, "runs": [{"case": list(c), "runs": v} for c, v in runs.items()]},
+                                            indent=2, default=str))
+    (out / "w1.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The control channel between tasks and the job manager: JSON lines over TCP.
 
 Task -> job manager: ``register`` (answered by ``deploy``: the attempt and what to
-restore), ``running``, ``metrics``, ``print``, ``ack`` / ``decline`` (checkpoint n,
+restore), ``address`` (where its data server listens; once every task of the attempt
+sent one, the job manager answers each with ``peers``, all addresses by slot), ``running``, ``metrics``, ``print``, ``ack`` / ``decline`` (checkpoint n,
 with state handles and timings), ``end_of_data``, ``failed``, ``finished``.
 Job manager -> task: ``deploy``, ``trigger`` (checkpoint n), ``complete`` (n is
 durable: sinks may commit), ``abort`` (n is given up), ``stop`` (graceful: sources
@@ -35,6 +36,8 @@ END_OF_DATA = "end_of_data"
 TRIGGER = "trigger"
 COMPLETE = "complete"
 ABORT = "abort"
+ADDRESS = "address"
+PEERS = "peers"
 
 
 def encode(msg: dict) -> bytes:

@@ -47,6 +47,29 @@ class ValueState(_KeyedState):
             self.table.put(self.backend.current_key, value)
 
 
+class HeapValueState(ValueState):
+    """ValueState over a copy-on-write ``StateTable``: reads and writes go to the table's dicts
+    directly while no snapshot is in flight (one Python call per access instead of two: the
+    per-record path of a KeyedProcessFunction does little else)."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        table = self.table
+        if table.delta is None:
+            return table.base.get(self.backend.current_key, self.default)
+        return table.get(self.backend.current_key, self.default)
+
+    def update(self, value: Any) -> None:
+        table = self.table
+        if value is None:
+            table.remove(self.backend.current_key)
+        elif table.delta is None:
+            table.base[self.backend.current_key] = value
+        else:
+            table.delta[self.backend.current_key] = value
+
+
 class ListState(_KeyedState):
     __slots__ = ()
 
@@ -178,7 +201,8 @@ class KeyedStateBackend:
     and the PyFlink ``get_*_state`` calls. A backend says how to make a table and which
     list/map state classes it uses (the heap ones mutate in place; RocksDB's must not)."""
 
-    list_state: Any = None  # the ListState / MapState classes of the backend
+    value_state: Any = ValueState  # the ValueState / ListState / MapState classes of the backend
+    list_state: Any = None
     map_state: Any = None
 
     def __init__(self, operator: str, max_parallelism: int, key_groups: range):
@@ -214,7 +238,7 @@ class KeyedStateBackend:
         return self.table(d.name, kind)
 
     def get_state(self, d: Any) -> ValueState:
-        return ValueState(self, self._for(d, "value"), d.name, d.default)
+        return self.value_state(self, self._for(d, "value"), d.name, d.default)
 
     def get_list_state(self, d: Any) -> Any:
         return self.list_state(self, self._for(d, "list"), d.name)
@@ -245,6 +269,7 @@ class KeyedStateBackend:
 class HashMapKeyedStateBackend(KeyedStateBackend):
     """All keyed state of one operator subtask: one copy-on-write table per state name."""
 
+    value_state = HeapValueState
     list_state = ListState
     map_state = MapState
 

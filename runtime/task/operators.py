@@ -388,17 +388,20 @@ def _stamp(t: int) -> int | None:
 
 def _emit_process_results(op: "StreamOperator", out: list, ctx: _Context, out_ts: list | None = None) -> None:
     """``yield tag, value`` (PyFlink's way) goes to the side output ``tag``, never the main output."""
-    main: list = []
-    main_ts: list | None = None if out_ts is None else []
-    for i, r in enumerate(out):
-        if type(r) is tuple and len(r) == 2 and type(r[0]) is OutputTag:
-            ctx.side.setdefault(r[0].tag_id, []).append(r[1])
-            if out_ts is not None:
-                ctx.side_ts.setdefault(r[0].tag_id, []).append(out_ts[i])  # type: ignore[union-attr]
-        else:
-            main.append(r)
-            if main_ts is not None:
-                main_ts.append(out_ts[i])  # type: ignore[index]
+    if tuple not in set(map(type, out)):  # no (tag, value) pairs: skip the per-record loop (a C-speed scan)
+        main, main_ts = out, out_ts
+    else:
+        main = []
+        main_ts = None if out_ts is None else []
+        for i, r in enumerate(out):
+            if type(r) is tuple and len(r) == 2 and type(r[0]) is OutputTag:
+                ctx.side.setdefault(r[0].tag_id, []).append(r[1])
+                if out_ts is not None:
+                    ctx.side_ts.setdefault(r[0].tag_id, []).append(out_ts[i])  # type: ignore[union-attr]
+            else:
+                main.append(r)
+                if main_ts is not None:
+                    main_ts.append(out_ts[i])  # type: ignore[index]
     op.output.emit(main, None if main_ts is None else np.asarray(main_ts, dtype=np.int64))
     if ctx.side:
         side, ctx.side = ctx.side, {}

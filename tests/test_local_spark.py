@@ -1,0 +1,38 @@
+"""The embedded local Spark's class-data-sharing archive: one run writes it, later runs map it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from streamjob.runtime.cluster import spark
+
+
+def test_one_run_writes_the_archive_and_later_runs_adopt_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("STREAMJOB_CLASS_DATA_SHARING", raising=False)
+    first = spark.class_data_sharing_options(str(tmp_path))
+    assert "-XX:ArchiveClassesAtExit=" in first
+    part = first.split("-XX:ArchiveClassesAtExit=")[1].split()[0]
+    assert os.path.exists(part)  # the claim: concurrent runs do not write a second archive
+    assert spark.class_data_sharing_options(str(tmp_path)) == ""
+    with open(part, "wb") as f:  # the JVM wrote it at exit...
+        f.write(b"archive")
+    assert spark.class_data_sharing_options(str(tmp_path)) == ""  # ...maybe still writing: not yet
+    old = time.time() - spark._ARCHIVE_SETTLE_S - 5
+    os.utime(part, (old, old))
+    adopted = spark.class_data_sharing_options(str(tmp_path))
+    assert "-XX:SharedArchiveFile=" in adopted and not os.path.exists(part)
+    final = adopted.split("-XX:SharedArchiveFile=")[1].split()[0]
+    assert os.path.exists(final) and spark.class_data_sharing_options(str(tmp_path)) == adopted
+
+
+def test_a_claim_whose_jvm_never_wrote_is_given_up_and_the_switch_turns_it_off(tmp_path, monkeypatch):
+    first = spark.class_data_sharing_options(str(tmp_path))
+    part = first.split("-XX:ArchiveClassesAtExit=")[1].split()[0]
+    day_ago = time.time() - 86400 - 5
+    os.utime(part, (day_ago, day_ago))  # a killed run's empty claim
+    again = spark.class_data_sharing_options(str(tmp_path))
+    assert "-XX:ArchiveClassesAtExit=" in again  # this run claims the writing anew
+    assert time.time() - os.path.getmtime(again.split("=")[1].split()[0]) < 60
+    monkeypatch.setenv("STREAMJOB_CLASS_DATA_SHARING", "0")
+    assert spark.class_data_sharing_options(str(tmp_path)) == ""
