@@ -36,6 +36,14 @@ class Window:
     def max_timestamp(self) -> int:
         raise NotImplementedError
 
+    # Windows are immutable values: state tables copy what they hold while a snapshot is being
+    # written (copy on read), and copying a window would only cost time.
+    def __copy__(self) -> "Window":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Window":
+        return self
+
 
 @dataclass(frozen=True, order=True)
 class TimeWindow(Window):

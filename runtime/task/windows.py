@@ -23,12 +23,21 @@ from typing import Any
 import numpy as np
 
 from ..api.functions import OutputTag, as_callable
-from ..api.windowing import MAX_TIMESTAMP, TimestampedValue, TimeWindow, Window, window_function
+from ..api.windowing import (
+    MAX_TIMESTAMP,
+    EventTimeTrigger,
+    ProcessingTimeTrigger,
+    TimestampedValue,
+    TimeWindow,
+    Window,
+    window_function,
+)
 from ..batch import NO_TIMESTAMP, Batch, extract_keys, to_rows
 from .operators import StreamOperator, _emit_process_results, _Context
 from .timers import InternalTimerService, TimeDomain, processing_time_ms
 
 _EMPTY = object()
+EVENT_TIME, PROCESSING_TIME = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
 
 
 class NoTimestampError(RuntimeError):
@@ -48,6 +57,11 @@ class WindowOperator(StreamOperator):
         self.mode = p["mode"]  # "reduce" | "aggregate" | "elements"
         self.keep_elements = self.mode == "elements" or self.evictor is not None
         self.event_time = self.assigner.is_event_time
+        # The default triggers set exactly the timer the cleanup needs (with no lateness) and keep no
+        # state: the operator can skip registering, deleting and clearing what they already do.
+        self.plain_trigger = type(self.trigger) in (EventTimeTrigger, ProcessingTimeTrigger)
+        self.cleanup_is_trigger_timer = self.plain_trigger and (self.lateness == 0 or not self.event_time) and (
+            isinstance(self.trigger, EventTimeTrigger) == self.event_time)
         self._reduce = as_callable(p["reduce"], "reduce", "reduce") if self.mode == "reduce" else None
         self._agg = p.get("aggregate")
         self._window_fn = window_function(p.get("window_function"), p.get("all_windows", False))
@@ -173,6 +187,8 @@ class WindowOperator(StreamOperator):
         return MAX_TIMESTAMP if end < w.max_timestamp() else end  # overflow
 
     def _register_cleanup(self, key: Any, w: Window) -> None:
+        if self.cleanup_is_trigger_timer:
+            return  # the trigger registered this very timer
         t = self._cleanup_time(w)
         if t == MAX_TIMESTAMP:
             return  # global windows live as long as the job
@@ -216,10 +232,12 @@ class WindowOperator(StreamOperator):
                 self._emit(key, w, state, out, out_ts)
             if result.is_purge():
                 state.pop(w, None)
-            if ts == self._cleanup_time(w) and (domain is TimeDomain.EVENT_TIME) == self.event_time:
+            if ts == self._cleanup_time(w) and (domain is EVENT_TIME) == self.event_time:
                 state.pop(w, None)
-                trigger.clear(w, ctx)
-                self._clear_trigger_state(key, w)
+                if not self.cleanup_is_trigger_timer:  # else its only timer just fired
+                    trigger.clear(w, ctx)
+                if not self.plain_trigger:
+                    self._clear_trigger_state(key, w)
                 clear = getattr(self.node.params.get("window_function"), "clear", None)
                 if callable(clear):
                     clear(_WindowContext(self, w))
