@@ -45,6 +45,7 @@ from .api.state import (
     MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
+    StateTtlConfig,
     ValueStateDescriptor,
 )
 from .api.time import Duration, Time
@@ -138,6 +139,7 @@ __all__ = [
     "RestartStrategies",
     "RestartStrategyConfiguration",
     "StateDescriptor",
+    "StateTtlConfig",
     "ValueStateDescriptor",
     "CoFlatMapFunction",
     "CoMapFunction",
