@@ -1,19 +1,24 @@
-"""State TTL (``StateTtlConfig``, issue 14 item 6) on both keyed state backends, without Spark:
-expiry per state type (list elements and map entries one by one), visibility, update type,
-background and full-snapshot cleanup, and savepoint restores that keep the age of every value.
+"""State TTL (``StateTtlConfig``, issue 14 item 6) on both keyed state backends: expiry per state
+type (list elements and map entries one by one), visibility, update type, background and
+full-snapshot cleanup, and savepoint restores that keep the age of every value.
 
-Time is a clock the test moves (``backend.ttl_clock``), never a sleep."""
+Time is a clock the test moves (``backend.ttl_clock``), never a sleep; only the two jobs on Spark
+at the end (a PyFlink documentation program, a savepoint hashmap -> rocksdb) run in real time."""
 
 from __future__ import annotations
 
 import pickle
+import time
+from pathlib import Path
 
 import pytest
 
-from streamjob.runtime import (AggregateFunction, Duration, ListStateDescriptor, MapStateDescriptor,
-                               ReducingStateDescriptor, StateTtlConfig, Time, Types, ValueStateDescriptor)
+from streamjob.runtime import (AggregateFunction, Duration, KeyedProcessFunction, ListStateDescriptor,
+                               MapStateDescriptor, ReducingStateDescriptor, StateTtlConfig, StreamExecutionEnvironment,
+                               Time, Types, ValueStateDescriptor)
 from streamjob.runtime.api.state import AggregatingStateDescriptor
-from streamjob.runtime.checkpoint.storage import CheckpointStorage
+from streamjob.runtime.checkpoint.storage import CheckpointStorage, StateLocation, load_checkpoint
+from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 from streamjob.runtime.state import codec
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend, HeapValueState, StateDefinitionError
 from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, RocksTtlCleanup
@@ -21,6 +26,7 @@ from streamjob.runtime.state.rocksdb_snapshot import write_snapshot
 from streamjob.runtime.state.snapshot import read_keyed, serialize
 from streamjob.runtime.state.ttl import TtlValue, TtlValueState
 
+JOBS = Path(__file__).parent / "jobs"
 TTL = 1000  # ms
 UT = StateTtlConfig.UpdateType
 SV = StateTtlConfig.StateVisibility
@@ -569,3 +575,83 @@ def test_ttl_values_are_compact_in_rocksdb_and_pickle_as_plain_tuples():
     plain = pickle.loads(pickle.dumps(v))
     assert type(plain) is tuple and plain == ("abc", 1_700_000_000_000)
     assert b"TtlValue" not in pickle.dumps(v)  # savepoints do not name the class
+
+
+# -- on Spark -------------------------------------------------------------------------------------------
+def test_pyflink_documentation_program_with_state_ttl_prints_what_pyflink_prints():
+    """tests/jobs/state_ttl.py: PyFlink's TTL configuration on its CountWindowAverage example, once per
+    backend; the state written before a 1.5 s pause has expired after it (TTL 1 s)."""
+    from conftest import run_cli
+
+    r = run_cli("run", str(JOBS / "state_ttl.py"), "hashmap", "rocksdb", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for backend in ("hashmap", "rocksdb"):
+        assert [x.removeprefix(f"{backend}> ") for x in lines if x.startswith(f"{backend}> ")] == [
+            "(1, 4, [3, 5])", "(2, 5, [4, 6])", "(1, 2, [1, 3])", "(2, 3, [4, 2])"], r.stdout
+
+
+class FirstSeen(KeyedProcessFunction):
+    """Remembers each key's first row in TTL state, written once: its timestamp is its first sighting."""
+
+    def open(self, ctx):
+        config = StateTtlConfig.new_builder(Time.hours(1)).cleanup_full_snapshot().build()
+        first = ValueStateDescriptor("first", Types.INT())
+        first.enable_time_to_live(config)
+        seen = MapStateDescriptor("seen", Types.INT(), Types.INT())
+        seen.enable_time_to_live(config)
+        self.first = ctx.get_state(first)
+        self.seen = ctx.get_map_state(seen)
+
+    def process_element(self, row, ctx):
+        if self.first.value() is None:
+            self.first.update(row["i"])
+            self.seen.put(row["i"], row["key"])
+        yield row
+
+
+def _ttl_job(tmp_path, backend, parallelism, restore=None):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    if restore:
+        env.configure({"execution.state-recovery.path": restore})
+    env.enable_checkpointing(200)
+    env.set_state_backend(backend)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "checkpoints"))
+    rows = env.from_source(DataGenSource(lambda i: {"key": i % 10, "i": i}, rows_per_second=200), name="rows")
+    rows.uid("rows").key_by("key").process(FirstSeen()).uid("first-seen").sink_to(DiscardingSink()).uid("out")
+    client = env.execute_async("ttl")
+    assert client.wait_until_running(60)
+    deadline = time.monotonic() + 60
+    while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # 100 rows after the first checkpoint: every key seen
+    path = client.stop_with_savepoint(False, str(tmp_path / "savepoints"), timeout=120)
+    client.get_job_execution_result(120)
+    return path
+
+
+def _keyed_state(path):
+    root, meta = load_checkpoint(path)
+    location = StateLocation(root)
+    out: dict = {}
+    for op in meta.operators.values():
+        for handle in op["subtasks"]:
+            if handle and handle["index"].get("keyed"):
+                for name, kind, chunk in read_keyed(location.read(handle), handle["index"], range(128), path):
+                    out.setdefault((name, kind), {}).update(chunk)
+    return out
+
+
+def test_ttl_state_keeps_its_timestamps_through_savepoints_from_hashmap_into_rocksdb(spark_slots, tmp_path):
+    first = _ttl_job(tmp_path, "hashmap", 2)
+    before = _keyed_state(first)
+    assert set(before) == {("first", "value+ttl"), ("seen", "map+ttl")}
+    values = before[("first", "value+ttl")]
+    assert sorted(values) == list(range(10)) and all(v[0] % 10 == k for k, v in values.items())
+    stamps = {ts for _, ts in values.values()}
+    assert all(abs(ts - time.time() * 1000) < 120_000 for ts in stamps)  # wall-clock ms
+    second = _ttl_job(tmp_path, "rocksdb", 3, restore=first)  # rescaled, other backend: same state, same ages
+    after = _keyed_state(second)
+    assert after[("first", "value+ttl")] == values
+    assert after[("seen", "map+ttl")] == before[("seen", "map+ttl")]
