@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from streamjob.runtime import (AggregateFunction, Duration, KeyedProcessFunction, ListStateDescriptor,
+from streamjob.runtime import (AggregateFunction, Duration, KeyedBroadcastProcessFunction, KeyedProcessFunction,
+                               ListStateDescriptor,
                                MapStateDescriptor, ReducingStateDescriptor, StateTtlConfig, StreamExecutionEnvironment,
                                Time, Types, ValueStateDescriptor)
 from streamjob.runtime.api.state import AggregatingStateDescriptor
@@ -563,6 +564,38 @@ def test_ttl_cannot_be_switched_on_or_off_across_a_restore(backend):
         backend.get_list_state(ttl(ListStateDescriptor("without")))
     with pytest.raises(StateDefinitionError, match=r"state 'with' is a value\+ttl state, cannot be used as a map"):
         backend.get_map_state(ttl(MapStateDescriptor("with")))
+
+
+class CountsSeenByRules(KeyedBroadcastProcessFunction):
+    """Counts per key in TTL state; every rule lists each key's count (apply_to_keyed_state)."""
+
+    COUNT = ttl(ValueStateDescriptor("count", Types.INT()), background=False)
+
+    def open(self, ctx):
+        self.count = ctx.get_state(self.COUNT)
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+
+    def process_broadcast_element(self, value, ctx):
+        seen = []
+        ctx.apply_to_keyed_state(self.COUNT, lambda key, state: seen.append((key, state.value())))
+        yield from sorted(seen)
+
+
+@pytest.mark.parametrize("backend_name", ["hashmap", "rocksdb"])
+def test_apply_to_keyed_state_reaches_ttl_state_and_sees_expired_values_as_gone(backend_name, tmp_path):
+    from test_broadcast_state import Harness
+
+    h = Harness(CountsSeenByRules(), keyed=True, backend=backend_name, state_root=str(tmp_path)).open()
+    clock = h.op.keyed_backend.ttl_clock = Clock().at(0)
+    h.element(("a", 1), ("b", 1))
+    clock.at(600)
+    h.element(("b", 1))
+    clock.at(1200)
+    h.rule(1)
+    assert h.take() == [("a", None), ("b", 2)]  # a's count expired at 1000, b's lives until 1600
+    h.op.dispose()
 
 
 def test_ttl_values_are_compact_in_rocksdb_and_pickle_as_plain_tuples():

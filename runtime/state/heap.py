@@ -232,8 +232,8 @@ class KeyedStateBackend:
             with_ttl = "with" if ttl.is_ttl_kind(known) else "without"
             raise StateDefinitionError(
                 f"operator {self.operator!r}: {ttl.base_kind(kind)} state {name!r} was created {with_ttl} a TTL "
-                f"and cannot be used {'without' if with_ttl == 'with' else 'with'} one (as in Flink, "
-                f"enable_time_to_live on its descriptor cannot change between a snapshot and its restore)"
+                f"and cannot be used {'without' if with_ttl == 'with' else 'with'} one: every descriptor of a "
+                f"state needs the same enable_time_to_live setting, also across a restore (as in Flink)"
             )
         if known != kind:
             raise StateDefinitionError(
