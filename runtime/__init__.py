@@ -18,7 +18,7 @@ from .api.checkpointing import (
     ExternalizedCheckpointRetention,
 )
 from .api.execution_config import ExecutionConfig
-from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment
+from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment, RuntimeExecutionMode
 from .api.functions import (
     AggregateFunction,
     BroadcastProcessFunction,
@@ -86,6 +86,7 @@ from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSo
 from .graph.job_graph import JobDefinitionError
 
 __all__ = [
+    "RuntimeExecutionMode",
     "AllWindowFunction",
     "CountEvictor",
     "CountTrigger",

@@ -19,6 +19,7 @@ class Options:
     BUFFERS_PER_CHANNEL = "taskmanager.network.memory.buffers-per-channel"
     METRICS_INTERVAL = "metrics.reporter.interval"
     AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"  # ms between periodic watermarks; 0 = none
+    RUNTIME_MODE = "execution.runtime-mode"  # STREAMING, BATCH, or AUTOMATIC (BATCH when every source is bounded)
     SPARK_MASTER = "spark.master"
     # checkpointing (Flink 2 key names)
     CHECKPOINTING_INTERVAL = "execution.checkpointing.interval"  # ms; 0 = off
@@ -78,6 +79,7 @@ DEFAULTS: dict[str, Any] = {
     Options.BUFFERS_PER_CHANNEL: 2,  # credits: batches in flight per input channel
     Options.METRICS_INTERVAL: 500,  # ms between task metric reports
     Options.AUTO_WATERMARK_INTERVAL: 200,  # ms, as Flink's default
+    Options.RUNTIME_MODE: "STREAMING",
     Options.CHECKPOINTING_INTERVAL: 0,
     Options.CHECKPOINTING_MODE: "EXACTLY_ONCE",
     Options.CHECKPOINTING_TIMEOUT: 600_000,  # 10 min, as Flink
@@ -244,7 +246,13 @@ class Configuration:
         return on, timeout
 
     def checkpointing_enabled(self) -> bool:
-        return self.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0
+        """Checkpoints are taken: an interval is set, and the job runs in STREAMING mode (in BATCH
+        mode, as in Flink, a failed job reruns from its bounded input instead)."""
+        return self.get_duration_ms(Options.CHECKPOINTING_INTERVAL) > 0 and not self.is_batch()
+
+    def is_batch(self) -> bool:
+        """The job runs in BATCH mode (as resolved when its graph was built: AUTOMATIC becomes one or the other)."""
+        return str(self.get(Options.RUNTIME_MODE)).strip().upper() == "BATCH"
 
     def get_bool(self, key: str, default: bool = False) -> bool:
         value = self.get(key, default)

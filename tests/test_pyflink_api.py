@@ -74,7 +74,7 @@ PYFLINK = {
     ConnectedStreams: "map flat_map process",
     DataStreamSink: "name uid set_uid_hash set_parallelism set_description disable_chaining slot_sharing_group",
 }
-BEING_BUILT_ELSEWHERE = {"set_runtime_mode", "assign_timestamps_and_watermarks", "window", "window_all",
+BEING_BUILT_ELSEWHERE = {"assign_timestamps_and_watermarks", "window", "window_all",
                          "count_window", "count_window_all", "key_by"}  # ConnectedStreams.key_by: KeyedCoProcess
 TABLES = {StreamExecutionEnvironment: unsupported.ENVIRONMENT, DataStream: unsupported.DATA_STREAM,
           KeyedStream: unsupported.KEYED_STREAM, ConnectedStreams: unsupported.CONNECTED_STREAMS,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import os
 import threading
 import time
@@ -150,6 +152,12 @@ class _ExecutionContext:
 
 
 execution_context = _ExecutionContext()
+
+
+class RuntimeExecutionMode(Enum):
+    STREAMING = 0
+    BATCH = 1
+    AUTOMATIC = 2
 
 
 class StreamExecutionEnvironment:
@@ -304,7 +312,7 @@ class StreamExecutionEnvironment:
         from ..cluster.executor import execute_job  # lazily: the API does not know where it runs
 
         graph = self._build(job_name)
-        return execute_job(graph, self._config, show_progress=execution_context.show_progress)
+        return execute_job(graph, self._resolved(graph), show_progress=execution_context.show_progress)
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the job and return at once; the job runs in a background thread of this process."""
@@ -315,7 +323,7 @@ class StreamExecutionEnvironment:
 
         def run() -> None:
             try:
-                client._result = execute_job(graph, self._config, show_progress=False, job_id=client.job_id,
+                client._result = execute_job(graph, self._resolved(graph), show_progress=False, job_id=client.job_id,
                                              client=client)
             except BaseException as e:  # noqa: BLE001 - handed to get_job_execution_result
                 client._error = e
@@ -326,6 +334,23 @@ class StreamExecutionEnvironment:
         threading.Thread(target=run, name=f"job-{graph.job_name}", daemon=True).start()
         execution_context.clients.append(client)
         return client
+
+    def _resolved(self, graph: Any) -> Configuration:
+        """The configuration with the runtime mode the graph resolved (AUTOMATIC -> STREAMING/BATCH)."""
+        config = Configuration(self._config.to_dict())
+        config.set(Options.RUNTIME_MODE, graph.config[Options.RUNTIME_MODE])
+        return config
+
+    def set_runtime_mode(self, execution_mode: "RuntimeExecutionMode | str") -> "StreamExecutionEnvironment":
+        """BATCH: bounded input, no checkpoints; watermarks jump to the end of input, where every
+        window and timer fires, and rolling aggregations emit only their final value per key.
+        AUTOMATIC: BATCH if every source is bounded."""
+        name = execution_mode.name if isinstance(execution_mode, RuntimeExecutionMode) else str(execution_mode).upper()
+        if name not in RuntimeExecutionMode.__members__:
+            raise ValueError(f"set_runtime_mode needs RuntimeExecutionMode.STREAMING, BATCH or AUTOMATIC, "
+                             f"got {execution_mode!r}")
+        self._config.set(Options.RUNTIME_MODE, name)
+        return self
 
     def _build(self, job_name: str | None) -> Any:
         """The job graph of everything defined since the last ``execute``, as Flink does: each

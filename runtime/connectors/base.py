@@ -35,6 +35,10 @@ END = _End()
 class Source:
     default_name = "Source"
 
+    def is_bounded(self) -> bool:
+        """The input ends (BATCH mode needs every source bounded)."""
+        return True
+
     def create_reader(self, ctx: RuntimeContext) -> "SourceReader":
         raise NotImplementedError
 

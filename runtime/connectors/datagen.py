@@ -30,6 +30,9 @@ class DataGenSource(Source):
         self.count = count
         self.rows_per_second = rows_per_second
 
+    def is_bounded(self) -> bool:
+        return self.count is not None
+
     def create_reader(self, ctx) -> "DataGenReader":
         k, p = share(ctx)
         return DataGenReader(self, k, p, batch_size_of(ctx))

@@ -92,6 +92,9 @@ class FileSource(Source):
     def jsonl(path: str, monitor_interval: Any = None) -> "FileSource":
         return FileSource(path, "jsonl", monitor_interval)
 
+    def is_bounded(self) -> bool:
+        return self.monitor_interval is None
+
     def create_reader(self, ctx) -> "FileSourceReader":
         k, p = share(ctx)
         return FileSourceReader(self, k, p, batch_size_of(ctx))

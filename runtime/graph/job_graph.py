@@ -126,6 +126,7 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         raise JobDefinitionError("the job has no source: add one with env.from_source(...)")
     if not any(t.kind == T.SINK for t in real):
         raise JobDefinitionError("the job has no sink: add one with stream.sink_to(...) or stream.print()")
+    mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE])
     names = _display_names(real)
     operators = {
         t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos)
@@ -200,4 +201,20 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                 raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "
                                          "connect two keyed streams, or call connected.key_by(key1, key2)")
 
-    return JobGraph(job_name, parallelism, max_parallelism, operators, edges, tasks, config.to_dict())
+    return JobGraph(job_name, parallelism, max_parallelism, operators, edges, tasks,
+                    {**config.to_dict(), Options.RUNTIME_MODE: mode})
+
+
+def _runtime_mode(config: Configuration, sources: list[Transformation]) -> str:
+    """STREAMING or BATCH; AUTOMATIC is BATCH when every source is bounded, as in Flink."""
+    mode = str(config.get(Options.RUNTIME_MODE)).strip().upper()
+    if mode not in ("STREAMING", "BATCH", "AUTOMATIC"):
+        raise JobDefinitionError(f"{Options.RUNTIME_MODE} must be STREAMING, BATCH or AUTOMATIC, got {mode!r}")
+    unbounded = [t.name for t in sources if not getattr(t.fn, "is_bounded", lambda: True)()]
+    if mode == "BATCH" and unbounded:
+        raise JobDefinitionError(f"BATCH mode needs bounded sources, but {', '.join(map(repr, unbounded))} never ends "
+                                 "(a DataGenSource without count, a FileSource that monitors its directory); "
+                                 "run it in STREAMING mode")
+    if mode == "AUTOMATIC":
+        mode = "STREAMING" if unbounded else "BATCH"
+    return mode

@@ -18,6 +18,7 @@ import copy
 from typing import Any, Iterator
 
 import numpy as np
+import pandas as pd
 
 _MISSING = object()
 TOMBSTONE = object()
@@ -148,7 +149,25 @@ class AccumulatorTable:
 
     def slots(self, keys: list) -> np.ndarray:
         get = self.slot_of.get
-        found = [get(k) for k in keys]
+        found = [get(k, -1) for k in keys]
+        arr = np.asarray(found, dtype=np.int64)
+        missing = np.flatnonzero(arr < 0)
+        if not len(missing):
+            return arr
+        if len(missing) > 64 and type(keys[int(missing[0])]) in (int, str):
+            # Many new keys (every key of a fresh window): number them in one vectorised pass.
+            new = [keys[i] for i in missing.tolist()]
+            types = set(map(type, new))  # all ints or all strs (no bools: their key groups differ); else one by one
+            if types == {str} or (types == {int} and -(1 << 63) <= min(new) and max(new) < (1 << 63)):
+                codes, uniques = pd.factorize(np.asarray(new, dtype=object if types == {str} else np.int64),
+                                              use_na_sentinel=False)
+                base = len(self.keys_by_slot)
+                fresh = uniques.tolist()  # Python ints / strs: key groups hash them, not numpy scalars
+                self.slot_of.update(zip(fresh, range(base, base + len(fresh))))
+                self.keys_by_slot.extend(fresh)
+                arr[missing] = base + codes
+                return arr
+        found = [None if f < 0 else f for f in found]
         if None in found:
             slot_of, by_slot = self.slot_of, self.keys_by_slot
             for i, s in enumerate(found):

@@ -125,6 +125,7 @@ class StreamOperator:
         self.ts: Any = None  # event timestamps of the batch in progress (numpy int64), or None
         self.current_watermark = MIN_WATERMARK
         self.timers: InternalTimerService | None = None  # keyed operators that use timers
+        self.batch = Configuration(ctx._job_parameters).is_batch()  # BATCH mode: timers fire at end of input
         if self.keyed:
             i, p, maxp = ctx.get_index_of_this_subtask(), ctx.get_number_of_parallel_subtasks(), ctx.get_max_number_of_parallel_subtasks()
             self.keyed_backend = create_keyed_backend(
@@ -251,7 +252,10 @@ class StreamOperator:
         """All channels of ``input_index`` delivered EndOfPartition."""
 
     def finish(self) -> None:
-        """No more input: emit what is left (before downstream operators finish)."""
+        """No more input: emit what is left (before downstream operators finish). In BATCH mode
+        processing time jumps to the end too, so every processing-time timer fires (as Flink)."""
+        if self.batch:
+            self._guard(lambda: self.on_processing_time(MAX_WATERMARK))
         self._guard(self.on_finish)
 
     def on_finish(self) -> None:
@@ -547,7 +551,12 @@ class KeyedReduceOperator(StreamOperator):
             value = r if current is missing else fn(current, r)
             state.put(key, value)
             out.append(value)
-        self.output.emit(out, self.ts)
+        if not self.batch:
+            self.output.emit(out, self.ts)
+
+    def on_finish(self) -> None:
+        if self.batch:  # BATCH mode: a rolling reduce emits only its final value per key (as Flink)
+            self.output.emit([v for _, v in self._state.items()])
 
 
 class RollingAggregator:
@@ -648,7 +657,7 @@ class KeyedAggregateOperator(StreamOperator):
                 raise ValueError(f"{self._how}({field!r}): a record has no value (null) in {field!r}")
             if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
                 result = self._agg.update(keys, col.to_numpy(zero_copy_only=False))
-                self.output.emit(batch.set_column(idx, field, pa.array(result)), self.ts)
+                self._emit_rolling(batch.set_column(idx, field, pa.array(result)), keys)
                 return
             batch = batch.to_pylist()
         rows = batch
@@ -661,7 +670,23 @@ class KeyedAggregateOperator(StreamOperator):
             results = self._agg.update(keys, arr).tolist()
         else:
             results = self._object_update(keys, values)
-        self.output.emit([_replace(r, field, v) for r, v in zip(rows, results)], self.ts)
+        self._emit_rolling([_replace(r, field, v) for r, v in zip(rows, results)], keys)
+
+    def _emit_rolling(self, out: Batch, keys: list) -> None:
+        if not self.batch:
+            self.output.emit(out, self.ts)
+            return
+        # BATCH mode: only each key's final value goes out, at the end (as Flink); keep the last
+        last = {k: i for i, k in enumerate(keys)}
+        rows = to_rows(out.take(pa.array(list(last.values())))) if isinstance(out, pa.RecordBatch) \
+            else [out[i] for i in last.values()]
+        table = self.keyed_backend.raw_table("_batch-final")  # type: ignore[union-attr]
+        for k, r in zip(last, rows):
+            table.put(k, r)
+
+    def on_finish(self) -> None:
+        if self.batch:
+            self.output.emit([v for _, v in self.keyed_backend.raw_table("_batch-final").items()])  # type: ignore[union-attr]
 
     def _object_update(self, keys: list, values: list) -> list:
         state, how, out = self._objects, self._how, []
@@ -795,8 +820,10 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self._split_max: dict[Any, int] = {}  # per source split, when the chained source has several
         self._interval = Configuration(self.ctx._job_parameters).get_int(Options.AUTO_WATERMARK_INTERVAL)
         now = processing_time_ms()
-        self._next_emit = now + self._interval if self._generates and self._interval > 0 else None
-        self._idleness = st.idleness_ms
+        # BATCH mode: no watermark until the end of input, which brings the last one
+        periodic = self._generates and self._interval > 0 and not self.batch
+        self._next_emit = now + self._interval if periodic else None
+        self._idleness = None if self.batch else st.idleness_ms
         self._last_record = now
         self._idle = False
 

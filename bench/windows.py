@@ -1,0 +1,109 @@
+"""Event-time windows on W1: a keyed tumbling window sum beside the rolling sum, one run.
+
+    python bench/windows.py [--rows 5000000] [--repeat 1]
+
+Data: the W1 rows (key = (i * 2654435761) % 100000, value = i % 1000) with an event timestamp
+``ts = i // 100 - 20 * (i % 5)`` ms: 100k events per event-time second, up to 80 ms out of order;
+Parquet files generated once (bench/.data/, gitignored). Every case runs as its own
+``streamjob run bench/jobs/window_job.py`` at parallelism 2, reading the files with
+``WatermarkStrategy.for_bounded_out_of_orderness(100 ms)`` on the ``ts`` column:
+
+* rolling: ``key_by("key").sum("value")``, columnar (the baseline of the ratios);
+* window columnar: ``key_by("key").window(TumblingEventTimeWindows.of(Time.seconds(1))).sum("value")``;
+* window per-record: the same windows keyed by a function (the per-record window operator);
+
+each with checkpoints off and every 1 s (exactly once, file://). events/s = rows / the job's
+running time (first task processing to last task finished; deployment excluded). Floors
+(issue 14): columnar window >= 0.5x the columnar rolling sum, and 1 s checkpoints cost it <= 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FILES = 4
+
+
+def ensure_data(rows: int) -> Path:
+    d = HERE / ".data" / f"w1-ts-{rows}"
+    if (d / "_DONE").exists():
+        return d
+    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, rows, FILES + 1, dtype=np.int64)
+    for k in range(FILES):
+        i = np.arange(bounds[k], bounds[k + 1], dtype=np.int64)
+        table = pa.table({"key": (i * 2654435761) % 100000, "value": i % 1000,
+                          "ts": 1_000_000 + i // 100 - 20 * (i % 5)})
+        pq.write_table(table, tmp / f"part-{k}.parquet", row_group_size=1 << 17)
+    (tmp / "_DONE").touch()
+    if d.exists():
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(d)
+    return d
+
+
+CASES = [("rolling", False), ("rolling", True), ("window_columnar", False), ("window_columnar", True),
+         ("window_per_record", False), ("window_per_record", True)]
+
+
+def run_case(case: str, checkpoint: bool, data: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "W_DATA": str(data), "W_CASE": case, "PYTHONUNBUFFERED": "1"}
+        if checkpoint:
+            env["W_CHECKPOINT_DIR"] = f"file://{tmp}/checkpoints"
+        proc = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", str(HERE / "jobs" / "window_job.py"),
+                               "--no-progress"], env=env, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+        if proc.returncode != 0:
+            raise SystemExit(f"case {case} (checkpoints {checkpoint}) failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    data = ensure_data(args.rows)
+    results: dict[tuple[str, bool], list[dict]] = {c: [] for c in CASES}
+    for r in range(args.repeat):
+        for case, checkpoint in CASES:  # interleaved, so drift of the machine hits every case alike
+            res = run_case(case, checkpoint, data)
+            results[(case, checkpoint)].append(res)
+            print(f"  run {r + 1}: {case:18} checkpoints {'1 s' if checkpoint else 'off':3}  "
+                  f"{args.rows / (res['running_ms'] / 1000):>12,.0f} events/s  ({res['checkpoints']} checkpoints, "
+                  f"{res['records_out']:,} records out)", flush=True)
+    rate = {c: statistics.median(args.rows / (x["running_ms"] / 1000) for x in v) for c, v in results.items()}
+    base = rate[("rolling", False)]
+    print(f"\nW1 windows, {args.rows:,} rows, parallelism 2, {datetime.date.today()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()} (median of {args.repeat})")
+    print(f"{'case':20} {'checkpoints':>11} {'events/s':>12} {'vs rolling':>11} {'checkpoint cost':>16}")
+    for case, checkpoint in CASES:
+        r = rate[(case, checkpoint)]
+        cost = "" if not checkpoint else f"{1 - r / rate[(case, False)]:>15.1%}"
+        print(f"{case:20} {'1 s' if checkpoint else 'off':>11} {r:>12,.0f} {r / base:>10.2f}x {cost:>16}")
+    ratio = rate[("window_columnar", False)] / base
+    cost = 1 - rate[("window_columnar", True)] / rate[("window_columnar", False)]
+    print(f"\nfloor: columnar window / columnar rolling sum = {ratio:.2f} (>= 0.5: {'met' if ratio >= 0.5 else 'NOT met'}); "
+          f"1 s checkpoints cost the columnar window {cost:.1%} (<= 10%: {'met' if cost <= 0.10 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
