@@ -23,9 +23,9 @@ from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 from streamjob.runtime.state import codec
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend, HeapValueState, StateDefinitionError
 from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, RocksTtlCleanup
-from streamjob.runtime.state.rocksdb_snapshot import write_snapshot
+from streamjob.runtime.state.rocksdb_snapshot import restore_native, write_snapshot
 from streamjob.runtime.state.snapshot import read_keyed, serialize
-from streamjob.runtime.state.ttl import TtlValue, TtlValueState
+from streamjob.runtime.state.ttl import IncrementalCleanup, TtlValue, TtlValueState
 
 JOBS = Path(__file__).parent / "jobs"
 TTL = 1000  # ms
@@ -317,21 +317,24 @@ def test_heap_incremental_cleanup_checks_a_few_keys_per_state_access():
     b = heap()
     clock = b.ttl_clock = Clock().at(0)
     d = ValueStateDescriptor("v")
-    d.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(TTL)).cleanup_incrementally(10, False).build())
+    d.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(TTL)).cleanup_incrementally(2, False).build())
     state = b.get_state(d)
     for k in range(100):
         b.current_key = k
         state.update(k)
     clock.at(600)
     b.current_key = "fresh"
-    state.update("fresh")  # this access checked 10 keys, none expired yet
+    state.update("fresh")
     clock.at(1000)
     table = b.tables["v"]
     assert len(table.base) == 101
-    for _ in range(5):
-        state.value()  # 5 accesses, 10 keys each
-    assert len(table.base) == 101 - 50
-    for _ in range(10):
+    state = b.get_state(d)  # a new state object: its first batch comes after EVERY accesses
+    for _ in range(IncrementalCleanup.EVERY - 1):
+        state.value()
+    assert len(table.base) == 101
+    state.value()  # 2 keys per access, checked EVERY accesses at a time
+    assert len(table.base) == 101 - 2 * IncrementalCleanup.EVERY
+    for _ in range(2 * IncrementalCleanup.EVERY):
         state.value()
     assert list(table.base) == ["fresh"]
     # off: only an explicit strategy cleans in the background
@@ -342,7 +345,7 @@ def test_heap_incremental_cleanup_checks_a_few_keys_per_state_access():
         b2.current_key = k
         quiet.add(k)
     b2.ttl_clock.at(5000)
-    for _ in range(20):
+    for _ in range(2 * IncrementalCleanup.EVERY):
         quiet.get()
     assert len(b2.tables["l"].base) == 19  # only the key that was read
 
@@ -364,8 +367,9 @@ def test_heap_incremental_cleanup_of_list_elements_and_map_entries_during_a_snap
     frozen = b.freeze()  # a snapshot in flight: cleanup writes go to the copy-on-write layer
     clock.at(1200)
     b.current_key = "x"
-    lst.get()  # 5 keys of "l" checked per access: all 3 (and "x", which has none)
-    m.get("nothing")
+    for _ in range(IncrementalCleanup.EVERY):  # a batch: 5 keys per access (by default), 3 keys in all
+        lst.get()
+        m.get("nothing")
     assert {k: [p[0] for p in v] for k, v in b.tables["l"].items()} == {k: ["new"] for k in range(3)}
     assert {k: list(v) for k, v in b.tables["m"].items()} == {k: ["new"] for k in range(3)}
     data, index = serialize(frozen, 128, None)  # the snapshot still has what was there at the barrier
@@ -415,7 +419,7 @@ def test_rocksdb_background_cleanup_deletes_expired_entries_on_disk(tmp_path):
     assert 50 < len(on_disk("m")) <= 50 + (150 - RocksTtlCleanup.EVERY)  # a batch checked 128 of the 150 entries
     for _ in range(RocksTtlCleanup.EVERY):
         m.get("x")
-    assert sorted(on_disk("m")) == [TtlValue(k, 1_000_500) for k in range(50)]
+    assert sorted(on_disk("m")) == [TtlValue((k, 1_000_500)) for k in range(50)]
     assert sorted(len(x) for x in on_disk("l")) == [1] * 50
     b.current_key = 3
     assert v.value() is None and lst.get() == ["new"] and m.items() == [("new", 3)]
@@ -545,6 +549,32 @@ def test_ttl_state_restores_from_a_savepoint_into_the_other_backend_keeping_its_
         part.dispose()
 
 
+def test_ttl_state_in_incremental_rocksdb_checkpoints_restores_natively_and_into_the_heap(tmp_path):
+    """Native (SST) checkpoints hold the TTL entries as they are: adopted as the working database of
+    the same key groups, or read key group by key group into the heap backend, ages kept."""
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    storage.initialize()
+    src = rocks(tmp_path, incremental=True, sub="src")
+    clock = src.ttl_clock = Clock()
+    states = fill(src, clock, full_snapshot=True)  # full-snapshot cleanup does not apply to incremental ones
+    clock.at(1300)
+    handle, _, _ = write_snapshot(src.snapshot(1), storage, "op-0", None)
+    assert "rocksdb" in handle["index"]
+    clock.at(900)
+    expected = read(src, states, range(20))
+    native = rocks(tmp_path, incremental=True, sub="native")
+    on_heap = heap()
+    for b in (native, on_heap):
+        b.ttl_clock = clock
+        restore_native(b, handle, storage.read(handle), storage, 1, "test", first=True)
+        assert read(b, fill_states(b), range(20)) == expected
+    clock.at(1000)
+    assert read(native, fill_states(native), [0, 7]) == read(on_heap, fill_states(on_heap), [0, 7]) == {
+        0: (None, [], [], None, None), 7: (None, [71], [("second", 7)], None, None)}
+    for b in (src, native):
+        b.dispose()
+
+
 def fill_states(b):
     kw = dict(background=False)
     return (b.get_state(ttl(ValueStateDescriptor("v"), **kw)), b.get_list_state(ttl(ListStateDescriptor("l"), **kw)),
@@ -599,12 +629,12 @@ def test_apply_to_keyed_state_reaches_ttl_state_and_sees_expired_values_as_gone(
 
 
 def test_ttl_values_are_compact_in_rocksdb_and_pickle_as_plain_tuples():
-    v = TtlValue("abc", 1_700_000_000_000)
+    v = TtlValue(("abc", 1_700_000_000_000))
     raw = codec.encode_value(v)
     assert raw == b"T" + (1_700_000_000_000).to_bytes(8, "big") + b"sabc"
     back = codec.decode_value(raw)
     assert type(back) is TtlValue and back == ("abc", 1_700_000_000_000)
-    assert codec.decode_list(codec.encode_list([v, TtlValue([1], 5)])) == [v, ([1], 5)]
+    assert codec.decode_list(codec.encode_list([v, TtlValue(([1], 5))])) == [v, ([1], 5)]
     plain = pickle.loads(pickle.dumps(v))
     assert type(plain) is tuple and plain == ("abc", 1_700_000_000_000)
     assert b"TtlValue" not in pickle.dumps(v)  # savepoints do not name the class

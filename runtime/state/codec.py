@@ -127,7 +127,7 @@ def decode_value(data: bytes) -> Any:
     if tag == 0x70:  # p
         return pickle.loads(data[1:])
     if tag == 0x54:  # T: a TTL state's (value, last-access timestamp)
-        return TtlValue(decode_value(data[9:]), int.from_bytes(data[1:9], "big", signed=True))
+        return TtlValue((decode_value(data[9:]), int.from_bytes(data[1:9], "big", signed=True)))
     raise StateCodecError(f"unknown value encoding tag {data[:1]!r}")
 
 

@@ -335,13 +335,14 @@ class RocksListState(_KeyedState):
 class RocksMapState:
     """One RocksDB entry per (key, user key); iteration is a prefix scan."""
 
-    __slots__ = ("backend", "name", "cf", "handle")
+    __slots__ = ("backend", "name", "table")
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", table: RocksTable, name: str):
         self.backend = backend
         self.name = name
-        self.cf = table.cf
-        self.handle = table.handle
+        # The table's column family, looked up on each call rather than kept here: the backend
+        # drops its handles before closing the database (a handle freed after the close stalls ~1 s).
+        self.table = table
 
     def _prefix(self) -> bytes:
         kb = self.backend.key_bytes(self.backend.current_key)
@@ -349,7 +350,7 @@ class RocksMapState:
 
     def _entries(self) -> Iterator[tuple[bytes, bytes]]:
         prefix = self._prefix()
-        it = self.cf.iter()
+        it = self.table.cf.iter()
         it.seek(prefix)
         n = len(prefix)
         while it.valid():
@@ -360,24 +361,24 @@ class RocksMapState:
             it.next()
 
     def get(self, key: Any) -> Any:
-        raw = self.cf.get(self._prefix() + codec.encode_key(key))
+        raw = self.table.cf.get(self._prefix() + codec.encode_key(key))
         return None if raw is None else codec.decode_value(raw)
 
     def put(self, key: Any, value: Any) -> None:
-        self.cf.put(self._prefix() + codec.encode_key(key), codec.encode_value(value))
+        self.table.cf.put(self._prefix() + codec.encode_key(key), codec.encode_value(value))
 
     def put_all(self, entries: dict) -> None:
         prefix = self._prefix()
         batch = WriteBatch(raw_mode=True)
         for k, v in entries.items():
-            batch.put(prefix + codec.encode_key(k), codec.encode_value(v), self.handle)
+            batch.put(prefix + codec.encode_key(k), codec.encode_value(v), self.table.handle)
         self.backend.db.write(batch)
 
     def contains(self, key: Any) -> bool:
-        return self.cf.get(self._prefix() + codec.encode_key(key)) is not None
+        return self.table.cf.get(self._prefix() + codec.encode_key(key)) is not None
 
     def remove(self, key: Any) -> None:
-        self.cf.delete(self._prefix() + codec.encode_key(key))
+        self.table.cf.delete(self._prefix() + codec.encode_key(key))
 
     def keys(self) -> list:
         return [codec.decode_key(k) for k, _ in self._entries()]
@@ -395,7 +396,7 @@ class RocksMapState:
         batch = WriteBatch(raw_mode=True)
         prefix = self._prefix()
         for k, _ in self._entries():
-            batch.delete(prefix + k, self.handle)
+            batch.delete(prefix + k, self.table.handle)
         self.backend.db.write(batch)
 
     def __iter__(self):
@@ -415,24 +416,19 @@ class RocksTtlCleanup:
 
     EVERY = 128
 
-    __slots__ = ("table", "kind", "policy", "clock", "count", "resume")
+    __slots__ = ("table", "kind", "policy", "clock", "every", "resume")
 
     def __init__(self, table: RocksTable, kind: str, policy: ttl.TtlPolicy, clock: Any):
         self.table = table
         self.kind = ttl.base_kind(kind)
         self.policy = policy
         self.clock = clock
-        self.count = 0
+        self.every = self.EVERY  # accesses between two batches (the states count them down)
         self.resume: bytes | None = None  # RocksDB key the next batch starts at (None: the first)
 
-    def __call__(self) -> None:
-        self.count += 1
-        if self.count >= self.EVERY:
-            self.count = 0
-            self.run(self.EVERY)
-
-    def run(self, n: int) -> int:
-        """Check up to ``n`` entries; the number deleted or rewritten."""
+    def run(self, n: int | None = None) -> int:
+        """Check up to ``n`` entries (``every`` by default); the number deleted or rewritten."""
+        n = self.every if n is None else n
         table = self.table
         limit = self.clock() - self.policy.ttl
         cache, old, handle, kind = table.cache, table.old, table.handle, self.kind
@@ -632,7 +628,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         h = table.handle
         base = ttl.base_kind(kind)
         # A TTL state's entries arrive as plain (value, timestamp) tuples: stored as TtlValue (compact)
-        wrap = (lambda p: ttl.TtlValue(p[0], p[1])) if ttl.is_ttl_kind(kind) else (lambda v: v)
+        wrap = (lambda p: ttl.TtlValue(p)) if ttl.is_ttl_kind(kind) else (lambda v: v)
         if kind == "accumulators":
             keys, values = chunk
             for k, v in zip(self.keys_bytes(list(keys)), np.asarray(values).tolist()):
