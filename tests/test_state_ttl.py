@@ -25,7 +25,7 @@ from streamjob.runtime.state.heap import HashMapKeyedStateBackend, HeapValueStat
 from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, RocksTtlCleanup
 from streamjob.runtime.state.rocksdb_snapshot import restore_native, write_snapshot
 from streamjob.runtime.state.snapshot import read_keyed, serialize
-from streamjob.runtime.state.ttl import IncrementalCleanup, TtlValue, TtlValueState
+from streamjob.runtime.state.ttl import IncrementalCleanup, TtlPolicy, TtlValue, TtlValueState, drop_expired
 
 JOBS = Path(__file__).parent / "jobs"
 TTL = 1000  # ms
@@ -137,6 +137,20 @@ def test_state_ttl_config_is_pyflinks_builder_with_flinks_defaults():
     assert d.get_ttl_config() is None
     d.enable_time_to_live(c)
     assert d.get_ttl_config() is c
+
+
+def test_ttl_policy_is_the_config_in_the_decorators_terms_and_expires_at_last_access_plus_ttl():
+    p = TtlPolicy.of(config(update=UT.OnReadAndWrite, visibility=SV.ReturnExpiredIfNotCleanedUp, full_snapshot=True))
+    assert (p.ttl, p.update_on_read, p.return_expired, p.in_full_snapshot, p.incremental_size, p.rocksdb_cleanup) == (
+        TTL, True, True, True, 5, True)
+    p = TtlPolicy.of(config(background=False))
+    assert (p.update_on_read, p.return_expired, p.in_full_snapshot, p.incremental_size, p.rocksdb_cleanup) == (
+        False, False, False, 0, False)
+    assert not p.expired(5, 5 + TTL - 1) and p.expired(5, 5 + TTL)
+    chunk = {"a": (1, 0), "b": (2, 1)}
+    assert drop_expired("value+ttl", chunk, TTL, TTL) == {"b": (2, 1)}
+    assert drop_expired("list+ttl", {"k": [(1, 0), (2, 1)], "gone": [(3, 0)]}, TTL, TTL) == {"k": [(2, 1)]}
+    assert drop_expired("map+ttl", {"k": {"x": (1, 0), "y": (2, 1)}}, TTL, TTL) == {"k": {"y": (2, 1)}}
 
 
 def test_without_ttl_or_with_update_type_disabled_the_state_is_the_plain_one(backend):
@@ -493,11 +507,10 @@ def test_cleanup_full_snapshot_leaves_expired_values_out_of_full_snapshots(tmp_p
                 **{k: ["second"] for k in range(5, 10)}, **{k: ["first"] for k in range(10, 20)}}
         else:
             assert sorted(values) == list(range(20)) and len(lists) == len(maps) == 20
-        # the working state is untouched by a snapshot
-        b.ttl_clock.at(0)
-        assert b.get_state(ttl(ValueStateDescriptor("v"), full_snapshot=full_snapshot, background=False)) is not None
-        b.current_key = 0
-        assert b.tables["v"].get(0) is not None
+        # the working state is untouched by a snapshot: what it left out is still there
+        b.ttl_clock.at(900)
+        assert read(b, fill_states(b), [0, 7]) == {0: (0, [0], [("first", 0)], 0, 0.0),
+                                                   7: (7, [70, 71], [("first", 7), ("second", 7)], 7, 7.0)}
         b.dispose()
 
 

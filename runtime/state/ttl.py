@@ -21,7 +21,7 @@ Cleanup of expired values, besides dropping one when it is read:
 
 - ``cleanup_full_snapshot()``: full snapshots leave expired values out (``drop_expired``);
 - heap backend, ``cleanup_incrementally(n, ...)`` (by default n=5 while cleanup in background is on):
-  each access of the state checks the next ``n`` keys of a cursor going round the table
+  ``n`` keys per access of the state, of a cursor going round the table, checked in batches
   (``IncrementalCleanup``). ``run_cleanup_for_every_record`` is accepted but the check runs on state
   access only: the operators do not tell the backend about records that touch no state.
 - RocksDB backend, ``cleanup_in_rocksdb_compact_filter(...)`` (the default there): rocksdict exposes no
@@ -110,7 +110,8 @@ class TtlPolicy:
         )
 
     def expired(self, timestamp: int, now: int) -> bool:
-        """Flink's rule: a value written at ``t`` is expired from ``t + ttl`` on."""
+        """Flink's rule: a value written at ``t`` is expired from ``t + ttl`` on. (The decorators and
+        cleanups below inline it as ``timestamp + ttl <= now`` / ``timestamp > now - ttl``: per record.)"""
         return timestamp + self.ttl <= now
 
 
