@@ -261,20 +261,26 @@ class KeyedStateBackend:
         return None if config is None else ttl.create_ttl_state(self, d, config)
 
     def get_state(self, d: Any) -> ValueState:
-        return self._ttl_state(d, "value") or self.value_state(self, self._for(d, "value"), d.name, d.default)
+        state = self._ttl_state(d, "value")
+        return state if state is not None else self.value_state(self, self._for(d, "value"), d.name, d.default)
 
     def get_list_state(self, d: Any) -> Any:
-        return self._ttl_state(d, "list") or self.list_state(self, self._for(d, "list"), d.name)
+        state = self._ttl_state(d, "list")
+        return state if state is not None else self.list_state(self, self._for(d, "list"), d.name)
 
     def get_map_state(self, d: Any) -> Any:
-        return self._ttl_state(d, "map") or self.map_state(self, self._for(d, "map"), d.name)
+        state = self._ttl_state(d, "map")
+        return state if state is not None else self.map_state(self, self._for(d, "map"), d.name)
 
     def get_reducing_state(self, d: Any) -> ReducingState:
-        return self._ttl_state(d, "reducing") or ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
+        state = self._ttl_state(d, "reducing")
+        return state if state is not None else ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
 
     def get_aggregating_state(self, d: Any) -> AggregatingState:
-        return (self._ttl_state(d, "aggregating")
-                or AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function))
+        state = self._ttl_state(d, "aggregating")
+        if state is not None:
+            return state
+        return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
 
     def ttl_cleanup(self, name: str, table: Any, policy: "ttl.TtlPolicy") -> Any:
         """The background cleanup a TTL state runs on each access (None: none); one per table."""
