@@ -43,6 +43,7 @@ from .keygroups import assign_key_groups, key_hash
 _MISSING = object()
 _ABSENT = object()  # cached "no value" (a delete when the key is dirty)
 _SCALARS = frozenset({int, float, str, bool, bytes})
+_TTL = ttl.TtlValue  # a TTL state's (value, timestamp): cached as is when its value is a scalar (immutable)
 _CF_PREFIX = "s:"  # column family of state <name>; keeps user names away from RocksDB's "default"
 _OWNER_FILE = "OWNER"
 
@@ -170,7 +171,7 @@ class RocksTable:
             v = raw
         else:
             v = codec.decode_value(raw)
-            if type(v) not in _SCALARS:
+            if type(v) not in _SCALARS and not (type(v) is _TTL and type(v[0]) in _SCALARS):
                 v = _Encoded(raw)
         self._admit(key, v)
         return v
@@ -199,7 +200,9 @@ class RocksTable:
     def put(self, key: Any, value: Any) -> None:
         if self.old:
             self.old.pop(key, None)
-        self._admit(key, value if type(value) in _SCALARS else _Encoded(codec.encode_value(value)))
+        t = type(value)
+        cached = value if t in _SCALARS or (t is _TTL and type(value[0]) in _SCALARS) else _Encoded(codec.encode_value(value))
+        self._admit(key, cached)
         self.dirty.add(key)
 
     def remove(self, key: Any) -> None:
