@@ -79,7 +79,7 @@ def test_valve_takes_the_minimum_over_channels_and_inputs_and_never_goes_back():
     assert v.on_watermark(2, 30) == 10
 
 
-def test_valve_excludes_idle_and_finished_channels():
+def test_valve_excludes_idle_channels_and_finished_ones_keep_their_last_watermark():
     v = WatermarkValve([0, 0])
     v.on_watermark(0, 100)
     assert v.on_status(1, True) == (100, None)  # channel 1 idle: channel 0 alone decides
@@ -93,6 +93,11 @@ def test_valve_excludes_idle_and_finished_channels():
     assert v2.output == 42
     v2.on_watermark(1, MAX_WATERMARK)
     assert v2.output == MAX_WATERMARK
+    # a channel that finished without reaching the end of time (a stop-with-savepoint) keeps holding
+    v3 = WatermarkValve([0, 0])
+    v3.on_watermark(0, 10)
+    v3.on_watermark(1, 50)
+    assert v3.on_finished(0) == (None, None) and v3.output == 10
 
 
 # -- assigners ----------------------------------------------------------------------------

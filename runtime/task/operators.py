@@ -4,6 +4,13 @@ Each operator gets a batch (Arrow or Python rows), does its work, and hands
 results to its ``Output`` (chained operators and record writers). Built-ins
 that need no Python per record stay columnar; per-record functions see dicts.
 
+Event time: a batch may come with its records' timestamps (``ts``, numpy int64,
+or None), which operators pass on with what they emit; watermarks reach an
+operator through ``process_watermark`` (from its task's valve, or from the
+operator chained before it), fire its event-time timers and go on downstream.
+Keyed operators keep timers as keyed state (``timers.InternalTimerService``);
+processing-time timers fire when the task finds them due.
+
 Failures inside an operator's own work become ``OperatorFailure`` naming the
 operator; failures of operators downstream pass through untouched, so the job
 reports the operator whose code raised.
@@ -241,9 +248,6 @@ class StreamOperator:
 
     def on_processing_time(self, now_ms: int) -> None:
         """Hook: processing time reached ``now_ms``."""
-
-    def processing_timers_changed(self) -> None:
-        """A processing-time timer was registered (the task reads ``next_processing_time`` each step)."""
 
     def process(self, batch: Batch, input_index: int) -> None:
         raise NotImplementedError

@@ -23,8 +23,6 @@ import time
 from enum import Enum
 from typing import Any, Callable, Iterator
 
-from ..network.events import MIN_WATERMARK
-
 
 class TimeDomain(Enum):
     EVENT_TIME = 0
@@ -119,8 +117,8 @@ class TimerService:
         self._service("register_event_time_timer").register(TimeDomain.EVENT_TIME, self._key(), int(timestamp))
 
     def register_processing_time_timer(self, timestamp: int) -> None:
+        # the task asks its operators for their next processing-time timer every step
         self._service("register_processing_time_timer").register(TimeDomain.PROCESSING_TIME, self._key(), int(timestamp))
-        self._operator.processing_timers_changed()
 
     def delete_event_time_timer(self, timestamp: int) -> None:
         self._service("delete_event_time_timer").delete(TimeDomain.EVENT_TIME, self._key(), int(timestamp))
@@ -129,4 +127,4 @@ class TimerService:
         self._service("delete_processing_time_timer").delete(TimeDomain.PROCESSING_TIME, self._key(), int(timestamp))
 
 
-__all__ = ["InternalTimerService", "TimeDomain", "TimerService", "processing_time_ms", "MIN_WATERMARK"]
+__all__ = ["InternalTimerService", "TimeDomain", "TimerService", "processing_time_ms"]

@@ -3,9 +3,12 @@
 Each input channel carries its own watermark and idle status. An operator
 input's watermark is the minimum over its active channels; the operator's
 watermark is the minimum over its active inputs (so a union, or the two sides
-of a connect, wait for the slowest). Idle channels and finished channels do
-not hold anything back; when every channel is idle the task is idle and says
-so downstream. A watermark never goes back.
+of a connect, wait for the slowest). Idle channels do not hold anything back;
+when every channel is idle the task is idle and says so downstream. A finished
+channel keeps the last watermark it sent: a source that read all its input sent
+the end of time first, so it holds nothing back, while one stopped by a
+stop-with-savepoint did not, so what is still open stays in the savepoint instead
+of firing after it. A watermark never goes back.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ class WatermarkValve:
 
     def on_finished(self, channel: int) -> tuple[int | None, bool | None]:
         self.finished[channel] = True
+        self.idle[channel] = False  # its last watermark counts from now on
         return self._advance(), self._status()
 
     def _active(self, i: int) -> bool:
-        return not self.idle[i] and not self.finished[i]
+        return self.finished[i] or not self.idle[i]
 
     def _advance(self) -> int | None:
         per_input: dict[int, int] = {}
@@ -50,12 +54,8 @@ class WatermarkValve:
                 w = self.watermarks[i]
                 per_input[inp] = min(per_input.get(inp, MAX_WATERMARK), w)
         if not per_input:
-            # Every channel idle or finished: a finished input already delivered its last watermark.
-            if not all(self.finished):
-                return None
-            candidate = min(self.watermarks, default=MIN_WATERMARK)
-        else:
-            candidate = min(per_input.values())
+            return None  # every channel idle
+        candidate = min(per_input.values())
         if candidate > self.output:
             self.output = candidate
             return candidate
