@@ -45,6 +45,7 @@ from .api.state import (
     MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
+    StateTtlConfig,
     ValueStateDescriptor,
 )
 from .api.time import Duration, Time
@@ -139,6 +140,7 @@ __all__ = [
     "RestartStrategies",
     "RestartStrategyConfiguration",
     "StateDescriptor",
+    "StateTtlConfig",
     "ValueStateDescriptor",
     "CoFlatMapFunction",
     "CoMapFunction",

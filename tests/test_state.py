@@ -190,7 +190,7 @@ def test_every_name_of_the_fault_tolerance_api_is_importable_from_streamjob_runt
     names = ["ValueStateDescriptor", "ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor",
              "AggregatingStateDescriptor", "AggregateFunction", "KeyedProcessFunction", "HashMapStateBackend",
              "CheckpointingMode", "CheckpointConfig", "ExternalizedCheckpointRetention", "RestartStrategies",
-             "FileSink", "StreamExecutionEnvironment", "JobClient"]
+             "FileSink", "StreamExecutionEnvironment", "JobClient", "StateTtlConfig"]
     missing = [n for n in names if not hasattr(rt, n)]
     assert not missing and set(names) <= set(rt.__all__)
     assert rt.ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION.value == "RETAIN_ON_CANCELLATION"

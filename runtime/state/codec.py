@@ -13,6 +13,9 @@ Encodings start with a one-byte tag; the common types avoid pickle (an int is
     n  None                  t  tuple (each element: u32 length + encoding)
     p  pickle (everything else)
 
+Values of states with a TTL are ``TtlValue`` pairs, encoded as ``T`` + the last-access
+timestamp (int64 ms) + the value's own encoding, as Flink stores value and timestamp together.
+
 List state is a sequence of frames ``<u32 length><encoded element>``, so
 ``add`` appends bytes instead of decoding and re-encoding the whole list.
 """
@@ -24,6 +27,8 @@ import struct
 from typing import Any
 
 import numpy as np
+
+from .ttl import TtlValue
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _DOUBLE = struct.Struct(">d")
@@ -106,6 +111,8 @@ def encode_value(value: Any) -> bytes:
         return b"f" + _DOUBLE.pack(value)
     if t is str:
         return b"s" + value.encode("utf-8", "surrogatepass")
+    if t is TtlValue:
+        return b"T" + value[1].to_bytes(8, "big", signed=True) + encode_value(value[0])
     return b"p" + pickle.dumps(value, protocol=5)
 
 
@@ -119,6 +126,8 @@ def decode_value(data: bytes) -> Any:
         return data[1:].decode("utf-8", "surrogatepass")
     if tag == 0x70:  # p
         return pickle.loads(data[1:])
+    if tag == 0x54:  # T: a TTL state's (value, last-access timestamp)
+        return TtlValue((decode_value(data[9:]), int.from_bytes(data[1:9], "big", signed=True)))
     raise StateCodecError(f"unknown value encoding tag {data[:1]!r}")
 
 

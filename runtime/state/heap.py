@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..api.state import StateDescriptor
+from . import ttl
 from .tables import AccumulatorTable, StateTable
 
 
@@ -212,6 +213,11 @@ class KeyedStateBackend:
         self.current_key: Any = None
         self.tables: dict[str, Any] = {}
         self.kinds: dict[str, str] = {}
+        # State TTL (state/ttl.py): the clock TTL is measured on (processing time, ms; tests replace it),
+        # the policy of each TTL state by name, and its background cleanup (one per table).
+        self.ttl_clock = ttl.wall_clock_ms
+        self.ttl_policies: dict[str, ttl.TtlPolicy] = {}
+        self.ttl_cleanups: dict[str, Any] = {}
 
     def get_current_key(self) -> Any:
         return self.current_key
@@ -222,6 +228,13 @@ class KeyedStateBackend:
     def table(self, name: str, kind: str) -> Any:
         """The table of state ``name``, created on first use; one name is one kind of state."""
         known = self.kinds.setdefault(name, kind)
+        if known != kind and ttl.base_kind(known) == ttl.base_kind(kind):
+            with_ttl = "with" if ttl.is_ttl_kind(known) else "without"
+            raise StateDefinitionError(
+                f"operator {self.operator!r}: {ttl.base_kind(kind)} state {name!r} was created {with_ttl} a TTL "
+                f"and cannot be used {'without' if with_ttl == 'with' else 'with'} one: every descriptor of a "
+                f"state needs the same enable_time_to_live setting, also across a restore (as in Flink)"
+            )
         if known != kind:
             raise StateDefinitionError(
                 f"operator {self.operator!r}: state {name!r} is a {known} state, cannot be used as a {kind} state"
@@ -232,25 +245,46 @@ class KeyedStateBackend:
         return table
 
     def _for(self, d: Any, kind: str) -> Any:
+        self._check(d, kind)
+        return self.table(d.name, kind)
+
+    def _check(self, d: Any, kind: str) -> None:
         if not isinstance(d, StateDescriptor) or d.kind != kind:
             method = "get_state" if kind == "value" else f"get_{kind}_state"
             raise TypeError(f"operator {self.operator!r}: {method} needs a {kind.capitalize()}StateDescriptor, got {d!r}")
-        return self.table(d.name, kind)
+
+    def _ttl_state(self, d: Any, kind: str) -> Any:
+        """The TTL decorator of the state if its descriptor has an enabled TTL, else None (then the
+        ordinary state class is used: no TTL, no cost)."""
+        self._check(d, kind)
+        config = d.get_ttl_config()
+        return None if config is None else ttl.create_ttl_state(self, d, config)
 
     def get_state(self, d: Any) -> ValueState:
-        return self.value_state(self, self._for(d, "value"), d.name, d.default)
+        state = self._ttl_state(d, "value")
+        return state if state is not None else self.value_state(self, self._for(d, "value"), d.name, d.default)
 
     def get_list_state(self, d: Any) -> Any:
-        return self.list_state(self, self._for(d, "list"), d.name)
+        state = self._ttl_state(d, "list")
+        return state if state is not None else self.list_state(self, self._for(d, "list"), d.name)
 
     def get_map_state(self, d: Any) -> Any:
-        return self.map_state(self, self._for(d, "map"), d.name)
+        state = self._ttl_state(d, "map")
+        return state if state is not None else self.map_state(self, self._for(d, "map"), d.name)
 
     def get_reducing_state(self, d: Any) -> ReducingState:
-        return ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
+        state = self._ttl_state(d, "reducing")
+        return state if state is not None else ReducingState(self, self._for(d, "reducing"), d.name, d.reducer())
 
     def get_aggregating_state(self, d: Any) -> AggregatingState:
+        state = self._ttl_state(d, "aggregating")
+        if state is not None:
+            return state
         return AggregatingState(self, self._for(d, "aggregating"), d.name, d.agg_function)
+
+    def ttl_cleanup(self, name: str, table: Any, policy: "ttl.TtlPolicy") -> Any:
+        """The background cleanup a TTL state runs on each access (None: none); one per table."""
+        return None
 
     def accumulators(self, name: str) -> Any:
         """The table of a built-in rolling aggregation (sum/min/max)."""
@@ -264,6 +298,8 @@ class KeyedStateBackend:
         """Forget a state entirely (a fired window's tables). A snapshot in flight keeps its frozen copy."""
         self.tables.pop(name, None)
         self.kinds.pop(name, None)
+        self.ttl_policies.pop(name, None)
+        self.ttl_cleanups.pop(name, None)
 
 
 class HashMapKeyedStateBackend(KeyedStateBackend):
@@ -281,7 +317,24 @@ class HashMapKeyedStateBackend(KeyedStateBackend):
         return self.freeze()
 
     def freeze(self) -> dict[str, tuple[str, Any]]:
-        return {name: (self.kinds[name], table.freeze()) for name, table in self.tables.items()}
+        frozen = {name: (self.kinds[name], table.freeze()) for name, table in self.tables.items()}
+        if self.ttl_policies:  # cleanup_full_snapshot: the writer leaves out what has expired by now
+            now = self.ttl_clock()
+            for name, policy in self.ttl_policies.items():
+                if policy.in_full_snapshot and name in frozen:
+                    kind, table = frozen[name]
+                    frozen[name] = (kind, ttl.FrozenTtlView(table, kind, policy.ttl, now))
+        return frozen
+
+    def ttl_cleanup(self, name: str, table: Any, policy: "ttl.TtlPolicy") -> Any:
+        """``cleanup_incrementally``: a few keys per state access (Flink's heap backend does the same)."""
+        if policy.incremental_size <= 0:
+            return None
+        cleanup = self.ttl_cleanups.get(name)
+        if cleanup is None or cleanup.table is not table:
+            cleanup = self.ttl_cleanups[name] = ttl.IncrementalCleanup(table, self.kinds[name], policy,
+                                                                       lambda: self.ttl_clock())
+        return cleanup
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass

@@ -36,13 +36,14 @@ import numpy as np
 from rocksdict import (AccessType, BlockBasedOptions, Cache, Checkpoint, DBCompressionType, Options, Rdict,
                        WriteBatch, WriteOptions)
 
-from . import codec
+from . import codec, ttl
 from .heap import KeyedStateBackend, _KeyedState
 from .keygroups import assign_key_groups, key_hash
 
 _MISSING = object()
 _ABSENT = object()  # cached "no value" (a delete when the key is dirty)
 _SCALARS = frozenset({int, float, str, bool, bytes})
+_TTL = ttl.TtlValue  # a TTL state's (value, timestamp): cached as is when its value is a scalar (immutable)
 _CF_PREFIX = "s:"  # column family of state <name>; keeps user names away from RocksDB's "default"
 _OWNER_FILE = "OWNER"
 
@@ -139,7 +140,7 @@ class RocksTable:
         self.limit = max(1, backend.options.cache_size // 2)
         self.byte_limit = max(1, backend.options.cache_memory // 2)
         self.bytes = 0  # estimated size of the young generation
-        self.raw = kind == "list"  # list values are cached as their framed bytes
+        self.raw = ttl.base_kind(kind) == "list"  # list values are cached as their framed bytes
         self.attach()
 
     def attach(self) -> None:
@@ -170,7 +171,7 @@ class RocksTable:
             v = raw
         else:
             v = codec.decode_value(raw)
-            if type(v) not in _SCALARS:
+            if type(v) not in _SCALARS and not (type(v) is _TTL and type(v[0]) in _SCALARS):
                 v = _Encoded(raw)
         self._admit(key, v)
         return v
@@ -199,7 +200,9 @@ class RocksTable:
     def put(self, key: Any, value: Any) -> None:
         if self.old:
             self.old.pop(key, None)
-        self._admit(key, value if type(value) in _SCALARS else _Encoded(codec.encode_value(value)))
+        t = type(value)
+        cached = value if t in _SCALARS or (t is _TTL and type(value[0]) in _SCALARS) else _Encoded(codec.encode_value(value))
+        self._admit(key, cached)
         self.dirty.add(key)
 
     def remove(self, key: Any) -> None:
@@ -267,7 +270,7 @@ class RocksTable:
         it.seek_to_first()
         while it.valid():
             raw = it.key()[2:]
-            kb = codec.split_map_key(raw)[0] if self.kind == "map" else raw
+            kb = codec.split_map_key(raw)[0] if ttl.base_kind(self.kind) == "map" else raw
             if kb != last:  # the entries of one key are adjacent
                 out.append(codec.decode_key(kb))
                 last = kb
@@ -335,13 +338,14 @@ class RocksListState(_KeyedState):
 class RocksMapState:
     """One RocksDB entry per (key, user key); iteration is a prefix scan."""
 
-    __slots__ = ("backend", "name", "cf", "handle")
+    __slots__ = ("backend", "name", "table")
 
     def __init__(self, backend: "RocksDBKeyedStateBackend", table: RocksTable, name: str):
         self.backend = backend
         self.name = name
-        self.cf = table.cf
-        self.handle = table.handle
+        # The table's column family, looked up on each call rather than kept here: the backend
+        # drops its handles before closing the database (a handle freed after the close stalls ~1 s).
+        self.table = table
 
     def _prefix(self) -> bytes:
         kb = self.backend.key_bytes(self.backend.current_key)
@@ -349,7 +353,7 @@ class RocksMapState:
 
     def _entries(self) -> Iterator[tuple[bytes, bytes]]:
         prefix = self._prefix()
-        it = self.cf.iter()
+        it = self.table.cf.iter()
         it.seek(prefix)
         n = len(prefix)
         while it.valid():
@@ -360,24 +364,24 @@ class RocksMapState:
             it.next()
 
     def get(self, key: Any) -> Any:
-        raw = self.cf.get(self._prefix() + codec.encode_key(key))
+        raw = self.table.cf.get(self._prefix() + codec.encode_key(key))
         return None if raw is None else codec.decode_value(raw)
 
     def put(self, key: Any, value: Any) -> None:
-        self.cf.put(self._prefix() + codec.encode_key(key), codec.encode_value(value))
+        self.table.cf.put(self._prefix() + codec.encode_key(key), codec.encode_value(value))
 
     def put_all(self, entries: dict) -> None:
         prefix = self._prefix()
         batch = WriteBatch(raw_mode=True)
         for k, v in entries.items():
-            batch.put(prefix + codec.encode_key(k), codec.encode_value(v), self.handle)
+            batch.put(prefix + codec.encode_key(k), codec.encode_value(v), self.table.handle)
         self.backend.db.write(batch)
 
     def contains(self, key: Any) -> bool:
-        return self.cf.get(self._prefix() + codec.encode_key(key)) is not None
+        return self.table.cf.get(self._prefix() + codec.encode_key(key)) is not None
 
     def remove(self, key: Any) -> None:
-        self.cf.delete(self._prefix() + codec.encode_key(key))
+        self.table.cf.delete(self._prefix() + codec.encode_key(key))
 
     def keys(self) -> list:
         return [codec.decode_key(k) for k, _ in self._entries()]
@@ -395,11 +399,77 @@ class RocksMapState:
         batch = WriteBatch(raw_mode=True)
         prefix = self._prefix()
         for k, _ in self._entries():
-            batch.delete(prefix + k, self.handle)
+            batch.delete(prefix + k, self.table.handle)
         self.backend.db.write(batch)
 
     def __iter__(self):
         return iter(self.keys())
+
+
+class RocksTtlCleanup:
+    """Background cleanup of a TTL state on RocksDB (``cleanup_in_rocksdb_compact_filter``, the
+    default there). Flink does it in a RocksDB compaction filter; rocksdict exposes none to
+    Python, so it is done as Flink's incremental cleanup is on the heap: every ``EVERY`` accesses
+    of the state, the next ``EVERY`` entries of its column family are checked (a cursor going
+    round the key range, resumed by key) and the expired ones deleted. Batches, not a few entries
+    per access, because each batch opens a RocksDB iterator (microseconds).
+
+    Entries whose key is in the state's cache are skipped: the cache may hold a newer value than
+    RocksDB, and they are checked when read. Map entries are not cached, one per user key."""
+
+    EVERY = 128
+
+    __slots__ = ("table", "kind", "policy", "clock", "every", "resume")
+
+    def __init__(self, table: RocksTable, kind: str, policy: ttl.TtlPolicy, clock: Any):
+        self.table = table
+        self.kind = ttl.base_kind(kind)
+        self.policy = policy
+        self.clock = clock
+        self.every = self.EVERY  # accesses between two batches (the states count them down)
+        self.resume: bytes | None = None  # RocksDB key the next batch starts at (None: the first)
+
+    def run(self, n: int | None = None) -> int:
+        """Check up to ``n`` entries (``every`` by default); the number deleted or rewritten."""
+        n = self.every if n is None else n
+        table = self.table
+        limit = self.clock() - self.policy.ttl
+        cache, old, handle, kind = table.cache, table.old, table.handle, self.kind
+        it = table.cf.iter()
+        if self.resume is None:
+            it.seek_to_first()
+        else:
+            it.seek(self.resume)
+        batch = WriteBatch(raw_mode=True)
+        changed = checked = 0
+        while it.valid() and checked < n:
+            k, v = it.key(), it.value()
+            it.next()
+            checked += 1
+            if kind == "map":
+                if codec.decode_value(v)[1] <= limit:
+                    batch.delete(k, handle)
+                    changed += 1
+                continue
+            key = codec.decode_key(k[2:])
+            if key in cache or key in old:
+                continue
+            if kind == "list":
+                pairs = codec.decode_list(v)
+                alive = [p for p in pairs if p[1] > limit]
+                if len(alive) < len(pairs):
+                    if alive:
+                        batch.put(k, codec.encode_list(alive), handle)
+                    else:
+                        batch.delete(k, handle)
+                    changed += 1
+            elif codec.decode_value(v)[1] <= limit:
+                batch.delete(k, handle)
+                changed += 1
+        self.resume = it.key() if it.valid() else None
+        if changed:
+            table.backend.db.write(batch)
+        return changed
 
 
 class RocksDBSnapshot:
@@ -414,6 +484,9 @@ class RocksDBSnapshot:
         self.incremental = backend.incremental
         # SST files completed checkpoints already hold: the base an incremental snapshot reuses.
         self.base = dict(backend.uploaded.get(backend.last_completed, {})) if backend.last_completed is not None else {}
+        # cleanup_full_snapshot: state -> (ttl, now); a canonical (full) write leaves expired values out
+        now = backend.ttl_clock()
+        self.ttl_drop = {name: (p.ttl, now) for name, p in backend.ttl_policies.items() if p.in_full_snapshot}
 
     def discard(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -475,10 +548,20 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def new_table(self, name: str, kind: str) -> RocksTable:
         return RocksTable(self, name, kind)
 
+    def ttl_cleanup(self, name: str, table: Any, policy: ttl.TtlPolicy) -> Any:
+        if not policy.rocksdb_cleanup:
+            return None
+        cleanup = self.ttl_cleanups.get(name)
+        if cleanup is None or cleanup.table is not table:
+            cleanup = self.ttl_cleanups[name] = RocksTtlCleanup(table, self.kinds[name], policy, lambda: self.ttl_clock())
+        return cleanup
+
     def drop_table(self, name: str) -> None:
         """Forget a state entirely: its column family goes (checkpoints already hold their hard links)."""
         table = self.tables.pop(name, None)
         self.kinds.pop(name, None)
+        self.ttl_policies.pop(name, None)
+        self.ttl_cleanups.pop(name, None)
         cf = _CF_PREFIX + name
         if table is not None and cf in self.column_families:
             self.db.drop_column_family(cf)
@@ -516,6 +599,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def adopt(self, directory: str, states: dict[str, str], checkpoint_id: int, files: dict[str, dict],
               reusable: bool) -> None:
         """Make a downloaded checkpoint (same key groups) the working database; before processing starts."""
+        self._release_column_families()
         self.db.close()
         shutil.rmtree(self.db_path, ignore_errors=True)
         os.replace(directory, self.db_path)
@@ -545,24 +629,37 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         table = self.table(name, kind)
         wb = WriteBatch(raw_mode=True)
         h = table.handle
+        base = ttl.base_kind(kind)
+        # A TTL state's entries arrive as plain (value, timestamp) tuples: stored as TtlValue (compact)
+        wrap = (lambda p: ttl.TtlValue(p)) if ttl.is_ttl_kind(kind) else (lambda v: v)
         if kind == "accumulators":
             keys, values = chunk
             for k, v in zip(self.keys_bytes(list(keys)), np.asarray(values).tolist()):
                 wb.put(k, codec.encode_value(v), h)
-        elif kind == "map":
+        elif base == "map":
             keys = list(chunk)
             for key, kb in zip(keys, self.keys_bytes(keys)):
                 prefix = codec.map_prefix(kb[:2], kb[2:])
                 for uk, v in chunk[key].items():
-                    wb.put(prefix + codec.encode_key(uk), codec.encode_value(v), h)
+                    wb.put(prefix + codec.encode_key(uk), codec.encode_value(wrap(v)), h)
+        elif base == "list":
+            keys = list(chunk)
+            for key, kb in zip(keys, self.keys_bytes(keys)):
+                wb.put(kb, codec.encode_list([wrap(v) for v in chunk[key]]), h)
         else:
             keys = list(chunk)
-            encode = codec.encode_list if kind == "list" else codec.encode_value
             for key, kb in zip(keys, self.keys_bytes(keys)):
-                wb.put(kb, encode(chunk[key]), h)
+                wb.put(kb, codec.encode_value(wrap(chunk[key])), h)
         self.db.write(wb)
 
+    def _release_column_families(self) -> None:
+        """Drop the tables' column-family handles before the database closes: one dropped after the
+        close blocks for ~1 s (measured here, rocksdict 0.3.x), in whatever code happens to free it."""
+        for table in self.tables.values():
+            table.cf = table.handle = None
+
     def dispose(self) -> None:
+        self._release_column_families()
         try:
             self.db.close()
         except Exception:  # noqa: BLE001 - already closed
@@ -597,40 +694,48 @@ def open_read_only(directory: str, states: Iterable[str]) -> Rdict:
 
 
 def canonical_chunks(db: Rdict, states: dict[str, str], key_groups: range,
-                     ) -> Iterator[tuple[str, str, int, Any]]:
+                     ttl_drop: dict[str, tuple[int, int]] | None = None) -> Iterator[tuple[str, str, int, Any]]:
     """(state, kind, key group, chunk) in the heap backend's format, for savepoint-style full snapshots
     and restores into another backend or parallelism. Reads a checkpoint opened read-only, never the
-    live database (rocksdict 0.3.29's ``snapshot().items()`` reads live data)."""
+    live database (rocksdict 0.3.29's ``snapshot().items()`` reads live data). ``ttl_drop``: state ->
+    (ttl, now) of TTL states whose expired values a full snapshot leaves out (cleanup_full_snapshot)."""
     start = key_groups.start.to_bytes(2, "big")
     for name, kind in states.items():
         cf = db.get_column_family(_CF_PREFIX + name)
+        base = ttl.base_kind(kind)
+        drop = (ttl_drop or {}).get(name)
         group, chunk = -1, None
         for batch in _range_batches(cf, start, key_groups.stop):
             for k, v in batch:
                 g = int.from_bytes(k[:2], "big")
                 if g != group:
-                    if chunk is not None:
-                        yield name, kind, group, _finish(kind, chunk)
+                    if chunk:
+                        yield from _finish(name, kind, group, chunk, drop)
                     group, chunk = g, ([], []) if kind == "accumulators" else {}
-                if kind == "map":
+                if base == "map":
                     kb, ub = codec.split_map_key(k[2:])
                     chunk.setdefault(codec.decode_key(kb), {})[codec.decode_key(ub)] = codec.decode_value(v)
-                elif kind == "list":
+                elif base == "list":
                     chunk[codec.decode_key(k[2:])] = codec.decode_list(v)
                 elif kind == "accumulators":
                     chunk[0].append(codec.decode_key(k[2:]))
                     chunk[1].append(codec.decode_value(v))
                 else:
                     chunk[codec.decode_key(k[2:])] = codec.decode_value(v)
-        if chunk is not None:
-            yield name, kind, group, _finish(kind, chunk)
+        if chunk:
+            yield from _finish(name, kind, group, chunk, drop)
 
 
-def _finish(kind: str, chunk: Any) -> Any:
+def _finish(name: str, kind: str, group: int, chunk: Any, drop: tuple[int, int] | None,
+            ) -> Iterator[tuple[str, str, int, Any]]:
     if kind == "accumulators":
         keys, values = chunk
-        return keys, np.asarray(values)
-    return chunk
+        chunk = keys, np.asarray(values)
+    elif drop is not None:
+        chunk = ttl.drop_expired(kind, chunk, *drop)
+        if not chunk:
+            return
+    yield name, kind, group, chunk
 
 
 def sweep_stale(local_dir: str) -> None:

@@ -42,7 +42,7 @@ def write_snapshot(snap: RocksDBSnapshot, storage: CheckpointStorage, name: str,
             return _write_incremental(snap, storage, name, operator_state, builder)
         db = open_read_only(snap.directory, snap.states)
         try:
-            for state, kind, kg, chunk in canonical_chunks(db, snap.states, snap.key_groups):
+            for state, kind, kg, chunk in canonical_chunks(db, snap.states, snap.key_groups, snap.ttl_drop):
                 builder.add_keyed(state, kind, kg, chunk)
         finally:
             db.close()

@@ -20,6 +20,8 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from .ttl import TtlValue
+
 _MISSING = object()
 TOMBSTONE = object()
 _IMMUTABLE = (int, float, str, bytes, bool, type(None), complex, frozenset)
@@ -29,7 +31,7 @@ def _is_immutable(value: Any) -> bool:
     t = type(value)
     if t in _IMMUTABLE:
         return True
-    if t is tuple:
+    if t is tuple or t is TtlValue:  # a TTL state's (value, timestamp): as immutable as its value
         return all(_is_immutable(v) for v in value)
     return False
 

@@ -22,6 +22,7 @@ import numpy as np
 from ..api.state import MapStateDescriptor, StateDescriptor
 from ..batch import Batch, extract_keys, to_rows
 from ..state.operator_state import BroadcastState
+from ..state.ttl import table_kind
 from .operators import StreamOperator, _Context, _emit_process_results, _run_stamped, _TimerFiring
 from .timers import TimerService, processing_time_ms
 
@@ -166,7 +167,7 @@ class KeyedBroadcastProcessOperator(_TimerFiring, BroadcastProcessOperator):
             raise TypeError(f"apply_to_keyed_state needs a keyed state descriptor (ValueStateDescriptor, "
                             f"ListStateDescriptor, MapStateDescriptor, ...), got {state_descriptor!r}")
         backend = self.keyed_backend
-        table = backend.table(state_descriptor.name, state_descriptor.kind)  # type: ignore[union-attr]
+        table = backend.table(state_descriptor.name, table_kind(state_descriptor))  # type: ignore[union-attr]
         state = getattr(backend, getter)(state_descriptor)  # scoped to backend.current_key on every call
         try:
             for key in list(table.keys()):  # a list: the function may clear the state it is given
