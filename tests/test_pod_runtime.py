@@ -583,3 +583,24 @@ def test_savepoint_request_id_is_idempotent(spark_slots, tmp_path, monkeypatch):
         client.cancel()
         with pytest.raises(Exception, match="canceled"):
             client.get_job_execution_result(120)
+
+
+def test_job_manager_reads_control_messages_larger_than_asyncio_s_default_line_limit():
+    """An acknowledgement carries the task's state handles: with many states (a window per table)
+    it outgrows 64 KiB, which once dropped the task's connection (the task was then lost)."""
+    from streamjob.runtime.cluster import control as C
+
+    jm = JobManager("job-4", "big", 1)
+    host, port = jm.start()
+    try:
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(C.encode({"type": C.REGISTER, "slot": 0}))
+            big = {"op": [1, 2, "x" * (1 << 20)]}
+            s.sendall(C.encode({"type": C.METRICS, "slot": 0, "ops": big}) +
+                      C.encode({"type": C.METRICS, "slot": 0, "ops": {"op": [3, 4, None]}}))
+            deadline = time.monotonic() + 10
+            while jm.metrics.get(0) != {"op": [3, 4, None]} and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert jm.metrics.get(0) == {"op": [3, 4, None]}
+    finally:
+        jm.shutdown()

@@ -27,6 +27,7 @@ from . import control as C
 
 CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
+CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
 
 
 class SavepointRefused(RuntimeError):
@@ -120,7 +121,9 @@ class JobManager:
     def start(self) -> tuple[str, int]:
         async def serve() -> None:
             try:
-                self._server = await asyncio.start_server(self._handle, self.host, self.port)
+                # One control message is one line; an acknowledgement carries the task's state handles
+                # (their key-group index, small state inline), which outgrow asyncio's 64 KiB default.
+                self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=CONTROL_LINE_LIMIT)
             except OSError as e:
                 raise BindError(f"cannot serve the job manager's control channel on {Options.JOBMANAGER_RPC_PORT}="
                                 f"{self.port} ({self.host}): {e}") from None
