@@ -103,7 +103,7 @@ def key_hashes(keys: Sequence[Any] | np.ndarray) -> np.ndarray:
         if keys.dtype.kind == "b":
             return _mix_array(keys.astype(np.int64))
         keys = keys.tolist()
-    elif keys and all(type(k) is int for k in keys):
+    elif keys and set(map(type, keys)) == {int}:
         try:  # a list of ints that fit int64 (snapshots of int-keyed state): the vectorised path
             return _mix_array(np.array(keys, dtype=np.int64))
         except OverflowError:

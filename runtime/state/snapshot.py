@@ -65,10 +65,19 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
               operator: dict[str, tuple[str, list]] | None) -> tuple[bytes, dict]:
     """Frozen keyed tables and copied operator state -> (bytes, index)."""
     builder = SnapshotBuilder()
+    grouped: dict[tuple[int, int], list] = {}  # tables sharing one key list (a window's columns) group it once
     for name, (kind, frozen) in (keyed or {}).items():
         keys = frozen.keys()
         builder.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})
-        for kg, positions in _group_positions(keys, max_parallelism):
+        shared = getattr(frozen, "_keys", None)
+        if shared is not None:
+            cache_key = (id(shared), len(keys))
+            if cache_key not in grouped:
+                grouped[cache_key] = list(_group_positions(keys, max_parallelism))
+            groups: Any = grouped[cache_key]
+        else:
+            groups = _group_positions(keys, max_parallelism)
+        for kg, positions in groups:
             if kind == "accumulators":
                 chunk = frozen.chunk_positions(positions)
             else:

@@ -211,10 +211,13 @@ class FrozenAccumulators:
         self._keys = keys_by_slot
         self.n = n
         self.values = values
+        self._key_array: np.ndarray | None = None  # the keys as one object array, for cutting chunks
 
     def keys(self) -> list:
         return self._keys[: self.n]  # append-only list: the first n never change
 
     def chunk_positions(self, positions: np.ndarray) -> tuple:
-        keys = self._keys
-        return [keys[i] for i in positions.tolist()], self.values[positions]
+        if self._key_array is None:  # once per snapshot: then each key group's keys are one numpy take
+            self._key_array = np.empty(self.n, dtype=object)
+            self._key_array[:] = self._keys[: self.n]
+        return self._key_array[positions].tolist(), self.values[positions]
