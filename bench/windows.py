@@ -4,7 +4,9 @@
 
 Data: the W1 rows (key = (i * 2654435761) % 100000, value = i % 1000) with an event timestamp
 ``ts = i // 100 - 20 * (i % 5)`` ms: 100k events per event-time second, up to 80 ms out of order;
-Parquet files generated once (bench/.data/, gitignored). Every case runs as its own
+Parquet files generated once (bench/.data/, gitignored), one per source subtask, each holding
+every other row, so both subtasks move through event time together (as partitions of a topic do;
+files that each held a contiguous range would keep half of all windows open until the end). Every case runs as its own
 ``streamjob run bench/jobs/window_job.py`` at parallelism 2, reading the files with
 ``WatermarkStrategy.for_bounded_out_of_orderness(100 ms)`` on the ``ts`` column:
 
@@ -39,18 +41,17 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-FILES = 4
+FILES = 2  # one per source subtask at parallelism 2
 
 
 def ensure_data(rows: int) -> Path:
-    d = HERE / ".data" / f"w1-ts-{rows}"
+    d = HERE / ".data" / f"w1-ts-interleaved-{rows}"
     if (d / "_DONE").exists():
         return d
     tmp = d.with_name(d.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    bounds = np.linspace(0, rows, FILES + 1, dtype=np.int64)
     for k in range(FILES):
-        i = np.arange(bounds[k], bounds[k + 1], dtype=np.int64)
+        i = np.arange(k, rows, FILES, dtype=np.int64)
         table = pa.table({"key": (i * 2654435761) % 100000, "value": i % 1000,
                           "ts": 1_000_000 + i // 100 - 20 * (i % 5)})
         pq.write_table(table, tmp / f"part-{k}.parquet", row_group_size=1 << 17)
