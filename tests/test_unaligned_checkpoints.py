@@ -233,7 +233,7 @@ def test_random_kills_with_unaligned_checkpoints_under_backpressure_lose_and_dup
     """RocksDB runs with an aligned-checkpoint timeout of 30 ms: its checkpoints start aligned and turn
     unaligned under the backpressure (the timeout path, with the same exactly-once check)."""
     rng = random.Random(int(time.time()))
-    rows = 30_000
+    rows = 40_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     # The keyed operator takes 0.5 ms a row (~2,000 rows/s per subtask) and the source offers 20,000
     # rows/s: every channel stays full, so each unaligned barrier overtakes in-flight data.
@@ -241,9 +241,11 @@ def test_random_kills_with_unaligned_checkpoints_under_backpressure_lose_and_dup
                          conf={"execution.checkpointing.unaligned": "true",
                                "execution.checkpointing.aligned-checkpoint-timeout": aligned_timeout_ms}, slow_ms=0.5)
     client = env.execute_async("counting-unaligned")
-    kills, restores = kill_until_channel_state_restored(client, rng)
+    kills, restores = kill_until_channel_state_restored(client, rng, min_kills=2)
     result = client.get_job_execution_result(300)
-    assert kills >= 3 and result.restarts >= 2  # (a kill as the job ends may find nothing left to restart)
+    # Each kill waits for a checkpoint completed after the previous restore, so fast restarts leave
+    # time for two or three before the input ends (a kill as the job ends may find nothing to restart).
+    assert kills >= 2 and result.restarts >= 1
     completed = [c for c in result.checkpoints if c["status"] == "COMPLETED"]
     assert any(c["checkpoint_type"] == "UNALIGNED_CHECKPOINT" and c["persisted_data"] > 0 for c in completed)
     assert any(restores.values()), f"no restore used a checkpoint holding in-flight data: {restores}"
