@@ -17,13 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
-
 from ..api.state import MapStateDescriptor, StateDescriptor
-from ..batch import Batch, extract_keys, to_rows
+from ..batch import Batch, to_rows
 from ..state.operator_state import BroadcastState
 from ..state.ttl import table_kind
-from .operators import StreamOperator, _Context, _emit_process_results, _run_stamped, _TimerFiring
+from .operators import StreamOperator, _Context, _emit_process_results, _keyed_records, _run_rows, _TimerFiring
 from .timers import TimerService, processing_time_ms
 
 # state descriptor kind -> the backend call that gives that state for the current key
@@ -113,18 +111,8 @@ class BroadcastProcessOperator(StreamOperator):
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx = self._fns[input_index], self._ctxs[input_index]
-        rows = to_rows(batch)
         on_record, keys = self._set_key(input_index, batch)
-        if self.ts is not None:
-            out, out_ts = _run_stamped(fn, rows, self.ts, ctx, on_record, keys)
-        else:
-            out, out_ts = [], None
-            for i, r in enumerate(rows):
-                if on_record is not None:
-                    on_record(keys[i])  # type: ignore[index]
-                result = fn(r, ctx)
-                if result is not None:
-                    out.extend(result)
+        out, out_ts = _run_rows(fn, to_rows(batch), self.ts, ctx, on_record, keys)
         _emit_process_results(self, out, ctx, out_ts)
 
     def _set_key(self, input_index: int, batch: Batch) -> tuple[Any, list | None]:
@@ -150,14 +138,7 @@ class KeyedBroadcastProcessOperator(_TimerFiring, BroadcastProcessOperator):
         if input_index == 1:
             backend.current_key = None  # type: ignore[union-attr]  # keyed state needs apply_to_keyed_state here
             return None, None
-        keys = extract_keys(batch, self.node.params["key"])
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
-        ctx = self._ctxs[0]
-
-        def on_record(key: Any) -> None:
-            ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
-        return on_record, keys
+        return _keyed_records(batch, self.node.params["key"], self._ctxs[0], backend)
 
     def apply_to_keyed_state(self, state_descriptor: Any, function: Callable[[Any, Any], None]) -> None:
         """``function(key, state)`` for every key of this subtask with state ``state_descriptor``

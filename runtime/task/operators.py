@@ -439,6 +439,35 @@ def _run_stamped(fn: Callable, rows: list, ts: np.ndarray, ctx: _Context, on_rec
     return out, out_ts
 
 
+def _run_rows(fn: Callable, rows: list, ts: np.ndarray | None, ctx: _Context, on_record: Any = None,
+              keys: list | None = None) -> tuple[list, list | None]:
+    """The per-record loop of a (possibly keyed) function over a batch's rows: its outputs, and
+    their timestamps when the batch carries them (``None`` when it does not)."""
+    if ts is not None:
+        return _run_stamped(fn, rows, ts, ctx, on_record, keys)
+    out: list = []
+    extend = out.extend
+    for i, r in enumerate(rows):
+        if on_record is not None:
+            on_record(keys[i])  # type: ignore[index]
+        result = fn(r, ctx)
+        if result is not None:
+            extend(result)
+    return out, None
+
+
+def _keyed_records(batch: Batch, key: Any, ctx: _Context, backend: Any) -> tuple[Callable[[Any], None], list]:
+    """The keys of a batch's records, and the callback that puts one of them in scope (for
+    keyed state and timers) before its record is processed."""
+    keys = extract_keys(batch, key)
+    if isinstance(keys, np.ndarray):
+        keys = keys.tolist()
+
+    def on_record(k: Any) -> None:
+        ctx.current_key = backend.current_key = k
+    return on_record, keys
+
+
 class ProcessOperator(StreamOperator):
     def setup(self) -> None:
         super().setup()
@@ -514,15 +543,14 @@ class KeyedProcessOperator(_TimerFiring, StreamOperator):
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx, backend = self._fn, self._ctx, self.keyed_backend
-        keys = extract_keys(batch, self.node.params["key"])
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
         if self.ts is not None:
-            def on_record(key: Any) -> None:
-                ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
+            on_record, keys = _keyed_records(batch, self.node.params["key"], ctx, backend)
             out, out_ts = _run_stamped(fn, to_rows(batch), self.ts, ctx, on_record, keys)
             _emit_process_results(self, out, ctx, out_ts)
             return
+        keys = extract_keys(batch, self.node.params["key"])
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
         out: list = []
         extend = out.extend
         for key, r in zip(keys, to_rows(batch)):
@@ -752,18 +780,8 @@ class CoProcessOperator(StreamOperator):
 
     def process(self, batch: Batch, input_index: int) -> None:
         fn, ctx = self._fns[input_index], self._ctx
-        rows = to_rows(batch)
         on_record, keys = self._set_key(input_index, batch)
-        if self.ts is not None:
-            out, out_ts = _run_stamped(fn, rows, self.ts, ctx, on_record, keys)
-        else:
-            out, out_ts = [], None
-            for i, r in enumerate(rows):
-                if on_record is not None:
-                    on_record(keys[i])
-                result = fn(r, ctx)
-                if result is not None:
-                    out.extend(result)
+        out, out_ts = _run_rows(fn, to_rows(batch), self.ts, ctx, on_record, keys)
         if self.node.kind in (T.CO_MAP, T.CO_FLAT_MAP):  # a map's values are records, whatever they look like
             self.output.emit(out, None if out_ts is None else np.asarray(out_ts, dtype=np.int64))
             ctx.side_ts = None
@@ -785,14 +803,7 @@ class KeyedCoProcessOperator(_TimerFiring, CoProcessOperator):
         self._init_timers(self._ctx)
 
     def _set_key(self, input_index: int, batch: Batch) -> tuple[Any, list | None]:  # type: ignore[override]
-        keys = extract_keys(batch, self.node.params["keys"][input_index])
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
-        ctx, backend = self._ctx, self.keyed_backend
-
-        def on_record(key: Any) -> None:
-            ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
-        return on_record, keys
+        return _keyed_records(batch, self.node.params["keys"][input_index], self._ctx, self.keyed_backend)
 
 
 class TimestampsAndWatermarksOperator(StreamOperator):
