@@ -633,8 +633,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         # A TTL state's entries arrive as plain (value, timestamp) tuples: stored as TtlValue (compact)
         wrap = (lambda p: ttl.TtlValue(p)) if ttl.is_ttl_kind(kind) else (lambda v: v)
         if kind == "accumulators":
-            keys, values = chunk
-            for k, v in zip(self.keys_bytes(list(keys)), np.asarray(values).tolist()):
+            keys, values = chunk  # keys: a list, or an int64 array (columnar chunks): as Python ints
+            keys = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
+            for k, v in zip(self.keys_bytes(keys), np.asarray(values).tolist()):
                 wb.put(k, codec.encode_value(v), h)
         elif base == "map":
             keys = list(chunk)

@@ -1,10 +1,22 @@
 """The bytes of one operator subtask's snapshot, and reading them back.
 
-A snapshot is a sequence of pickled chunks: one per (keyed state, key group),
-plus one for all operator state. The index (state -> key group -> offset,
-length) travels in the state handle, so a restore at another parallelism reads
-exactly the key groups it now owns and nothing else. Key groups are computed
-here, in the asynchronous phase, not per record.
+A snapshot is a sequence of chunks: one per (keyed state, key group), plus one
+for all operator state. The index (state -> key group -> offset, length)
+travels in the state handle, so a restore at another parallelism reads exactly
+the key groups it now owns and nothing else. Key groups are computed here, in
+the asynchronous phase, not per record.
+
+Chunks are pickled, except for accumulator tables with int64 keys (the columnar
+rolling and window aggregations): such a table is *columnar*, two blocks of raw
+bytes, its keys (int64) and its values, both ordered by key group; its index
+entry says where the blocks are and which slice of them each key group is
+(``"columnar": {"keys": [offset, length], "values": [offset, length], "dtype"}``,
+``"groups": {key group: [start, stop]}``). Tables that share one key list (a
+window's column tables) share one key block. They are written and read with
+numpy alone: the snapshot writer runs in a Python thread beside the task
+thread, and whatever it does in Python per key is taken from the records (the
+GIL), so a checkpoint of 100k keys must not cost 100k Python objects. Pickled
+accumulator chunks (keys, values) of earlier versions still load.
 """
 
 from __future__ import annotations
@@ -17,10 +29,84 @@ import numpy as np
 from .keygroups import assign_key_groups
 
 MAGIC = b"SJSNAP1\n"
+_KEY_DTYPE = np.dtype("<i8")
+_VALUE_DTYPES = {np.dtype(t).str: np.dtype(t) for t in ("<i8", "<f8", "<u8", "<i4", "<f4")}
 
 
 class SnapshotFormatError(ValueError):
     pass
+
+
+class KeyLayout:
+    """Where the first ``n`` keys of an append-only key list go in a snapshot: their key groups'
+    sizes (``counts``, one per key group) and the key positions ordered by key group (``order``,
+    stable: within a group by position). Cached on the key list (``KeyList.key_layout``) and
+    extended by the keys appended since (``extend``): a table that gained no keys since the last
+    checkpoint hashes none, one that gained k hashes k and merges in O(n) with numpy."""
+
+    __slots__ = ("max_parallelism", "n", "order", "counts", "sorted_keys")
+
+    def __init__(self, max_parallelism: int, n: int, order: np.ndarray, counts: np.ndarray):
+        self.max_parallelism = max_parallelism
+        self.n = n
+        self.order = order
+        self.counts = counts
+        self.sorted_keys: np.ndarray | None = None  # the int64 keys in ``order``, once the writer needed them
+
+    @classmethod
+    def empty(cls, max_parallelism: int) -> "KeyLayout":
+        return cls(max_parallelism, 0, np.zeros(0, dtype=np.int64), np.zeros(max_parallelism, dtype=np.int64))
+
+    def extend(self, new_keys: Any) -> "KeyLayout":
+        """The layout of these keys followed by ``new_keys`` (an int64 array, or a list)."""
+        k = len(new_keys)
+        if not k:
+            return self
+        maxp = self.max_parallelism
+        groups = assign_key_groups(new_keys, maxp)
+        groups = groups.astype(np.int16 if maxp <= (1 << 15) else np.int32)  # radix sort: O(k)
+        new_order = np.argsort(groups, kind="stable")
+        new_counts = np.bincount(groups, minlength=maxp).astype(np.int64)
+        n = self.n
+        if not n:
+            return KeyLayout(maxp, k, new_order.astype(np.int64), new_counts)
+        order = np.empty(n + k, dtype=np.int64)
+        # Merged, group g holds its old keys, then its new ones: an old key at rank j of the old order
+        # moves up by the new keys of the groups before g; a new one sits after all old keys of groups <= g.
+        new_before = np.cumsum(new_counts) - new_counts
+        old_through = np.cumsum(self.counts)
+        order[np.arange(n) + np.repeat(new_before, self.counts)] = self.order
+        order[np.arange(k) + np.repeat(old_through, new_counts)] = new_order + n
+        return KeyLayout(maxp, n + k, order, self.counts + new_counts)
+
+    def groups(self, present: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+        """(order, [(key group, start, stop)]): the key positions in group order, and each non-empty
+        group's slice of it; ``present``: only the positions whose flag is set."""
+        order, counts = self.order, self.counts
+        if present is not None:
+            keep = present[order]
+            order = order[keep]
+            sorted_groups = np.repeat(np.arange(self.max_parallelism), counts)
+            counts = np.bincount(sorted_groups[keep], minlength=self.max_parallelism)
+        ends = np.cumsum(counts)
+        nonzero = np.flatnonzero(counts)
+        return order, list(zip(nonzero.tolist(), (ends[nonzero] - counts[nonzero]).tolist(), ends[nonzero].tolist()))
+
+
+def key_layout(source: Any, keys: Any, n: int, max_parallelism: int) -> KeyLayout:
+    """The layout of ``keys`` (the first ``n`` keys of the append-only ``source``), from the one cached
+    on ``source`` if any (then only the keys appended since are hashed); caches the result there."""
+    cached = getattr(source, "key_layout", None)
+    if not isinstance(cached, KeyLayout) or cached.max_parallelism != max_parallelism or cached.n > n:
+        cached = KeyLayout.empty(max_parallelism)  # (cached.n > n: a newer snapshot got there first)
+    layout = cached.extend(keys[cached.n : n])
+    try:
+        current = getattr(source, "key_layout", None)
+        if not isinstance(current, KeyLayout) or current.n <= layout.n:
+            source.key_layout = layout
+    except AttributeError:
+        pass  # a source without the attribute: serialize() still shares the layout within one snapshot
+    return layout
 
 
 def _group_positions(keys: list, max_parallelism: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -46,9 +132,17 @@ class SnapshotBuilder:
         self.out.extend(data)
         return [offset, len(data)]
 
+    def _groups(self, name: str, kind: str) -> dict:
+        return self.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})["groups"]
+
     def add_keyed(self, name: str, kind: str, key_group: int, chunk: Any) -> None:
-        table = self.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})
-        table["groups"][str(key_group)] = self._append(pickle.dumps(chunk, protocol=5))
+        self._groups(name, kind)[str(key_group)] = self._append(pickle.dumps(chunk, protocol=5))
+
+    def add_block(self, array: np.ndarray) -> list[int]:
+        """Raw bytes of a contiguous array (a columnar table's keys or values): [offset, length]."""
+        offset = len(self.out)
+        self.out += memoryview(array).cast("B")
+        return [offset, len(self.out) - offset]
 
     def add_operator(self, operator: dict[str, tuple[str, list]]) -> None:
         self.index["operator"] = self._append(pickle.dumps(operator, protocol=5))
@@ -61,23 +155,30 @@ class SnapshotBuilder:
         return bytes(self.out), self.index
 
 
+def _columnar_values(values: np.ndarray) -> np.ndarray | None:
+    """The values as one of the columnar dtypes (little endian), or None: then the chunk is pickled."""
+    dtype = values.dtype.newbyteorder("<") if values.dtype.byteorder == ">" else values.dtype
+    if dtype.str not in _VALUE_DTYPES:
+        return None
+    return values.astype(dtype, copy=False)
+
+
 def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
               operator: dict[str, tuple[str, list]] | None) -> tuple[bytes, dict]:
-    """Frozen keyed tables and copied operator state -> (bytes, index)."""
+    """Frozen keyed tables and copied operator state -> (bytes, index).
+
+    Accumulator tables are written from the interface of ``tables.FrozenAccumulators`` (``n``,
+    ``values``, ``key_array()``, ``layout_source``, ``present``; ``keys()`` and ``chunk_positions()``
+    for keys that are not int64), other tables from ``keys()`` and ``chunk(keys)``."""
     builder = SnapshotBuilder()
-    grouped: dict[tuple[int, int], list] = {}  # tables sharing one key list (a window's columns) group it once
+    layouts: dict[int, tuple] = {}  # tables sharing one key list (a window's columns) group it once
     for name, (kind, frozen) in (keyed or {}).items():
+        builder._groups(name, kind)
+        if kind == "accumulators" and hasattr(frozen, "layout_source"):
+            _write_accumulators(builder, name, frozen, max_parallelism, layouts)
+            continue
         keys = frozen.keys()
-        builder.index.setdefault("keyed", {}).setdefault(name, {"kind": kind, "groups": {}})
-        shared = getattr(frozen, "_keys", None)
-        if shared is not None:
-            cache_key = (id(shared), len(keys))
-            if cache_key not in grouped:
-                grouped[cache_key] = list(_group_positions(keys, max_parallelism))
-            groups: Any = grouped[cache_key]
-        else:
-            groups = _group_positions(keys, max_parallelism)
-        for kg, positions in groups:
+        for kg, positions in _group_positions(keys, max_parallelism):
             if kind == "accumulators":
                 chunk = frozen.chunk_positions(positions)
             else:
@@ -88,17 +189,117 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
     return builder.finish()
 
 
-def _load(data: bytes, span: Any, where: str) -> Any:
+def _write_accumulators(builder: SnapshotBuilder, name: str, frozen: Any, max_parallelism: int,
+                        layouts: dict[int, tuple]) -> None:
+    n = frozen.n
+    if not n:
+        return
+    source = frozen.layout_source
+    ints = frozen.key_array()
+    cached = layouts.get(id(source))
+    if cached is None or cached[0].n != n:
+        layout = key_layout(source, ints if ints is not None else frozen.keys(), n, max_parallelism)
+        cached = layouts[id(source)] = (layout, None)  # (layout, [offset, length] of its key block once written)
+    layout, key_span = cached
+    present = frozen.present
+    order, groups = layout.groups(None if present is None else np.asarray(present, dtype=bool)[:n])
+    values = _columnar_values(frozen.values) if ints is not None else None
+    if values is None:  # str / object keys (or exotic values): pickled (key list, values) per key group
+        for kg, start, stop in groups:
+            builder.add_keyed(name, "accumulators", kg, frozen.chunk_positions(order[start:stop]))
+        return
+    if key_span is None or present is not None:  # tables sharing the key list (and all of it) share its block
+        if present is not None:
+            sorted_keys = ints[order]
+        else:  # the first n keys never change: sorted once per layout (a rolling table's layout lasts)
+            if layout.sorted_keys is None:
+                layout.sorted_keys = ints[order].astype(_KEY_DTYPE, copy=False)
+            sorted_keys = layout.sorted_keys
+        key_span = builder.add_block(sorted_keys.astype(_KEY_DTYPE, copy=False))
+        if present is None:
+            layouts[id(source)] = (layout, key_span)
+    entry = builder.index["keyed"][name]
+    entry["columnar"] = {"keys": key_span, "values": builder.add_block(values[order]), "dtype": values.dtype.str}
+    entry["groups"] = {str(kg): [start, stop] for kg, start, stop in groups}
+
+
+def _read_columnar(data: bytes, spec: Any, groups: dict, key_groups: range, where: str,
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(keys, values) of the key groups of ``key_groups`` in a columnar table, one pair per run of
+    adjacent groups (the groups a subtask owns are one run: the blocks are ordered by key group)."""
+    try:
+        dtype = _VALUE_DTYPES[spec["dtype"]]
+        (ko, kl), (vo, vl) = (_span(data, spec[b], f"{where}, {b} block") for b in ("keys", "values"))
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, SnapshotFormatError):
+            raise
+        raise SnapshotFormatError(f"{where}: malformed columnar table entry {spec!r}") from None
+    count = kl // _KEY_DTYPE.itemsize
+    if kl != count * _KEY_DTYPE.itemsize or vl != count * dtype.itemsize:
+        raise SnapshotFormatError(f"{where}: key block of {kl} bytes and {spec['dtype']} value block of {vl} bytes "
+                                  "do not hold the same number of keys")
+    runs: list[list[int]] = []
+    for kg, rng in sorted(groups.items(), key=lambda item: _slice(item, count, where)[0]):
+        start, stop = _slice((kg, rng), count, where)
+        if int(kg) not in key_groups or start == stop:
+            continue
+        if runs and runs[-1][1] == start:
+            runs[-1][1] = stop
+        else:
+            runs.append([start, stop])
+    if not runs:
+        return
+    view = memoryview(data)
+    keys = np.frombuffer(view[ko : ko + kl], dtype=_KEY_DTYPE)
+    values = np.frombuffer(view[vo : vo + vl], dtype=dtype)
+    for start, stop in runs:
+        yield keys[start:stop], values[start:stop]
+
+
+def _slice(item: tuple[str, Any], count: int, where: str) -> tuple[int, int]:
+    kg, rng = item
+    try:
+        start, stop = int(rng[0]), int(rng[1])
+        int(kg)
+    except (TypeError, ValueError, IndexError):
+        raise SnapshotFormatError(f"{where}, key group {kg}: malformed key range {rng!r}") from None
+    if not 0 <= start <= stop <= count:
+        raise SnapshotFormatError(f"{where}, key group {kg}: keys [{start}, {stop}) lie outside the table's {count} keys")
+    return start, stop
+
+
+def _load_keyed(data: bytes, span: Any, kind: str, where: str) -> Any:
+    """One pickled keyed chunk, as it was written."""
+    offset, length = _span(data, span, where)
+    chunk = _unpickle(memoryview(data)[offset : offset + length], offset, where)
+    if kind == "accumulators":  # earlier versions: a pickled (key list, value array) tuple
+        if not (isinstance(chunk, tuple) and len(chunk) == 2 and len(chunk[0]) == len(chunk[1])):
+            raise SnapshotFormatError(f"{where}: accumulator chunk is {type(chunk).__name__}, expected (keys, values) "
+                                      "of equal length")
+        chunk = chunk[0], np.asarray(chunk[1])
+    return chunk
+
+
+def _span(data: bytes, span: Any, where: str) -> tuple[int, int]:
     try:
         offset, length = int(span[0]), int(span[1])
     except (TypeError, ValueError, IndexError):
         raise SnapshotFormatError(f"{where}: malformed offset/length {span!r}") from None
-    if offset < len(MAGIC) or offset + length > len(data):
+    if offset < len(MAGIC) or length < 0 or offset + length > len(data):
         raise SnapshotFormatError(f"{where}: chunk [{offset}, {offset + length}) lies outside the {len(data)}-byte file")
+    return offset, length
+
+
+def _unpickle(chunk: Any, offset: int, where: str) -> Any:
     try:
-        return pickle.loads(data[offset : offset + length])
+        return pickle.loads(chunk)
     except Exception as e:  # noqa: BLE001 - any unpickling problem means a corrupt file
         raise SnapshotFormatError(f"{where}: cannot read chunk at {offset}: {type(e).__name__}: {e}") from e
+
+
+def _load(data: bytes, span: Any, where: str) -> Any:
+    offset, length = _span(data, span, where)
+    return _unpickle(memoryview(data)[offset : offset + length], offset, where)
 
 
 def check_magic(data: bytes, where: str) -> None:
@@ -111,9 +312,14 @@ def read_keyed(data: bytes, index: dict, key_groups: range, where: str) -> Itera
     check_magic(data, where)
     for name, table in (index.get("keyed") or {}).items():
         kind = table.get("kind")
+        if "columnar" in table:
+            for chunk in _read_columnar(data, table["columnar"], table.get("groups") or {}, key_groups,
+                                        f"{where} (state {name!r})"):
+                yield name, kind, chunk
+            continue
         for kg, span in table.get("groups", {}).items():
             if int(kg) in key_groups:
-                yield name, kind, _load(data, span, f"{where} (state {name!r}, key group {kg})")
+                yield name, kind, _load_keyed(data, span, kind, f"{where} (state {name!r}, key group {kg})")
 
 
 def read_file(data: bytes, index: dict, name: str, where: str) -> bytes:

@@ -131,55 +131,132 @@ class FrozenDict:
         return {k: data[k] for k in keys}
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class KeyList(list):
+    """The keys of an ``AccumulatorTable`` by slot (a list: slot -> key), and, while every key is a
+    Python ``int`` that fits int64, the same keys as one int64 numpy array.
+
+    Both are append-only, so a snapshot can take the first ``n`` keys at the barrier in O(1) (a view
+    of the array) while new keys keep coming, and the snapshot writer cuts int keys into chunks with
+    numpy alone: no object array, no per-key Python objects. The array grows by doubling: a view
+    handed out keeps the old buffer alive, whose first ``n`` entries never change.
+
+    ``key_layout`` caches the key groups of the first keys and their order by key group
+    (``snapshot.KeyLayout``); the snapshot writer reads and replaces it, extending it by the keys
+    appended since. Tables that share one key list (a window's column tables) share the layout.
+    """
+
+    __slots__ = ("_ints", "_size", "key_layout")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ints: np.ndarray | None = np.zeros(0, dtype=np.int64)  # None: some key is not an int64
+        self._size = 0  # keys in _ints (== len(self) while _ints is not None)
+        self.key_layout: Any = None
+
+    def add_ints(self, array: np.ndarray, keys: list) -> None:
+        """Append int keys given both ways: ``array`` (int64) and ``keys`` (the same as Python ints)."""
+        self.extend(keys)
+        if self._ints is not None:
+            self._put(array)
+
+    def add(self, keys: list) -> None:
+        """Append keys of any type (few of them, or not ints): checked one by one."""
+        self.extend(keys)
+        if self._ints is None:
+            return
+        if all(type(k) is int and _INT64_MIN <= k <= _INT64_MAX for k in keys):  # bools are not: their type differs
+            self._put(np.array(keys, dtype=np.int64))
+        else:
+            self._ints = None
+
+    def _put(self, array: np.ndarray) -> None:
+        need = self._size + len(array)
+        if need > len(self._ints):  # type: ignore[arg-type]
+            grown = np.empty(max(need, 2 * len(self._ints), 1024), dtype=np.int64)  # type: ignore[arg-type]
+            grown[: self._size] = self._ints[: self._size]  # type: ignore[index]
+            self._ints = grown
+        self._ints[self._size : need] = array  # type: ignore[index]
+        self._size = need
+
+    def array(self, n: int) -> np.ndarray | None:
+        """The first ``n`` keys as an int64 array (a view), or None if some key is not an int64."""
+        ints = self._ints
+        if ints is None or self._size != len(self) or n > self._size:
+            return None  # (a list method other than add/add_ints appended: the array is no longer whole)
+        return ints[:n]
+
+
 class AccumulatorTable:
     """Numeric per-key accumulators for built-in rolling aggregations (sum/min/max).
 
     Keys map to slots in an append-only list (so the snapshot writer can read
-    the first ``n`` while new keys are added), values live in one numpy array;
-    freezing copies only the array (~8 MB and a few ms per 1M keys).
+    the first ``n`` while new keys are added; int keys are also kept as an int64
+    array, see ``KeyList``), values live in one numpy array; freezing copies only
+    the array (~8 MB and a few ms per 1M keys).
     """
 
     kind = "accumulators"
 
     def __init__(self) -> None:
         self.slot_of: dict[Any, int] = {}
-        self.keys_by_slot: list[Any] = []
+        self.keys_by_slot: KeyList = KeyList()
         self.acc = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.keys_by_slot)
 
-    def slots(self, keys: list) -> np.ndarray:
+    def slots(self, keys: list | np.ndarray) -> np.ndarray:
+        """The slot of each key; new keys get new slots. ``keys``: a list, or an int64 array (restore)."""
+        int_array = keys if isinstance(keys, np.ndarray) and keys.dtype == np.int64 else None
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
         get = self.slot_of.get
         found = [get(k, -1) for k in keys]
         arr = np.asarray(found, dtype=np.int64)
         missing = np.flatnonzero(arr < 0)
         if not len(missing):
             return arr
-        if len(missing) > 64 and type(keys[int(missing[0])]) in (int, str):
+        if int_array is not None or (len(missing) > 64 and type(keys[int(missing[0])]) in (int, str)):
             # Many new keys (every key of a fresh window): number them in one vectorised pass.
-            new = [keys[i] for i in missing.tolist()]
-            types = set(map(type, new))  # all ints or all strs (no bools: their key groups differ); else one by one
-            if types == {str} or (types == {int} and -(1 << 63) <= min(new) and max(new) < (1 << 63)):
-                codes, uniques = pd.factorize(np.asarray(new, dtype=object if types == {str} else np.int64),
-                                              use_na_sentinel=False)
+            if int_array is not None:
+                new_array: Any = int_array[missing]
+                types = {int}
+            else:
+                new = [keys[i] for i in missing.tolist()]
+                types = set(map(type, new))  # all ints or all strs (no bools: their key groups differ); else one by one
+                new_array = None
+                if types == {int} and _INT64_MIN <= min(new) and max(new) <= _INT64_MAX:
+                    new_array = np.asarray(new, dtype=np.int64)
+                elif types == {str}:
+                    new_array = np.asarray(new, dtype=object)
+            if new_array is not None:
+                codes, uniques = pd.factorize(new_array, use_na_sentinel=False)
                 base = len(self.keys_by_slot)
                 fresh = uniques.tolist()  # Python ints / strs: key groups hash them, not numpy scalars
                 self.slot_of.update(zip(fresh, range(base, base + len(fresh))))
-                self.keys_by_slot.extend(fresh)
+                if types == {int}:
+                    self.keys_by_slot.add_ints(np.asarray(uniques, dtype=np.int64), fresh)
+                else:
+                    self.keys_by_slot.add(fresh)
                 arr[missing] = base + codes
                 return arr
         found = [None if f < 0 else f for f in found]
         if None in found:
             slot_of, by_slot = self.slot_of, self.keys_by_slot
+            fresh = []
+            base = len(by_slot)
             for i, s in enumerate(found):
                 if s is None:
                     k = keys[i]
                     s = slot_of.get(k)
                     if s is None:
-                        s = slot_of[k] = len(by_slot)
-                        by_slot.append(k)
+                        s = slot_of[k] = base + len(fresh)
+                        fresh.append(k)
                     found[i] = s
+            by_slot.add(fresh)
         return np.asarray(found, dtype=np.int64)
 
     def ensure_capacity(self, n: int, kind: str) -> None:
@@ -191,27 +268,52 @@ class AccumulatorTable:
             self.acc = grown
 
     def freeze(self) -> "FrozenAccumulators":
-        n = len(self.keys_by_slot)
-        return FrozenAccumulators(self.keys_by_slot, n, self.acc[:n].copy())
+        keys = self.keys_by_slot
+        n = len(keys)
+        return FrozenAccumulators(keys, n, self.acc[:n].copy())
 
     def thaw(self) -> None:
         pass  # the snapshot holds its own copy of the values; keys are append-only
 
     def load(self, chunk: tuple) -> None:
+        """Restore one key group: (keys, values); keys an int64 array (columnar chunks) or a list."""
         keys, values = chunk
         if not len(keys):
             return
-        s = self.slots(list(keys))
+        s = self.slots(keys if isinstance(keys, np.ndarray) and keys.dtype == np.int64 else list(keys))
         self.ensure_capacity(len(self.keys_by_slot), values.dtype.kind)
         self.acc[s] = values
 
 
 class FrozenAccumulators:
+    """An accumulator table as of the barrier, for the snapshot writer (``snapshot.serialize``).
+
+    The interface the writer uses (a window's column views can give the same):
+
+    * ``n``: the number of keys; ``values``: their values (numpy, length ``n``);
+    * ``key_array()``: the keys as int64 (length ``n``), or None when they are not all int64
+      (then ``keys()`` (a list) and ``chunk_positions(positions)`` -> (key list, values) are used);
+    * ``layout_source``: the key list the keys are the first ``n`` of; frozen tables with the same
+      source share one cached key layout, kept in its ``key_layout`` attribute;
+    * ``present``: None, or a bool array (length ``n``): only those keys belong to this table (a
+      view over a key list shared with other tables).
+    """
+
+    present = None
+
     def __init__(self, keys_by_slot: list, n: int, values: np.ndarray):
         self._keys = keys_by_slot
         self.n = n
         self.values = values
+        self._ints = keys_by_slot.array(n) if isinstance(keys_by_slot, KeyList) else None  # O(1): a view
         self._key_array: np.ndarray | None = None  # the keys as one object array, for cutting chunks
+
+    @property
+    def layout_source(self) -> Any:
+        return self._keys
+
+    def key_array(self) -> np.ndarray | None:
+        return self._ints
 
     def keys(self) -> list:
         return self._keys[: self.n]  # append-only list: the first n never change
