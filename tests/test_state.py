@@ -216,3 +216,138 @@ def test_every_name_of_the_fault_tolerance_api_is_importable_from_streamjob_runt
         env.enable_checkpointing(1)
     with pytest.raises(ValueError, match="no filesystem for nosuch://"):
         config.set_checkpoint_storage("nosuch://x")
+
+
+# -- columnar snapshots of accumulator tables --------------------------------------------------
+
+def restore_all(data: bytes, index: dict, b: HashMapKeyedStateBackend) -> HashMapKeyedStateBackend:
+    for name, kind, chunk in read_keyed(data, index, b.key_groups, "state.bin"):
+        b.restore_chunk(name, kind, chunk)
+    return b
+
+
+def contents(table) -> dict:
+    return dict(zip(list(table.keys_by_slot), table.acc[: len(table)].tolist()))
+
+
+def test_int_key_accumulators_snapshot_columnar_and_rescale_by_key_group():
+    b = backend()
+    agg = RollingAggregator("sum", b.accumulators("sum-numeric"))
+    keys = [k * 7919 - 50_000 for k in range(3000)] + [2**62, -(2**63)]
+    agg.update(keys, np.arange(len(keys), dtype=np.int64))
+    frozen = b.freeze()
+    agg.update([1, 2, 3], np.array([5, 5, 5]))  # after the barrier: a new key, not in the snapshot
+    data, index = serialize(frozen, 128, None)
+    entry = index["keyed"]["sum-numeric"]
+    assert entry["columnar"]["dtype"] == "<i8"  # raw int64 blocks, not pickled key lists
+    assert len(data) < 3100 * 16 + 100
+    want = dict(zip(keys, range(len(keys))))
+    seen: dict = {}
+    for i in range(3):  # restore the p=1 snapshot at p=3: each subtask gets exactly its key groups
+        sub = restore_all(data, index, backend(3, i))
+        got = contents(sub.accumulators("sum-numeric"))
+        assert all(type(k) is int and assign_to_key_group(k, 128) in sub.key_groups for k in got)
+        seen.update(got)
+    assert seen == want
+    again = RollingAggregator("sum", restore_all(data, index, backend()).accumulators("sum-numeric"))
+    assert again.update([keys[5], 2**62], np.array([1, 1])).tolist() == [6, 3001]
+
+
+def test_str_and_mixed_key_accumulators_round_trip_pickled():
+    b = backend()
+    strs = RollingAggregator("max", b.accumulators("max-numeric"))
+    strs.update([f"user-{i}" for i in range(500)], np.arange(500, dtype=np.float64))
+    mixed = RollingAggregator("sum", b.accumulators("sum-numeric"))
+    mixed.update([1, "1", True, 2**70, 3], np.array([1, 2, 3, 4, 5]))  # True == 1: one key, as in a dict
+    data, index = serialize(b.freeze(), 128, None)
+    assert "columnar" not in index["keyed"]["max-numeric"] and "columnar" not in index["keyed"]["sum-numeric"]
+    restored = restore_all(data, index, backend())
+    assert contents(restored.accumulators("max-numeric")) == {f"user-{i}": float(i) for i in range(500)}
+    assert contents(restored.accumulators("sum-numeric")) == {1: 4, "1": 2, 2**70: 4, 3: 5}
+
+
+def test_a_windows_column_tables_share_one_key_block_and_layouts_grow_with_new_keys():
+    from streamjob.runtime.state.snapshot import _group_positions
+    from streamjob.runtime.task.window_columnar import _share_slots
+
+    b = backend()
+    first, other = b.accumulators("_wagg-1000-1"), b.accumulators("_wagg-1000-2")
+    _share_slots([first, other])
+    for step, keys in enumerate([list(range(0, 4000, 3)), list(range(1, 9000, 5)), [10**15, 7]]):
+        s = first.slots(keys)
+        for t, scale in ((first, 1), (other, 10)):
+            t.ensure_capacity(len(first), "i")
+            t.acc[s] = np.asarray(keys, dtype=np.int64) * scale
+        data, index = serialize(b.freeze(), 128, None)
+        a, c = index["keyed"]["_wagg-1000-1"], index["keyed"]["_wagg-1000-2"]
+        assert a["columnar"]["keys"] == c["columnar"]["keys"]  # written once
+        layout = first.keys_by_slot.key_layout
+        assert layout.n == len(first)  # cached on the shared key list, extended by the new keys only
+        order, groups = layout.groups()
+        want = [(g, p.tolist()) for g, p in _group_positions(list(first.keys_by_slot), 128)]
+        assert [(g, order[x:y].tolist()) for g, x, y in groups] == want
+        restored = restore_all(data, index, backend())
+        assert contents(restored.accumulators("_wagg-1000-1")) == {k: k for k in first.keys_by_slot}
+        assert contents(restored.accumulators("_wagg-1000-2")) == {k: 10 * k for k in first.keys_by_slot}
+
+
+def test_accumulator_chunks_of_earlier_versions_still_load():
+    from streamjob.runtime.state.snapshot import SnapshotBuilder
+
+    old = SnapshotBuilder()  # before columnar tables: one pickled (key list, values) per key group
+    for kg in range(128):
+        keys = [k for k in range(1000) if assign_to_key_group(k, 128) == kg]
+        old.add_keyed("sum-numeric", "accumulators", kg, (keys, np.asarray(keys, dtype=np.int64) * 2))
+    data, index = old.finish()
+    assert contents(restore_all(data, index, backend()).accumulators("sum-numeric")) == {k: 2 * k for k in range(1000)}
+    sub = restore_all(data, index, backend(2, 1))
+    assert set(contents(sub.accumulators("sum-numeric"))) == {k for k in range(1000)
+                                                                if assign_to_key_group(k, 128) in sub.key_groups}
+
+
+def test_malformed_accumulator_chunks_name_the_state_and_key_group():
+    import copy
+
+    b = backend()
+    RollingAggregator("sum", b.accumulators("sum-numeric")).update(list(range(100)), np.ones(100, dtype=np.int64))
+    data, index = serialize(b.freeze(), 128, None)
+    entry = index["keyed"]["sum-numeric"]
+    kg = next(iter(entry["groups"]))
+
+    def broken(change):
+        bad = copy.deepcopy(index)
+        change(bad["keyed"]["sum-numeric"])
+        return bad
+
+    with pytest.raises(SnapshotFormatError, match=rf"state.bin \(state 'sum-numeric'\), key group {kg}: keys \[0, 101\)"):
+        list(read_keyed(data, broken(lambda e: e["groups"].__setitem__(kg, [0, 101])), range(128), "state.bin"))
+    with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*do not hold the same number of keys"):
+        list(read_keyed(data, broken(lambda e: e["columnar"]["values"].__setitem__(1, 792)), range(128), "state.bin"))
+    with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*keys block.*outside"):
+        list(read_keyed(data[:-900], index, range(128), "state.bin"))
+    with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*malformed columnar"):
+        list(read_keyed(data, broken(lambda e: e["columnar"].__setitem__("dtype", "<U3")), range(128), "state.bin"))
+    from streamjob.runtime.state.snapshot import SnapshotBuilder
+
+    old = SnapshotBuilder()
+    old.add_keyed("sum-numeric", "accumulators", 5, {"not": "a (keys, values) tuple"})
+    data, index = old.finish()
+    with pytest.raises(SnapshotFormatError, match=r"state 'sum-numeric', key group 5\).*expected \(keys, values\)"):
+        list(read_keyed(data, index, range(128), "state.bin"))
+
+
+def test_columnar_accumulator_snapshots_restore_into_rocksdb(tmp_path):
+    from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend
+
+    b = backend()
+    keys = list(range(-500, 500))
+    RollingAggregator("sum", b.accumulators("sum-numeric")).update(keys, np.asarray(keys, dtype=np.int64))
+    data, index = serialize(b.freeze(), 128, None)
+    rdb = RocksDBKeyedStateBackend("op", 128, key_group_range(128, 2, 0), str(tmp_path / "local"))
+    try:
+        for name, kind, chunk in read_keyed(data, index, rdb.key_groups, "state.bin"):
+            rdb.restore_chunk(name, kind, chunk)
+        mine = [k for k in keys if assign_to_key_group(k, 128) in rdb.key_groups]
+        assert rdb.accumulators("sum-numeric").get_many(mine) == mine  # Python-int keys: the same key bytes
+    finally:
+        rdb.dispose()
