@@ -351,3 +351,28 @@ def test_columnar_accumulator_snapshots_restore_into_rocksdb(tmp_path):
         assert rdb.accumulators("sum-numeric").get_many(mine) == mine  # Python-int keys: the same key bytes
     finally:
         rdb.dispose()
+
+
+def test_a_restore_reads_only_the_bytes_of_the_key_groups_it_owns(tmp_path):
+    from streamjob.runtime.checkpoint.storage import CheckpointStorage
+    from streamjob.runtime.state.snapshot import keyed_spans
+
+    b = backend()
+    RollingAggregator("sum", b.accumulators("sum-numeric")).update(list(range(20_000)), np.ones(20_000, dtype=np.int64))
+    RollingAggregator("sum", b.accumulators("by-name")).update([f"k{i}" for i in range(2000)], np.ones(2000))
+    data, index = serialize(b.freeze(), 128, {"positions": ("split", [1, 2])})
+    storage = CheckpointStorage(f"file://{tmp_path}", "job", inline_threshold=0)
+    handle = storage.write_state(1, "op-0", data, index)
+    seen: dict = {}
+    for i in range(4):
+        sub = backend(4, i)
+        part = storage.read_spans(handle, keyed_spans(index, sub.key_groups))
+        assert len(part) == len(data) and 0 < np.count_nonzero(np.frombuffer(part, np.uint8)) < len(data) // 3
+        restore_all(part, index, sub)
+        got = contents(sub.accumulators("sum-numeric"))
+        assert all(assign_to_key_group(k, 128) in sub.key_groups for k in got)
+        seen.update(got)
+        assert len(contents(sub.accumulators("by-name"))) == sum(assign_to_key_group(f"k{j}", 128) in sub.key_groups
+                                                                 for j in range(2000))
+        assert read_operator(part, index, "state.bin") == {"positions": ("split", [1, 2])}
+    assert seen == {k: 1 for k in range(20_000)}

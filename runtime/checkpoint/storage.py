@@ -129,6 +129,44 @@ class StateLocation:
         return data
 
 
+    def read_spans(self, handle: dict, spans: list[tuple[int, int]]) -> Any:
+        """The bytes of ``spans`` ([offset, length] each) of a state file, at their offsets in a buffer of
+        the file's size (the rest left zero, and unread): a restore at a higher parallelism reads the key
+        groups it owns, not every subtask's whole file. Inline handles and spans covering most of the
+        file: the whole file, as ``read``."""
+        size = int(handle.get("size", -1))
+        if "data" in handle or size < 0 or sum(n for _, n in spans) > size // 2:
+            return self.read(handle)
+        import numpy as np
+
+        data = np.zeros(size, dtype=np.uint8)  # calloc: pages never read stay untouched
+        path = self.path(handle["file"])
+        for offset, length in _merged(spans):
+            if offset < 0 or offset + length > size:
+                raise CheckpointFormatError(f"state file {self.url}/{handle['file']}: bytes [{offset}, "
+                                            f"{offset + length}) lie outside its recorded {size} bytes")
+            try:
+                part = self.fs.cat_file(path, start=offset, end=offset + length)
+            except FileNotFoundError:
+                raise CheckpointFormatError(f"state file {self.url}/{handle['file']} is missing") from None
+            if len(part) != length:
+                raise CheckpointFormatError(f"state file {self.url}/{handle['file']} has fewer bytes than the "
+                                            f"checkpoint recorded ({size})")
+            data[offset : offset + length] = np.frombuffer(part, dtype=np.uint8)
+        return data
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans sorted, overlapping or adjacent ones joined (one read each)."""
+    out: list[list[int]] = []
+    for offset, length in sorted((int(o), int(n)) for o, n in spans if int(n) > 0):
+        if out and offset <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], offset + length - out[-1][0])
+        else:
+            out.append([offset, length])
+    return [(o, n) for o, n in out]
+
+
 class CheckpointStorage(StateLocation):
     """One job's checkpoint directory: ``<base>/<job-id>``."""
 

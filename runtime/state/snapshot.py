@@ -302,8 +302,32 @@ def _load(data: bytes, span: Any, where: str) -> Any:
     return _unpickle(memoryview(data)[offset : offset + length], offset, where)
 
 
-def check_magic(data: bytes, where: str) -> None:
-    if not data.startswith(MAGIC):
+def keyed_spans(index: dict, key_groups: range) -> list[tuple[int, int]]:
+    """The byte spans of a state file that a restore owning ``key_groups`` reads: the header, the
+    operator state, and the chunks (pickled) or rows (columnar) of the key groups it owns. Spans
+    that are malformed are left to ``read_keyed`` to report."""
+    spans = [(0, len(MAGIC))]
+    if isinstance(index.get("operator"), list):
+        spans.append(tuple(index["operator"]))  # type: ignore[arg-type]
+    for table in (index.get("keyed") or {}).values():
+        groups = table.get("groups") or {}
+        col = table.get("columnar")
+        try:
+            owned = [rng for kg, rng in groups.items() if int(kg) in key_groups]
+            if col is None:
+                spans.extend((int(o), int(n)) for o, n in owned)
+                continue
+            width = {"keys": _KEY_DTYPE.itemsize, "values": _VALUE_DTYPES[col["dtype"]].itemsize}
+            for block, size in width.items():
+                base = int(col[block][0])
+                spans.extend((base + int(a) * size, (int(b) - int(a)) * size) for a, b in owned)
+        except (TypeError, ValueError, KeyError, IndexError):
+            return [(0, 1 << 62)]  # malformed: read it all, and let read_keyed say what is wrong
+    return spans
+
+
+def check_magic(data: Any, where: str) -> None:
+    if bytes(memoryview(data)[: len(MAGIC)]) != MAGIC:
         raise SnapshotFormatError(f"{where}: not a streamjob state file (bad header)")
 
 

@@ -39,7 +39,7 @@ from ..state.backends import create_keyed_backend
 from ..state.keygroups import key_group_range
 from ..state.operator_state import OperatorStateStore
 from ..state.rocksdb_snapshot import NATIVE, restore_native
-from ..state.snapshot import SnapshotFormatError, read_keyed, read_operator
+from ..state.snapshot import SnapshotFormatError, keyed_spans, read_keyed, read_operator
 from ..state.tables import AccumulatorTable
 from ..checkpoint.storage import StateLocation
 
@@ -181,7 +181,10 @@ class StreamOperator:
             else:
                 wanted = backend is not None and any(
                     int(kg) in backend.key_groups for t in keyed.values() for kg in t.get("groups", {}))
-            data = location.read(handle) if wanted or "operator" in index else b""
+            if wanted and native is None:  # only the key groups this subtask owns (and operator state)
+                data = location.read_spans(handle, keyed_spans(index, backend.key_groups))  # type: ignore[union-attr]
+            else:
+                data = location.read(handle) if wanted or "operator" in index else b""
             if wanted and native is not None:
                 restore_native(backend, handle, data, location, checkpoint_id, where, first_keyed)
                 first_keyed = False
