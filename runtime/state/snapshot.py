@@ -124,12 +124,16 @@ class SnapshotBuilder:
     """Appends chunks to one state file and records where each one is."""
 
     def __init__(self) -> None:
-        self.out = bytearray(MAGIC)
+        # The parts, joined once at the end: appending to one growing bytearray copied a window's
+        # tens of MB several times over (reallocations), and once more into the final bytes.
+        self.parts: list[Any] = [MAGIC]
+        self.size = len(MAGIC)
         self.index: dict[str, Any] = {}
 
-    def _append(self, data: bytes) -> list[int]:
-        offset = len(self.out)
-        self.out.extend(data)
+    def _append(self, data: Any) -> list[int]:
+        offset = self.size
+        self.parts.append(data)
+        self.size += len(data)
         return [offset, len(data)]
 
     def _groups(self, name: str, kind: str) -> dict:
@@ -140,9 +144,7 @@ class SnapshotBuilder:
 
     def add_block(self, array: np.ndarray) -> list[int]:
         """Raw bytes of a contiguous array (a columnar table's keys or values): [offset, length]."""
-        offset = len(self.out)
-        self.out += memoryview(array).cast("B")
-        return [offset, len(self.out) - offset]
+        return self._append(memoryview(np.ascontiguousarray(array)).cast("B"))
 
     def add_operator(self, operator: dict[str, tuple[str, list]]) -> None:
         self.index["operator"] = self._append(pickle.dumps(operator, protocol=5))
@@ -152,7 +154,7 @@ class SnapshotBuilder:
         self.index.setdefault("files", {})[name] = self._append(data)
 
     def finish(self) -> tuple[bytes, dict]:
-        return bytes(self.out), self.index
+        return b"".join(self.parts), self.index
 
 
 def _columnar_values(values: np.ndarray) -> np.ndarray | None:
