@@ -376,3 +376,24 @@ def test_a_restore_reads_only_the_bytes_of_the_key_groups_it_owns(tmp_path):
                                                                  for j in range(2000))
         assert read_operator(part, index, "state.bin") == {"positions": ("split", [1, 2])}
     assert seen == {k: 1 for k in range(20_000)}
+
+
+def test_views_over_a_shared_key_list_write_only_their_present_keys():
+    """The writer's interface for window columns over one key index shared by all open windows: each
+    view gives the shared key list as ``layout_source`` (one layout for all) and a ``present`` mask."""
+    from streamjob.runtime.state.tables import AccumulatorTable, FrozenAccumulators
+
+    shared = AccumulatorTable()
+    keys = list(range(0, 30_000, 7))
+    shared.slots(keys)
+    n = len(shared)
+    views = {}
+    for w, mask in ((1000, np.arange(n) % 2 == 0), (2000, np.arange(n) % 3 == 0)):
+        view = FrozenAccumulators(shared.keys_by_slot, n, np.arange(n, dtype=np.int64) * w)
+        view.present = mask
+        views[f"_wagg-{w}-1"] = ("accumulators", view)
+    data, index = serialize(views, 128, None)
+    assert shared.keys_by_slot.key_layout.n == n  # hashed once for both views
+    restored = restore_all(data, index, backend())
+    for w, step in ((1000, 2), (2000, 3)):
+        assert contents(restored.accumulators(f"_wagg-{w}-1")) == {keys[i]: i * w for i in range(0, n, step)}
