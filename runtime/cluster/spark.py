@@ -99,8 +99,13 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         if not java or not os.path.exists(java):
             return ""
         java = os.path.realpath(java)
-        jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-        ident = "|".join([pyspark.__version__, java, str(os.stat(java).st_mtime_ns), *sorted(os.listdir(jars))])
+        jars = os.path.realpath(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+        # The archive records the class path it was dumped with, and a JVM whose class path differs
+        # (the same jars in another virtualenv) silently starts without it: the jars' folder is part
+        # of the key, so each installation writes and maps its own. The Java version too: an archive
+        # is only valid for the exact JVM build that wrote it (a package upgrade keeps the path).
+        ident = "|".join([pyspark.__version__, java, str(os.stat(java).st_mtime_ns), _java_release(java), jars,
+                          *sorted(os.listdir(jars))])
         key = hashlib.sha256(ident.encode()).hexdigest()[:16]
         cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                           "streamjob")
@@ -128,6 +133,19 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         return f"-XX:SharedArchiveFile={final} {quiet}"
     except (OSError, ImportError):
         return ""  # no cache directory we may write: start without the archive
+
+
+def _java_release(java: str) -> str:
+    """The JVM's build (``JAVA_VERSION`` of its ``release`` file; no JVM is started to ask it)."""
+    home = os.path.dirname(os.path.dirname(java))
+    try:
+        with open(os.path.join(home, "release")) as f:
+            for line in f:
+                if line.startswith(("JAVA_RUNTIME_VERSION=", "JAVA_VERSION=")):
+                    return line.strip()
+    except OSError:
+        pass
+    return ""
 
 
 @dataclass
