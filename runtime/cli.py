@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from .config import ConfigError, Configuration, Options
+from .startup_trace import mark
 
 err = Console(stderr=True, highlight=False)
 
@@ -63,6 +64,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None, allow_non_restored_state: bool,
         rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
+    mark("cli")
     from .api.environment import execution_context
     from .cluster.executor import JobExecutionError
     from .cluster.spark import ClusterError
@@ -112,6 +114,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
     if rest_address:
         conf.set(Options.REST_ADDRESS, rest_address)
+    _prestart_jvm(conf)
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
@@ -120,6 +123,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     sys.argv = [source or what, *job_args]
     if job_file:
         sys.path.insert(0, os.path.dirname(source))
+    mark("job file")
     try:
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -145,6 +149,22 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{what} built no job: {hint}", conf=conf)
+
+
+def _prestart_jvm(conf: Configuration) -> None:
+    """The embedded local Spark's JVM starts launching now, beside the job file's imports and graph
+    building (the deployment takes it only if the job changed nothing it was launched with)."""
+    from .cluster import pod, spark
+
+    master = pod.spark_master(conf)
+    if not spark.is_local(master):
+        return
+    try:
+        spark_conf = pod.spark_conf(conf, os.environ, 1, pod.driver_addresses(conf, os.environ))
+    except ConfigError:
+        return  # the deployment reports it
+    spark_conf.pop("spark.master", None)
+    spark.prestart_gateway(master, spark_conf)
 
 
 # -- commands against a running job's REST API ------------------------------------------------

@@ -26,6 +26,7 @@ from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
+from ..startup_trace import mark
 from . import failover, pod
 from .jobmanager import BindError, JobManager
 
@@ -187,6 +188,7 @@ def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[C
 
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
                 job_id: str | None = None, client: Any = None) -> JobExecutionResult:
+    mark("execute")
     job_id = job_id or uuid.uuid4().hex
     deployed: list[JobManager] = []  # once the job manager runs, it leaves the final result itself
     try:

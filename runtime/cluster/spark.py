@@ -19,9 +19,12 @@ import os
 import re
 import shutil
 import sys
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+from ..startup_trace import mark
 
 
 class ClusterError(RuntimeError):
@@ -181,14 +184,157 @@ class SlotReport:
                 f"free CPU or memory, an image that cannot be pulled); or lower the parallelism")
 
 
+def _prepare_environment(master: str, conf: dict[str, str]) -> None:
+    """Environment the JVM (and through it every Python worker) inherits; set before a JVM is
+    launched, whether prestarted or not, so both see the same."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local(master) and conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def spark_settings(conf: dict[str, str], master: str, cds_options: str) -> dict[str, str]:
+    """Everything the job's SparkContext is created with: our defaults under the user's keys."""
+    defaults = {
+        # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
+        "spark.ui.showConsoleProgress": "false",
+        # The job manager owns failover; Spark must not retry tasks itself.
+        "spark.task.maxFailures": "1",
+        "spark.stage.maxConsecutiveAttempts": "1",
+        "spark.python.worker.reuse": "true",
+    }
+    if is_local(master):
+        log4j = resources.files("streamjob.runtime.cluster").joinpath("log4j2-local.properties")
+        defaults.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
+                                                 f"{cds_options}".strip(),
+                # The embedded JVM only schedules the one barrier stage and forks the Python
+                # workers; records never pass through it. Spark's 1 GB default heap is room it
+                # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
+                "spark.driver.memory": "512m",
+                # Workers start as their own processes, not forked from a pyspark.daemon that
+                # stays resident beside them (~45 MB RSS for the job's life); a task restarted
+                # after a failure starts ~0.3 s slower.
+                "spark.python.use.daemon": "false",
+                # PySpark's worker, imported from the installed package's cached bytecode rather
+                # than compiled anew from Spark's zip in every worker (see pyworker).
+                "spark.python.worker.module": "streamjob.runtime.cluster.pyworker",
+            }
+        )
+    return {**defaults, **conf, "spark.master": master}
+
+
+def _launch_settings(settings: dict[str, str]) -> dict[str, str]:
+    """What the JVM's launch depends on (spark-submit's --conf): the master and the application name
+    are set again by the SparkContext itself, so a job whose parallelism (local[N]) or name was not
+    known yet when its JVM was prestarted still uses that JVM."""
+    return {k: v for k, v in settings.items() if k not in ("spark.master", "spark.app.name")}
+
+
+PRESTART_ENV = "STREAMJOB_PRESTART_JVM"
+
+
+class PrestartedGateway:
+    """A Spark JVM launched in the background while the job file is still being imported and built.
+
+    Launching the JVM and loading Spark's classes is ~1.5 s that does not depend on the job, only
+    on its Spark configuration, environment and working directory (all inherited by the JVM and
+    the Python workers it forks). The deployment takes it only if none of those changed in between
+    (a job file may set ``spark.*`` keys or environment variables its tasks read); otherwise the
+    JVM is shut down and a new one launched as without."""
+
+    def __init__(self, master: str, conf: dict[str, str]):
+        _prepare_environment(master, conf)
+        self.cds_options = class_data_sharing_options()
+        self.launch = _launch_settings(spark_settings(conf, master, self.cds_options))
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.gateway: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="streamjob-jvm-prestart", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.gateway = _launch_gateway(self.launch)
+        except BaseException as e:  # noqa: BLE001 - the deployment launches anew and reports its own error
+            self.error = e
+
+    def take(self, launch: dict[str, str]) -> Any:
+        """The gateway if it was launched exactly as the deployment would launch one now, else None."""
+        self._thread.join()
+        if self.gateway is not None and launch == self.launch and dict(os.environ) == self.environ \
+                and os.getcwd() == self.cwd:
+            mark("jvm prestart taken")
+            return self.gateway
+        mark("jvm prestart discarded")
+        self.discard()
+        return None
+
+    def discard(self) -> None:
+        self._thread.join()
+        gateway, self.gateway = self.gateway, None
+        if gateway is None:
+            return
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - the JVM exits on the closed pipe below anyway
+            pass
+        proc = getattr(gateway, "proc", None)
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()  # Spark's gateway server exits at end of input, writing its CDS archive if asked
+
+
+_prestarted: PrestartedGateway | None = None
+_prestart_lock = threading.Lock()
+
+
+def prestart_gateway(master: str, conf: dict[str, str]) -> None:
+    """Start launching the JVM of the embedded local Spark now (``streamjob run``, before the job
+    file is loaded). Off with ``STREAMJOB_PRESTART_JVM=0``, for other masters, or when this process
+    already has a JVM."""
+    global _prestarted
+    if os.environ.get(PRESTART_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not is_local(master):
+        return
+    try:
+        check_java()
+        from pyspark import SparkContext
+    except (ClusterError, ImportError):
+        return  # the deployment reports it
+    with _prestart_lock:
+        if _prestarted is None and SparkContext._gateway is None:
+            _prestarted = PrestartedGateway(master, conf)
+
+
+def _take_prestarted(launch: dict[str, str]) -> Any:
+    global _prestarted
+    with _prestart_lock:
+        prestarted, _prestarted = _prestarted, None
+    return prestarted.take(launch) if prestarted is not None else None
+
+
+def _launch_gateway(launch: dict[str, str]) -> Any:
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    mark("jvm launch")
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(launch.items()))
+    mark("jvm up")
+    return gateway
+
+
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
     def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
         self.parallelism = parallelism
         self._spark = None
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         conf = dict(spark_conf)
         from pyspark import SparkContext
 
@@ -211,50 +357,43 @@ class SparkDeployment:
             self._spark = self._create(conf, app_name)
             if self.master.startswith("k8s://"):
                 self._check_registered_slots()
+        else:
+            _prepare_environment(self.master, conf)
 
     def _create(self, conf: dict[str, str], app_name: str) -> Any:
         """A SparkContext, not a SparkSession: the job needs only the context, and the SQL session's
         start-up (catalog, SQL configuration, its imports) cost ~2 s more before the first record."""
         from pyspark import SparkConf, SparkContext
 
-        defaults = {
-            # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
-            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
-            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
-            "spark.ui.showConsoleProgress": "false",
-            # The job manager owns failover; Spark must not retry tasks itself.
-            "spark.task.maxFailures": "1",
-            "spark.stage.maxConsecutiveAttempts": "1",
-            "spark.python.worker.reuse": "true",
-        }
-        if self.local:
-            log4j = resources.files("streamjob.runtime.cluster").joinpath("log4j2-local.properties")
-            defaults.update(
-                {
-                    "spark.ui.enabled": "false",
-                    "spark.driver.host": "127.0.0.1",
-                    "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.extraJavaOptions": (f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
-                                                      f"{class_data_sharing_options()}").strip(),
-                    # The embedded JVM only schedules the one barrier stage and forks the Python
-                    # workers; records never pass through it. Spark's 1 GB default heap is room it
-                    # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
-                    "spark.driver.memory": "512m",
-                    # Workers start as their own processes, not forked from a pyspark.daemon that
-                    # stays resident beside them (~45 MB RSS for the job's life); a task restarted
-                    # after a failure starts ~0.3 s slower.
-                    "spark.python.use.daemon": "false",
-                }
-            )
-            if conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod (POD_IP)
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark_conf = SparkConf().setMaster(self.master).setAppName(app_name)
-        for k, v in {**defaults, **conf}.items():
+        _prepare_environment(self.master, conf)
+        prestarted = _prestarted
+        # The prestart already chose the archive options (choosing them again would find its own
+        # claim on the archive's writing and take it for another run's).
+        cds = prestarted.cds_options if prestarted is not None else class_data_sharing_options() if self.local else ""
+        settings = spark_settings(conf, self.master, cds)
+        gateway = None
+        if SparkContext._gateway is None:
+            gateway = _take_prestarted(_launch_settings(settings))
+            if gateway is None and "ArchiveClassesAtExit" in cds:
+                # The discarded JVM writes the archive as it exits; this one starts without.
+                settings = spark_settings(conf, self.master, "")
+            if gateway is None:
+                try:
+                    gateway = _launch_gateway(_launch_settings(settings))
+                except Exception as e:  # py4j / JVM launch problems
+                    raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+        spark_conf = SparkConf().setAppName(app_name)
+        for k, v in settings.items():
             spark_conf.set(k, v)
+        mark("spark context start")
         try:
-            sc = SparkContext.getOrCreate(spark_conf)
+            if SparkContext._active_spark_context is None:
+                sc = SparkContext(conf=spark_conf, gateway=gateway)
+            else:
+                sc = SparkContext.getOrCreate(spark_conf)
         except Exception as e:  # py4j / JVM launch problems
             raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+        mark("spark context")
         if self.local:
             sc.setLogLevel("ERROR")
         return sc
@@ -299,6 +438,7 @@ class SparkDeployment:
             return _task_entry(graph_payload, jm_address, local)
 
         rdd = sc.parallelize(range(p), p).barrier().mapPartitions(run_partition)
+        mark("stage submit")
         try:
             return rdd.collect()
         except Exception as e:
@@ -321,6 +461,7 @@ _PEERS_TIMEOUT = 600.0
 
 def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) -> Any:
     """Body of one barrier task, in a Spark Python worker."""
+    mark("task entry")
     import cloudpickle
     from pyspark import BarrierTaskContext
 
@@ -336,6 +477,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     try:
         # The job manager answers with the attempt number and what to restore.
         deployment = control.wait_for("deploy")
+        mark("task deployed")
         attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
         addresses = task_addresses(os.environ, local)
@@ -359,5 +501,6 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     control.send({"type": "address", "slot": subtask, "attempt": attempt, "address": list(slot.address)})
     peers = control.wait_for("peers", timeout=_PEERS_TIMEOUT)
     slot.connect([tuple(a) for a in peers["addresses"]])
+    mark("task running")
     slot.run()
     yield json.dumps({"slot": subtask, "operators": slot.operator_metrics()})
