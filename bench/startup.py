@@ -33,8 +33,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LAUNCH = "import sys; from streamjob.runtime.cli import main; sys.argv[0] = 'streamjob'; sys.exit(main())"
 DRIVER_EVENTS = ["cli", "job file", "execute", "jvm launch", "jvm up", "jvm prestart taken",
-                 "jvm prestart discarded", "spark context start", "spark context", "stage submit"]
-WORKER_EVENTS = ["process start", "task entry", "task deployed", "task running"]
+                 "jvm prestart discarded", "spark context start", "spark context", "job manager started",
+                 "stage submit"]
+WORKER_EVENTS = ["process start", "worker module", "task entry", "task imports", "task deployed", "task slot ready",
+                 "task running"]
 SPANS = [  # (label, from, to): offsets of moments, "t0" = the command's start
     ("interpreter + imports (to cli)", "t0", "cli"),
     ("cli (to the job file)", "cli", "job file"),
@@ -43,8 +45,12 @@ SPANS = [  # (label, from, to): offsets of moments, "t0" = the command's start
     ("SparkContext", "spark context start", "spark context"),
     ("execute -> stage submitted", "execute", "stage submit"),
     ("stage -> worker process", "stage submit", "worker: process start"),
-    ("worker imports (to task entry)", "worker: process start", "worker: task entry"),
-    ("task setup (deploy, slots, peers)", "worker: task entry", "worker: task running"),
+    ("worker: interpreter start", "worker: process start", "worker: worker module"),
+    ("worker: PySpark worker, task read (to task entry)", "worker: worker module", "worker: task entry"),
+    ("worker: task imports", "worker: task entry", "worker: task imports"),
+    ("task: deploy message", "worker: task imports", "worker: task deployed"),
+    ("task: slot set up", "worker: task deployed", "worker: task slot ready"),
+    ("task: peers", "worker: task slot ready", "worker: task running"),
     ("task running -> first record", "worker: task running", "first record"),
 ]
 

@@ -65,12 +65,6 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
     mark("cli")
-    from .api.environment import execution_context
-    from .cluster.executor import JobExecutionError
-    from .cluster.spark import ClusterError
-    from .checkpoint.metadata import CheckpointFormatError
-    from .graph.job_graph import JobDefinitionError
-
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
@@ -98,6 +92,14 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.SPARK_MASTER, master)
     if from_checkpoint and from_savepoint:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    # As early as the Spark configuration is known: everything imported from here on overlaps the JVM's start.
+    _prestart_jvm(conf)
+    from .api.environment import execution_context
+    from .cluster.executor import JobExecutionError
+    from .cluster.spark import ClusterError
+    from .checkpoint.metadata import CheckpointFormatError
+    from .graph.job_graph import JobDefinitionError
+
     if from_checkpoint or from_savepoint:
         from .checkpoint import filesystems
 
@@ -114,7 +116,6 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
     if rest_address:
         conf.set(Options.REST_ADDRESS, rest_address)
-    _prestart_jvm(conf)
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None

@@ -93,21 +93,24 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         return ""
     try:
         import hashlib
+        import importlib.util
         import time
-
-        import pyspark
 
         java_home = os.environ.get("JAVA_HOME")
         java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
         if not java or not os.path.exists(java):
             return ""
         java = os.path.realpath(java)
-        jars = os.path.realpath(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+        # Found without importing PySpark (~0.2 s): the JVM prestart computes this first thing.
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or not spec.submodule_search_locations:
+            return ""
+        jars = os.path.realpath(os.path.join(list(spec.submodule_search_locations)[0], "jars"))
         # The archive records the class path it was dumped with, and a JVM whose class path differs
         # (the same jars in another virtualenv) silently starts without it: the jars' folder is part
         # of the key, so each installation writes and maps its own. The Java version too: an archive
         # is only valid for the exact JVM build that wrote it (a package upgrade keeps the path).
-        ident = "|".join([pyspark.__version__, java, str(os.stat(java).st_mtime_ns), _java_release(java), jars,
+        ident = "|".join([java, str(os.stat(java).st_mtime_ns), _java_release(java), jars,  # jar names carry Spark's version
                           *sorted(os.listdir(jars))])
         key = hashlib.sha256(ident.encode()).hexdigest()[:16]
         cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -249,9 +252,8 @@ class PrestartedGateway:
     (a job file may set ``spark.*`` keys or environment variables its tasks read); otherwise the
     JVM is shut down and a new one launched as without."""
 
-    def __init__(self, master: str, conf: dict[str, str]):
-        _prepare_environment(master, conf)
-        self.cds_options = class_data_sharing_options()
+    def __init__(self, master: str, conf: dict[str, str], cds_options: str):
+        self.cds_options = cds_options
         self.launch = _launch_settings(spark_settings(conf, master, self.cds_options))
         self.environ = dict(os.environ)
         self.cwd = os.getcwd()
@@ -292,6 +294,7 @@ class PrestartedGateway:
 
 
 _prestarted: PrestartedGateway | None = None
+_chosen_cds: str | None = None  # archive options chosen by a declined prestart, for the deployment's JVM
 _prestart_lock = threading.Lock()
 
 
@@ -304,12 +307,22 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
         return
     try:
         check_java()
-        from pyspark import SparkContext
-    except (ClusterError, ImportError):
+    except ClusterError:
         return  # the deployment reports it
+    global _chosen_cds
+    context = sys.modules.get("pyspark.core.context")  # not imported yet: no JVM either (PySpark loads in the thread)
     with _prestart_lock:
-        if _prestarted is None and SparkContext._gateway is None:
-            _prestarted = PrestartedGateway(master, conf)
+        if _prestarted is not None or _chosen_cds is not None or (context and context.SparkContext._gateway):
+            return
+        _prepare_environment(master, conf)
+        cds = class_data_sharing_options()
+        if "ArchiveClassesAtExit" in cds:
+            # This run writes the archive as its JVM exits: a prestarted JVM that is discarded, or a run
+            # that fails before deploying, would write one of the few classes loaded by then, which every
+            # later run would map. The first run on a machine starts its JVM when the job deploys.
+            _chosen_cds = cds
+            return
+        _prestarted = PrestartedGateway(master, conf, cds)
 
 
 def _take_prestarted(launch: dict[str, str]) -> Any:
@@ -366,17 +379,17 @@ class SparkDeployment:
         from pyspark import SparkConf, SparkContext
 
         _prepare_environment(self.master, conf)
-        prestarted = _prestarted
-        # The prestart already chose the archive options (choosing them again would find its own
-        # claim on the archive's writing and take it for another run's).
-        cds = prestarted.cds_options if prestarted is not None else class_data_sharing_options() if self.local else ""
+        global _chosen_cds
+        with _prestart_lock:
+            prestarted, chosen, _chosen_cds = _prestarted, _chosen_cds, None
+        # Options the prestart chose are used as chosen: choosing again would find this run's own claim
+        # on writing the archive and take it for another run's.
+        cds = prestarted.cds_options if prestarted is not None else chosen if chosen is not None \
+            else class_data_sharing_options() if self.local else ""
         settings = spark_settings(conf, self.master, cds)
         gateway = None
         if SparkContext._gateway is None:
             gateway = _take_prestarted(_launch_settings(settings))
-            if gateway is None and "ArchiveClassesAtExit" in cds:
-                # The discarded JVM writes the archive as it exits; this one starts without.
-                settings = spark_settings(conf, self.master, "")
             if gateway is None:
                 try:
                     gateway = _launch_gateway(_launch_settings(settings))
@@ -469,6 +482,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     from .control import ControlClient
     from .pod import task_addresses
 
+    mark("task imports")
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
     control = ControlClient(tuple(jm_address), subtask, ctx.attemptNumber())
@@ -480,9 +494,15 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
         mark("task deployed")
         attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
+        if any(e.partitioner != "forward" for e in graph.edges.values()):  # T.FORWARD
+            # Records crossing an exchange become Arrow batches, and pyarrow loads pandas on its first
+            # conversion (~0.25 s): loaded now, before the sources run, not with records in flight. A
+            # job of forward chains only (source -> sink) starts without it.
+            import pandas  # noqa: F401
         addresses = task_addresses(os.environ, local)
         slot = SlotRuntime(graph, subtask, host=addresses.bind, advertise_host=addresses.advertise, attempt=attempt,
                            control=control, deployment=deployment)
+        mark("task slot ready")
     except BaseException as e:
         import traceback
 
