@@ -6,18 +6,28 @@ import os
 import runpy
 import sys
 import traceback
+from typing import Any
 
 import click
-from rich.console import Console
 
 from .config import ConfigError, Configuration, Options
 from .startup_trace import mark
 
-err = Console(stderr=True, highlight=False)
+_err = None
+
+
+def err() -> Any:
+    """The stderr console (rich loads on first use, not before every job starts)."""
+    global _err
+    if _err is None:
+        from rich.console import Console
+
+        _err = Console(stderr=True, highlight=False)
+    return _err
 
 
 def _fail(message: str, code: int = 1, conf: Configuration | None = None) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
     if conf is not None:
         _leave_termination_message(conf, message)
     sys.exit(code)
@@ -274,7 +284,7 @@ def savepoint(address: str | None, token: str, target_dir: str | None, stop: boo
         click.echo(triggered["id"])
         return
     deadline = time.monotonic() + timeout
-    with err.status(f"savepoint {triggered['id']} into {triggered['path']}"):
+    with err().status(f"savepoint {triggered['id']} into {triggered['path']}"):
         while True:
             doc = _api(address, token, "GET", f"/v1/savepoints/{triggered['id']}")
             if doc["status"] not in ("QUEUED", "IN_PROGRESS"):
