@@ -52,3 +52,17 @@ def test_workers_drop_sparks_source_zips_only_when_the_installed_packages_are_on
     assert spark_zips_to_drop([*zips, str(site)]) == zips
     assert spark_zips_to_drop(zips) == []  # a SPARK_HOME of its own (not pip's): the zips stay
     assert spark_zips_to_drop([str(tmp_path / "other.zip"), str(site)]) == []
+
+
+def test_the_gateway_is_connected_as_the_installed_pyspark_connects_it():
+    # The prestarted JVM is launched and connected by our copy of PySpark's launch_gateway (it starts
+    # the JVM before PySpark is imported); the copy must import what PySpark's own does.
+    import inspect
+    import re
+
+    from pyspark import java_gateway
+
+    source = inspect.getsource(java_gateway.launch_gateway)
+    assert tuple(re.findall(r'java_import\(gateway\.jvm, "([^"]+)"\)', source)) == spark.PYSPARK_JAVA_IMPORTS
+    assert '"SPARK_CONNECT_MODE"] = "0"' in source and "_PYSPARK_DRIVER_CONN_INFO_PATH" in source
+    assert "PythonParameters(port=0, eager_load=False)" in source
