@@ -237,6 +237,8 @@ def _launch_settings(settings: dict[str, str]) -> dict[str, str]:
     """What the JVM's launch depends on (spark-submit's --conf): the master and the application name
     are set again by the SparkContext itself, so a job whose parallelism (local[N]) or name was not
     known yet when its JVM was prestarted still uses that JVM."""
+    if not is_local(settings.get("spark.master", "local")):
+        return dict(settings)  # spark-submit may prepare a cluster manager's client: launched as always
     return {k: v for k, v in settings.items() if k not in ("spark.master", "spark.app.name")}
 
 
