@@ -21,10 +21,11 @@ def process_start_time() -> float | None:
         with open("/proc/self/stat", "rb") as f:
             stat = f.read()
         ticks = int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22, starttime, after the comm field
-        with open("/proc/stat", "rb") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        # starttime counts clock ticks since boot; /proc/stat's btime is whole seconds (up to 1 s off),
+        # so the boot is placed from the clock since boot instead.
+        since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - since_start
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 
