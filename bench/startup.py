@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -173,6 +174,7 @@ def main() -> None:
     finally:
         if worktree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)  # the baseline's archive alone is ~70 MB
 
 
 def _median(v: Version, key: str) -> float | None:
