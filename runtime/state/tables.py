@@ -18,9 +18,11 @@ import copy
 from typing import Any, Iterator
 
 import numpy as np
-import pandas as pd
 
+from ..lazy import LazyModule
 from .ttl import TtlValue
+
+pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
 
 _MISSING = object()
 TOMBSTONE = object()
