@@ -214,10 +214,12 @@ class ColumnarWindowAggregateOperator(StreamOperator):
         """After a restore the backend holds each window column as a plain AccumulatorTable: move
         their keys into the shared index and their values into the windows' arrays."""
         backend = self.keyed_backend
-        for name in sorted(n for n in backend.kinds if _TABLE.match(n)):  # type: ignore[union-attr]
+        # all first: creating a window replaces all its restored tables with views
+        restored = [(name, backend.tables.get(name)) for name in sorted(backend.kinds)  # type: ignore[union-attr]
+                    if _TABLE.match(name)]
+        for name, table in restored:
             m = _TABLE.match(name)
             end, i = int(m.group(1)), int(m.group(2))  # type: ignore[union-attr]
-            table = backend.tables.get(name)  # type: ignore[union-attr]
             if self.schema is None or i not in self._dtypes:
                 raise ValueError(f"window {self.describe} {self.how}({self.field!r}): restored state {name!r} "
                                  f"has no column {i} in the saved record schema {self.schema}")
