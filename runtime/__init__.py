@@ -10,6 +10,7 @@ from .api.datastream import (
     KeyedStream,
     WindowedStream,
 )
+from .api.aggregations import Aggregations, Avg, Count, First, Max, Min, Sum
 from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from .api.checkpointing import (
     CheckpointConfig,
@@ -119,6 +120,13 @@ __all__ = [
     "BroadcastStream",
     "ExecutionConfig",
     "AggregateFunction",
+    "Aggregations",
+    "Avg",
+    "Count",
+    "First",
+    "Max",
+    "Min",
+    "Sum",
     "AggregatingStateDescriptor",
     "CheckpointConfig",
     "CheckpointFormatError",

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..api.types import Row
 from ..batch import Batch, extract_keys, try_columnar
 from ..state.heap import HashMapKeyedStateBackend
 from ..state.key_index import KeyIndex
@@ -51,7 +52,10 @@ class ColumnarWindowAggregateOperator(StreamOperator):
         a = p["assigner"]
         self.size, self.slide, self.offset = a.size, getattr(a, "slide", a.size), a.offset
         self.describe = a.describe()
-        self.how, self.field = p["how"], p["field"]
+        self.how, self.field = p["how"], p["field"]  # how: sum / min / max of field, or "aggregate" (outputs)
+        self.outputs: list[tuple[str, str, Any]] = p.get("outputs") or []  # (name, how, field) of Aggregations
+        self.label = (f"{self.how}({self.field!r})" if self.how != "aggregate"
+                      else ", ".join(f"{n}={h}({f!r})" for n, h, f in self.outputs))
         self.key_column = p["key"].column
         self.late_tag = p.get("late_tag")
         self.late_records_dropped = 0
@@ -78,10 +82,12 @@ class ColumnarWindowAggregateOperator(StreamOperator):
     # -- records ----------------------------------------------------------------------------
     def process(self, batch: Batch, input_index: int) -> None:
         if not isinstance(batch, pa.RecordBatch):
+            if batch and isinstance(batch[0], Row) and batch[0].get_fields_by_names() is not None:
+                batch = [r.as_dict() if isinstance(r, Row) else r for r in batch]
             converted = try_columnar(batch)
             if converted is None:
-                raise TypeError(f"window {self.describe} {self.how}({self.field!r}) by column {self.key_column!r} "
-                                "needs dict records with flat values; use reduce(...) for other records")
+                raise TypeError(f"window {self.describe} {self.label} by column {self.key_column!r} "
+                                "needs dict (or named Row) records with flat values; use reduce(...) for other records")
             batch = converted
         if self.ts is None:
             raise NoTimestampError(
@@ -93,7 +99,7 @@ class ColumnarWindowAggregateOperator(StreamOperator):
         if groups:
             if self.heap:
                 slots = self.index.slots(keys)  # once per batch, whatever the number of windows
-                columns = [None if i == self._key_i else _numeric(batch.column(i)) for i in range(batch.num_columns)]
+                columns = {i: _numeric(batch.column(i)) for i in self._used}
                 for end, rows in groups:
                     self._add_heap(self._window(end), slots, columns, rows)
             else:
@@ -133,32 +139,102 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 rows = np.flatnonzero(ok & (end == e))
                 if len(rows):
                     groups.append((int(e), rows))
-        groups.sort(key=lambda g: g[0])
+        if len(groups) > 1:
+            # a sliding window gets rows from several passes: merge them back into batch order, so
+            # "the first record of the window" is the first in the batch (as record by record)
+            by_end: dict[int, list] = {}
+            for e, rows in groups:
+                by_end.setdefault(e, []).append(rows)
+            groups = [(e, parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts)))
+                      for e, parts in sorted(by_end.items())]
         return groups, (None if covered.all() else ~covered)  # type: ignore[union-attr]
 
     def _check_schema(self, batch: pa.RecordBatch) -> None:
         if self.schema is None:
-            names = batch.schema.names
-            if self.field not in names:
-                raise KeyError(f"window {self.how}({self.field!r}): no such column; columns: {names}")
-            for f in batch.schema:
-                numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)
-                if f.name != self.key_column and not numeric:
-                    raise TypeError(f"window {self.how}({self.field!r}): column {f.name!r} is {f.type}; the columnar "
-                                    "window aggregation carries numeric columns only (project it away, or use reduce)")
             self.schema = batch.schema
-            self._layout()
+            try:
+                self._layout()
+            except Exception:
+                self.schema = None
+                raise
         elif not batch.schema.equals(self.schema):
-            raise TypeError(f"window {self.how}({self.field!r}): records changed shape: {batch.schema.names} "
+            raise TypeError(f"window {self.label}: records changed shape: {batch.schema.names} "
                             f"after {self.schema.names}")
 
     def _layout(self) -> None:
-        """Where the key and the aggregated column are, and the numpy type each other column is kept in."""
+        """The accumulators (index j -> (how, column index; -1: none)), the numpy type of each, and
+        the output columns. For sum / min / max(field) accumulator j is column j: the field is
+        aggregated, every other column keeps its first value (Flink's sum keeps the first
+        record's other fields); for Aggregations, j counts the accumulators (an avg takes two)."""
         schema = self.schema
+        names = schema.names  # type: ignore[union-attr]
         self._key_i = schema.get_field_index(self.key_column)  # type: ignore[union-attr]
-        self._field_i = schema.get_field_index(self.field)  # type: ignore[union-attr]
-        self._dtypes = {i: np.dtype(np.float64 if pa.types.is_floating(f.type) else np.int64)
-                        for i, f in enumerate(schema) if i != self._key_i}  # type: ignore[arg-type]
+        accs: dict[int, tuple[str, int]] = {}
+        outs: list[tuple[str, str, Any]] = []  # (name, "key" / "acc" / "avg", accumulator index(es))
+
+        def column(field: Any, what: str) -> int:
+            i = schema.get_field_index(field) if isinstance(field, str) else -1  # type: ignore[union-attr]
+            if i < 0:
+                raise KeyError(f"window {self.label}: no column {field!r} for {what}; columns: {names}")
+            t = schema.field(i).type  # type: ignore[union-attr]
+            if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+                raise TypeError(f"window {self.label}: column {field!r} is {t}; the columnar window aggregation "
+                                "takes numeric columns only (project it away, or use reduce / a function of your own)")
+            return i
+
+        if self.how != "aggregate":
+            column(self.field, self.how)
+            for i, name in enumerate(names):
+                if i == self._key_i:
+                    outs.append((name, "key", None))
+                    continue
+                column(name, "carrying it")
+                accs[i] = (self.how if name == self.field else "first", i)
+                outs.append((name, "acc", i))
+        else:
+            for name, how, field in self.outputs:
+                if how == "first" and field == self.key_column:
+                    outs.append((name, "key", None))
+                elif how == "count":
+                    accs[len(accs)] = ("count", -1)
+                    outs.append((name, "acc", len(accs) - 1))
+                elif how == "avg":
+                    i = column(field, how)
+                    accs[len(accs)] = ("fsum", i)
+                    accs[len(accs)] = ("count", -1)
+                    outs.append((name, "avg", (len(accs) - 2, len(accs) - 1)))
+                else:
+                    accs[len(accs)] = (how, column(field, how))
+                    outs.append((name, "acc", len(accs) - 1))
+            if not accs:  # only the key asked for: a count still says which keys a window holds
+                accs[0] = ("count", -1)
+        self._accs = accs
+        self._outs = outs
+        self._used = sorted({i for _, i in accs.values() if i >= 0})
+        self._dtypes = {j: np.dtype(np.float64 if how == "fsum" or (i >= 0 and pa.types.is_floating(schema.field(i).type))
+                                    else np.int64) for j, (how, i) in accs.items()}  # type: ignore[union-attr]
+
+    def _output(self, end: int, keys: Any, values: dict[int, np.ndarray]) -> None:
+        """One Arrow batch for a fired window: its keys, and each accumulator's values by key."""
+        schema = self.schema
+        cols = []
+        for name, kind, j in self._outs:
+            if kind == "key":
+                cols.append(pa.array(keys).cast(schema.field(self._key_i).type))  # type: ignore[union-attr]
+            elif kind == "avg":
+                cols.append(pa.array(values[j[0]] / values[j[1]]))
+            else:
+                how, i = self._accs[j]
+                data = pa.array(values[j])
+                source = schema.field(i).type if i >= 0 else None  # type: ignore[union-attr]
+                # first / min / max are values of the column: its type. A sum keeps int64 (or the
+                # column's float type, for sum(field)); Aggregations keep what Python's sum would give.
+                if how in ("first", "min", "max") or (how == "sum" and self.how == "sum"
+                                                      and pa.types.is_floating(source)):
+                    data = data.cast(source)
+                cols.append(data)
+        out = pa.RecordBatch.from_arrays(cols, names=[n for n, _, _ in self._outs])
+        self.output.emit(out, np.full(out.num_rows, end - 1, dtype=np.int64))
 
     # -- heap: one key index, a window is arrays by slot --------------------------------------
     def _window(self, end: int) -> "_Window":
@@ -170,19 +246,16 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 self.keyed_backend.register_table(f"_wagg-{end}-{i}", "accumulators", _WindowColumn(self, w, i))
         return w
 
-    def _add_heap(self, w: "_Window", slots: np.ndarray, columns: list, rows: np.ndarray | None) -> None:
+    def _add_heap(self, w: "_Window", slots: np.ndarray, columns: dict, rows: np.ndarray | None) -> None:
         """Rows (None: all) of one batch into window ``w``; ``slots``, ``columns``: the whole batch's."""
         s = slots if rows is None else slots[rows]
         w.grow(len(self.index))
         w.frozen = None
         present = w.present
-        field = self._field_i
-        ufunc = np.add if self.how == "sum" else np.minimum if self.how == "min" else np.maximum
-        acc = w.arrays[field]
-        values = columns[field] if rows is None else columns[field][rows]
         fresh = ~present[s]
+        all_new = False
         if fresh.any():
-            # keys new to the window: their first row in the batch sets the carried columns
+            # keys new to the window: their first row in the batch sets first values (and min / max)
             at = np.flatnonzero(fresh)
             ns = s[at]
             first = self._first_occurrence(ns)
@@ -190,14 +263,24 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 at, ns = at[first], ns[first]
             present[ns] = True
             src = at if rows is None else rows[at]
-            for i, arr in w.arrays.items():
-                if i != field:
-                    arr[ns] = columns[i][src]
-            if first is None and len(at) == len(s) and self.how == "sum":
-                acc[ns] = values  # every row a new key, each once: nothing to add up
-                return
-            acc[ns] = 0 if self.how == "sum" else values[at]
-        ufunc.at(acc, s, values)
+            for j, (how, i) in self._accs.items():
+                w.arrays[j][ns] = columns[i][src] if how in ("first", "min", "max") else 0
+            all_new = first is None and len(at) == len(s)  # every row a new key, each once
+        for j, (how, i) in self._accs.items():
+            if how == "first" or (all_new and how in ("min", "max")):
+                continue
+            arr = w.arrays[j]
+            if how == "count":
+                if all_new:
+                    arr[s] = 1
+                else:
+                    np.add.at(arr, s, 1)
+                continue
+            values = columns[i] if rows is None else columns[i][rows]
+            if all_new:  # sum: nothing to add up
+                arr[s] = values
+            else:
+                _UFUNC[how].at(arr, s, values)
 
     def _first_occurrence(self, s: np.ndarray) -> np.ndarray | None:
         """Positions of the first occurrence of each slot in ``s``; None if no slot repeats."""
@@ -221,8 +304,8 @@ class ColumnarWindowAggregateOperator(StreamOperator):
             m = _TABLE.match(name)
             end, i = int(m.group(1)), int(m.group(2))  # type: ignore[union-attr]
             if self.schema is None or i not in self._dtypes:
-                raise ValueError(f"window {self.describe} {self.how}({self.field!r}): restored state {name!r} "
-                                 f"has no column {i} in the saved record schema {self.schema}")
+                raise ValueError(f"window {self.describe} {self.label}: restored state {name!r} "
+                                 f"has no accumulator {i} for the saved record schema {self.schema}")
             w = self._window(end)  # registers its views, replacing the restored tables
             if isinstance(table, AccumulatorTable) and len(table):
                 n = len(table)
@@ -237,18 +320,9 @@ class ColumnarWindowAggregateOperator(StreamOperator):
             return
         held = np.flatnonzero(w.present)
         if len(held):
-            cols = []
-            for i, f in enumerate(self.schema):  # type: ignore[arg-type]
-                if i == self._key_i:
-                    keys = self.index.keys_at(held)
-                    data = pa.array(keys if keys.dtype != object else keys.tolist())
-                    cols.append(data.cast(f.type))
-                    continue
-                data = pa.array(w.arrays[i][held])
-                keep_sum_type = i == self._field_i and self.how == "sum" and not pa.types.is_floating(f.type)
-                cols.append(data if keep_sum_type else data.cast(f.type))
-            out = pa.RecordBatch.from_arrays(cols, names=self.schema.names)  # type: ignore[union-attr]
-            self.output.emit(out, np.full(out.num_rows, end - 1, dtype=np.int64))
+            keys = self.index.keys_at(held)
+            self._output(end, keys if keys.dtype != object else keys.tolist(),
+                         {j: arr[held] for j, arr in w.arrays.items()})
         self._maybe_compact(len(held))
 
     def _maybe_compact(self, fired: int) -> None:
@@ -271,45 +345,33 @@ class ColumnarWindowAggregateOperator(StreamOperator):
             w.remap(keep)
         self.index = index
 
-    # -- RocksDB: a table per column, multi-get / multi-put per batch ---------------------------
-    def _tables(self, end: int) -> list[Any]:
+    # -- RocksDB: a table per accumulator, multi-get / multi-put per batch ------------------------
+    def _add(self, end: int, batch: pa.RecordBatch, keys: Any, rows: np.ndarray) -> None:
+        """RocksDB: one multi-get and one multi-put per table and batch."""
         backend = self.keyed_backend
         self.open_windows.add(end)
-        # the key column needs no table: the tables' keys are its values
-        return [None if i == self._key_i else backend.accumulators(f"_wagg-{end}-{i}")  # type: ignore[union-attr]
-                for i in range(len(self.schema))]  # type: ignore[arg-type]
-
-    def _add(self, end: int, batch: pa.RecordBatch, keys: Any, rows: np.ndarray) -> None:
-        tables = self._tables(end)
-        sub_keys = keys[rows] if isinstance(keys, np.ndarray) else [keys[i] for i in rows.tolist()]
-        columns = [batch.column(i).take(pa.array(rows)).to_numpy(zero_copy_only=False)
-                   for i in range(batch.num_columns)]
-        self._add_store(tables, sub_keys, columns, self._field_i, self._key_i)
-
-    def _add_store(self, tables: list, keys: Any, columns: list, field: int, key_index: int) -> None:
-        """RocksDB: one multi-get and one multi-put per table and batch."""
+        keys = keys[rows] if isinstance(keys, np.ndarray) else [keys[i] for i in rows.tolist()]
+        columns = {i: _numeric(batch.column(i).take(pa.array(rows))) for i in self._used}
         codes, uniques = pd.factorize(keys if isinstance(keys, np.ndarray) else pd.Series(keys, dtype=object))
-        uniques = list(uniques)
+        uniques = uniques.tolist()  # Python values: key groups hash those
         first_rows = np.unique(codes, return_index=True)[1]
-        for i, (table, values) in enumerate(zip(tables, columns)):
-            if i == key_index:
-                continue
-            values = values.astype(np.int64) if values.dtype.kind == "b" else values
+        for j, (how, i) in self._accs.items():
+            table = backend.accumulators(f"_wagg-{end}-{j}")  # type: ignore[union-attr]
             stored = table.get_many(uniques)
-            if i != field:
-                missing = [j for j, v in enumerate(stored) if v is None]
+            values = columns[i] if i >= 0 else None
+            if how == "first":
+                missing = [k for k, v in enumerate(stored) if v is None]
                 if missing:
-                    table.put_many([uniques[j] for j in missing], values[first_rows[missing]].tolist())
+                    table.put_many([uniques[k] for k in missing], values[first_rows[missing]].tolist())
                 continue
-            if self.how == "sum":
-                total = np.bincount(codes, weights=values, minlength=len(uniques))
-                if values.dtype.kind in "iu":
-                    total = np.rint(total).astype(np.int64)
-                result = [t if v is None else v + t for v, t in zip(stored, total.tolist())]
+            if how in ("sum", "fsum", "count"):
+                agg = np.zeros(len(uniques), dtype=self._dtypes[j])
+                np.add.at(agg, codes, 1 if how == "count" else values)  # exact for int64 (no float detour)
+                result = [a if v is None else v + a for v, a in zip(stored, agg.tolist())]
             else:
                 ser = pd.Series(values).groupby(codes, sort=True)
-                agg = (ser.min() if self.how == "min" else ser.max()).to_numpy().tolist()
-                pick = min if self.how == "min" else max
+                agg = (ser.min() if how == "min" else ser.max()).to_numpy().tolist()
+                pick = min if how == "min" else max
                 result = [a if v is None else pick(v, a) for v, a in zip(stored, agg)]
             table.put_many(uniques, result)
 
@@ -320,7 +382,7 @@ class ColumnarWindowAggregateOperator(StreamOperator):
 
     def _fire(self, end: int) -> None:
         backend = self.keyed_backend
-        names = [f"_wagg-{end}-{i}" for i in range(len(self.schema))] if self.schema is not None else []  # type: ignore[arg-type]
+        names = [f"_wagg-{end}-{j}" for j in self._accs] if self.schema is not None else []
         self.open_windows.discard(end)
         if self.schema is None:
             return
@@ -333,22 +395,14 @@ class ColumnarWindowAggregateOperator(StreamOperator):
 
     def _fire_store(self, end: int, names: list[str]) -> None:
         backend = self.keyed_backend
-        key_index, field = self._key_i, self._field_i
-        entries = dict(backend.accumulators(names[field]).items())  # type: ignore[union-attr]
-        keys = list(entries)
+        entries = [dict(backend.accumulators(nm).items()) for nm in names]  # type: ignore[union-attr]
+        keys = list(entries[0])
         if not keys:
             return
-        cols = []
-        for i, f in enumerate(self.schema):  # type: ignore[arg-type]
-            if i == key_index:
-                cols.append(pa.array(keys).cast(f.type))
-                continue
-            vals = entries if i == field else dict(backend.accumulators(names[i]).items())  # type: ignore[union-attr]
-            data = pa.array(np.asarray([vals[k] for k in keys]))
-            keep_sum_type = i == field and self.how == "sum" and not pa.types.is_floating(f.type)
-            cols.append(data if keep_sum_type else data.cast(f.type))
-        out = pa.RecordBatch.from_arrays(cols, names=self.schema.names)  # type: ignore[union-attr]
-        self.output.emit(out, np.full(out.num_rows, end - 1, dtype=np.int64))
+        self._output(end, keys, {j: np.asarray([e[k] for k in keys]) for j, e in zip(self._accs, entries)})
+
+
+_UFUNC = {"sum": np.add, "fsum": np.add, "min": np.minimum, "max": np.maximum}
 
 
 def _numeric(column: pa.Array) -> np.ndarray:
