@@ -119,3 +119,21 @@ def test_columnar_aggregations_name_a_missing_or_text_column():
     h = Harness(lambda s: s.key_by("k").window(assigner).aggregate(Aggregations(t=Max("s"))))
     with pytest.raises(Exception, match=r"column 's' is string; the columnar window aggregation takes numeric"):
         h.op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "s": "x"}]), 0, np.array([1], dtype=np.int64))
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("how", ["min_by", "max_by"])
+@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10)),
+                                      SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(5))],
+                         ids=["tumbling", "sliding"])
+def test_columnar_min_by_max_by_keep_the_whole_first_best_record(backend, how, assigner):
+    rows, stamps = _rows("str")
+    for i, r in enumerate(rows):
+        r["v"] = r["v"] % 7  # many ties: the first of equal ones must win, in a batch and across batches
+        r["i"] = i
+    columnar, got = _run(lambda s: getattr(s.key_by("k").window(assigner), how)("v"), backend, rows, stamps, arrow=True)
+    assert type(columnar.op).__name__ == "ColumnarWindowAggregateOperator"
+    per_record, expected = _run(lambda s: getattr(s.key_by(lambda r: r["k"]).window(assigner), how)("v"),
+                                backend, rows, stamps, arrow=False)
+    assert type(per_record.op).__name__ == "WindowOperator"
+    assert len(expected) > 100 and got == expected

@@ -472,6 +472,25 @@ class WindowedStream:
     def max(self, field: str | int = 0) -> DataStream:
         return self._field_aggregate("max", field)
 
+    def min_by(self, field: str | int = 0) -> DataStream:
+        """Per window, the record whose ``field`` is smallest (the first of equal ones, as Flink's minBy)."""
+        return self._by("min", field)
+
+    def max_by(self, field: str | int = 0) -> DataStream:
+        return self._by("max", field)
+
+    def _by(self, how: str, field: Any) -> DataStream:
+        if not isinstance(field, (str, int)) or isinstance(field, bool):
+            raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
+        p = self._params
+        if isinstance(field, str) and self._columnar():
+            label = f"Window({p['assigner'].describe()}, {how.capitalize()}By({field!r}))"
+            t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=f"{how}_by",
+                                   field=field, late_tag=p["late_tag"])
+            return DataStream(self._env, t)
+        return self._build(f"{how.capitalize()}By({field!r})", mode="reduce", reduce=_ByReducer(how, field),
+                           window_function=None)
+
 
 class _FieldReduce:
     """sum/min/max of one field over a window, as Flink's built-in window aggregations."""

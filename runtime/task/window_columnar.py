@@ -189,7 +189,8 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                     outs.append((name, "key", None))
                     continue
                 column(name, "carrying it")
-                accs[i] = (self.how if name == self.field else "first", i)
+                carried = "carry" if self.how in ("min_by", "max_by") else "first"
+                accs[i] = (self.how if name == self.field else carried, i)
                 outs.append((name, "acc", i))
         else:
             for name, how, field in self.outputs:
@@ -209,6 +210,8 @@ class ColumnarWindowAggregateOperator(StreamOperator):
             if not accs:  # only the key asked for: a count still says which keys a window holds
                 accs[0] = ("count", -1)
         self._accs = accs
+        self._by = self.how in ("min_by", "max_by")
+        self._field_j = next((j for j, (how, _) in accs.items() if how in ("min_by", "max_by")), -1)
         self._outs = outs
         self._used = sorted({i for _, i in accs.values() if i >= 0})
         self._dtypes = {j: np.dtype(np.float64 if how == "fsum" or (i >= 0 and pa.types.is_floating(schema.field(i).type))
@@ -229,7 +232,7 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 source = schema.field(i).type if i >= 0 else None  # type: ignore[union-attr]
                 # first / min / max are values of the column: its type. A sum keeps int64 (or the
                 # column's float type, for sum(field)); Aggregations keep what Python's sum would give.
-                if how in ("first", "min", "max") or (how == "sum" and self.how == "sum"
+                if how in ("first", "min", "max", "min_by", "max_by", "carry") or (how == "sum" and self.how == "sum"
                                                       and pa.types.is_floating(source)):
                     data = data.cast(source)
                 cols.append(data)
@@ -252,6 +255,18 @@ class ColumnarWindowAggregateOperator(StreamOperator):
         w.grow(len(self.index))
         w.frozen = None
         present = w.present
+        if self._by:
+            field = self._accs[self._field_j]
+            best, bs = self._best_rows(s, columns[field[1]] if rows is None else columns[field[1]][rows])
+            values = columns[field[1]][best if rows is None else rows[best]]
+            current = w.arrays[self._field_j][bs]
+            better = ~present[bs] | (values < current if self.how == "min_by" else values > current)
+            win, ws = best[better], bs[better]
+            present[ws] = True
+            src = win if rows is None else rows[win]
+            for j, (how, i) in self._accs.items():
+                w.arrays[j][ws] = columns[i][src]
+            return
         fresh = ~present[s]
         all_new = False
         if fresh.any():
@@ -281,6 +296,21 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 arr[s] = values
             else:
                 _UFUNC[how].at(arr, s, values)
+
+    def _best_rows(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """min_by / max_by: per distinct key (slot or code) the position of its row with the smallest
+        (largest) value, the first of equal ones; and those keys."""
+        pos = np.arange(len(keys))
+        if self.how == "min_by":
+            order = np.lexsort((pos, values, keys))  # by key, then value, then position: a key's first row wins
+            k = keys[order]
+            pick = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        else:
+            order = np.lexsort((-pos, values, keys))  # the largest value, the earliest row among equal ones: last
+            k = keys[order]
+            pick = np.flatnonzero(np.r_[k[1:] != k[:-1], True])
+        best = order[pick]
+        return best, keys[best]
 
     def _first_occurrence(self, s: np.ndarray) -> np.ndarray | None:
         """Positions of the first occurrence of each slot in ``s``; None if no slot repeats."""
@@ -354,6 +384,9 @@ class ColumnarWindowAggregateOperator(StreamOperator):
         columns = {i: _numeric(batch.column(i).take(pa.array(rows))) for i in self._used}
         codes, uniques = pd.factorize(keys if isinstance(keys, np.ndarray) else pd.Series(keys, dtype=object))
         uniques = uniques.tolist()  # Python values: key groups hash those
+        if self._by:
+            self._add_store_by(end, codes, uniques, columns)
+            return
         first_rows = np.unique(codes, return_index=True)[1]
         for j, (how, i) in self._accs.items():
             table = backend.accumulators(f"_wagg-{end}-{j}")  # type: ignore[union-attr]
@@ -374,6 +407,22 @@ class ColumnarWindowAggregateOperator(StreamOperator):
                 pick = min if how == "min" else max
                 result = [a if v is None else pick(v, a) for v, a in zip(stored, agg)]
             table.put_many(uniques, result)
+
+    def _add_store_by(self, end: int, codes: np.ndarray, uniques: list, columns: dict) -> None:
+        """min_by / max_by on RocksDB: the batch's best row per key replaces the stored record if better."""
+        backend = self.keyed_backend
+        field_i = self._accs[self._field_j][1]
+        best, bk = self._best_rows(codes, columns[field_i])
+        values = columns[field_i][best]
+        stored = backend.accumulators(f"_wagg-{end}-{self._field_j}").get_many([uniques[k] for k in bk.tolist()])  # type: ignore[union-attr]
+        pick = (lambda b, v: b < v) if self.how == "min_by" else (lambda b, v: b > v)
+        better = [v is None or pick(b, v) for b, v in zip(values.tolist(), stored)]
+        win = best[np.asarray(better, dtype=bool)]
+        if not len(win):
+            return
+        keys = [uniques[k] for k in codes[win].tolist()]
+        for j, (how, i) in self._accs.items():
+            backend.accumulators(f"_wagg-{end}-{j}").put_many(keys, columns[i][win].tolist())  # type: ignore[union-attr]
 
     # -- firing -----------------------------------------------------------------------------
     def on_event_time(self, watermark: int) -> None:
