@@ -146,3 +146,24 @@ def test_a_window_keeps_the_first_values_of_a_key_and_its_keys_share_one_index()
     run.watermark(MAX_WATERMARK)
     assert sorted(run.out) == [(7, 3, 0.5, True, 9), (7, 4, 2.5, False, 19), (8, 3, 1.5, False, 9)]
     assert not op.windows and not [n for n in op.keyed_backend.tables if n.startswith("_wagg")]
+
+
+def test_keys_that_stop_coming_leave_the_shared_key_index():
+    """Every window brings new keys (session ids, say): the index is rebuilt from the open
+    windows' keys once it is far larger than they need, and the results stay right."""
+    run = Subtasks(TumblingEventTimeWindows.of(Time.milliseconds(10)), "sum", "hashmap", 1, None)
+    op = run.ops[0]
+    per_window, windows = 20_000, 24
+    for w in range(windows):
+        keys = np.arange(w * per_window, (w + 1) * per_window, dtype=np.int64)
+        batch = pa.RecordBatch.from_arrays([pa.array(keys), pa.array(keys % 7), pa.array(keys * 0.5),
+                                            pa.array(keys % 2 == 0)], names=["k", "v", "x", "b"])
+        op.process_batch(batch, 0, np.full(per_window, w * 10 + 5, dtype=np.int64))
+        op.process_batch(batch.slice(0, 100), 0, np.full(100, w * 10 + 6, dtype=np.int64))  # 100 keys twice
+        run.watermark(w * 10 + 9)
+        assert len(op.index) <= 4 * per_window + 65536 + per_window
+    assert len(run.out) == per_window * windows
+    got = {(k, t): v for k, v, x, b, t in run.out}
+    assert got[(5, 9)] == 10 and got[(150, 9)] == 150 % 7 and got[(windows * per_window - 1, windows * 10 - 1)] == (
+        (windows * per_window - 1) % 7)
+    assert all(x == k * 0.5 and b == (k % 2 == 0) for k, v, x, b, t in run.out[-per_window:])
