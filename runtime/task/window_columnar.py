@@ -1,10 +1,12 @@
 """Built-in window aggregations on Arrow batches: ``key_by(column).window(tumbling or sliding
-event-time windows).sum / min / max(column)`` with no Python per record.
+event-time windows).sum / min / max / min_by / max_by(column)`` and ``.aggregate(Aggregations(...))``
+of columns (api/aggregations.py), with no Python per record.
 
 Each open window (by its end) keeps one accumulator table per column in the operator's keyed
 state backend (``_wagg-<end>-<column index>``): the aggregated column accumulates, every other
 column keeps its key's first value in the window, as Flink's ``sum`` keeps the first record's
-other fields. Tables are keyed by the record key, so they are checkpointed, restored and
+other fields (min_by / max_by: the columns of the best record; Aggregations: one table per
+accumulator - first, sum, min, max, count; an avg is a sum and a count). Tables are keyed by the record key, so they are checkpointed, restored and
 rescaled by key group like any keyed state; open windows are found again from the table names
 after a restore. When the watermark passes a window's last millisecond the whole window is
 emitted as one Arrow batch (timestamps: that millisecond) and its tables are dropped. Records
