@@ -18,6 +18,13 @@ _NAMES = {
     "DataStreamSink": ".api.datastream",
     "KeyedStream": ".api.datastream",
     "WindowedStream": ".api.datastream",
+    "Aggregations": ".api.aggregations",
+    "Avg": ".api.aggregations",
+    "Count": ".api.aggregations",
+    "First": ".api.aggregations",
+    "Max": ".api.aggregations",
+    "Min": ".api.aggregations",
+    "Sum": ".api.aggregations",
     "EmbeddedRocksDBStateBackend": ".api.backends",
     "HashMapStateBackend": ".api.backends",
     "StateBackend": ".api.backends",
@@ -115,6 +122,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         KeyedStream,
         WindowedStream,
     )
+    from .api.aggregations import Aggregations, Avg, Count, First, Max, Min, Sum
     from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
     from .api.checkpointing import (
         CheckpointConfig,
@@ -224,6 +232,13 @@ __all__ = [
     "BroadcastStream",
     "ExecutionConfig",
     "AggregateFunction",
+    "Aggregations",
+    "Avg",
+    "Count",
+    "First",
+    "Max",
+    "Min",
+    "Sum",
     "AggregatingStateDescriptor",
     "CheckpointConfig",
     "CheckpointFormatError",
