@@ -59,7 +59,7 @@ class Kube:
     def __init__(self, client: kubernetes.client.ApiClient | None = None):
         # The official client only for its configuration (kubeconfig, in-cluster token and CA); the
         # calls go through aiohttp on the operator's own loop: no thread per request (measured with
-        # bench/operator.py, the blocking client in threads was a third of the operator's CPU).
+        # bench/operator_scale.py, the blocking client in threads was a third of the operator's CPU).
         self.config = (client or configure()).configuration
         self._session: aiohttp.ClientSession | None = None
 

@@ -6,17 +6,28 @@ import os
 import runpy
 import sys
 import traceback
+from typing import Any
 
 import click
-from rich.console import Console
 
 from .config import ConfigError, Configuration, Options
+from .startup_trace import mark
 
-err = Console(stderr=True, highlight=False)
+_err = None
+
+
+def err() -> Any:
+    """The stderr console (rich loads on first use, not before every job starts)."""
+    global _err
+    if _err is None:
+        from rich.console import Console
+
+        _err = Console(stderr=True, highlight=False)
+    return _err
 
 
 def _fail(message: str, code: int = 1, conf: Configuration | None = None) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
     if conf is not None:
         _leave_termination_message(conf, message)
     sys.exit(code)
@@ -63,12 +74,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None, allow_non_restored_state: bool,
         rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
-    from .api.environment import execution_context
-    from .cluster.executor import JobExecutionError
-    from .cluster.spark import ClusterError
-    from .checkpoint.metadata import CheckpointFormatError
-    from .graph.job_graph import JobDefinitionError
-
+    mark("cli")
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
@@ -96,6 +102,14 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.SPARK_MASTER, master)
     if from_checkpoint and from_savepoint:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    # As early as the Spark configuration is known: everything imported from here on overlaps the JVM's start.
+    _prestart_jvm(conf)
+    from .api.environment import execution_context
+    from .cluster.executor import JobExecutionError
+    from .cluster.spark import ClusterError
+    from .checkpoint.metadata import CheckpointFormatError
+    from .graph.job_graph import JobDefinitionError
+
     if from_checkpoint or from_savepoint:
         from .checkpoint import filesystems
 
@@ -120,6 +134,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     sys.argv = [source or what, *job_args]
     if job_file:
         sys.path.insert(0, os.path.dirname(source))
+    mark("job file")
     try:
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -145,6 +160,22 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{what} built no job: {hint}", conf=conf)
+
+
+def _prestart_jvm(conf: Configuration) -> None:
+    """The embedded local Spark's JVM starts launching now, beside the job file's imports and graph
+    building (the deployment takes it only if the job changed nothing it was launched with)."""
+    from .cluster import pod, spark
+
+    master = pod.spark_master(conf)
+    if not spark.is_local(master):
+        return
+    try:
+        spark_conf = pod.spark_conf(conf, os.environ, 1, pod.driver_addresses(conf, os.environ))
+    except ConfigError:
+        return  # the deployment reports it
+    spark_conf.pop("spark.master", None)
+    spark.prestart_gateway(master, spark_conf)
 
 
 # -- commands against a running job's REST API ------------------------------------------------
@@ -253,7 +284,7 @@ def savepoint(address: str | None, token: str, target_dir: str | None, stop: boo
         click.echo(triggered["id"])
         return
     deadline = time.monotonic() + timeout
-    with err.status(f"savepoint {triggered['id']} into {triggered['path']}"):
+    with err().status(f"savepoint {triggered['id']} into {triggered['path']}"):
         while True:
             doc = _api(address, token, "GET", f"/v1/savepoints/{triggered['id']}")
             if doc["status"] not in ("QUEUED", "IN_PROGRESS"):

@@ -55,3 +55,32 @@ def test_job_that_cannot_start_leaves_its_reason_for_the_operator(tmp_path, args
 
 def test_job_file_or_module_not_both_nor_none():
     assert run_cli("run").returncode == 2
+
+
+@pytest.mark.spark
+def test_environment_set_by_the_job_file_reaches_the_tasks_and_an_unchanged_one_keeps_the_prestarted_jvm(tmp_path):
+    # The JVM (which the Python workers inherit their environment from) is prestarted before the job
+    # file runs; a job file that sets a variable its tasks read must not get the stale JVM.
+    job = tmp_path / "env_job.py"
+    job.write_text(
+        "import os\n"
+        "from streamjob.runtime import StreamExecutionEnvironment\n"
+        "if os.environ.get('SET_IN_JOB_FILE') != 'no':\n"
+        "    os.environ['STREAMJOB_TEST_FROM_JOB_FILE'] = 'seen-by-the-task'\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection([1]).map(lambda _: os.environ.get('STREAMJOB_TEST_FROM_JOB_FILE', 'missing')).print()\n"
+        "env.execute('env')\n")
+    trace = tmp_path / "trace"
+    result = run_cli("run", str(job), "--no-progress", env={"STREAMJOB_STARTUP_TRACE": str(trace)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "seen-by-the-task"
+    assert "jvm prestart discarded" in trace.read_text()
+
+    trace.unlink()
+    result = run_cli("run", str(job), "--no-progress", env={"STREAMJOB_STARTUP_TRACE": str(trace),
+                                                             "SET_IN_JOB_FILE": "no"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "missing"
+    events = trace.read_text()
+    # Taken unless this run writes the class-data-sharing archive (then its JVM is not prestarted).
+    assert "jvm prestart taken" in events or "jvm launch" in events and "prestart" not in events

@@ -42,7 +42,8 @@ def job_scrape(spark_slots, tmp_path_factory):
     """One running job, scraped over HTTP once it has completed checkpoints and moved records."""
     tmp = tmp_path_factory.mktemp("dashboard-job")
     execution_context.reset()  # module scope: the per-test reset has not run yet
-    env = counting.build(str(tmp / "out"), str(tmp / "checkpoints"), 200_000, 5_000, interval_ms=200, parallelism=2)
+    env = counting.build(str(tmp / "out"), str(tmp / "checkpoints"), 200_000, 5_000, interval_ms=200, parallelism=2,
+                         event_time=True)
     client = env.execute_async("counting")
     try:
         assert client.wait_until_running(60)
@@ -56,7 +57,7 @@ def job_scrape(spark_slots, tmp_path_factory):
             names = sample_names(text)
             # Gauges of the last checkpoint and the per-task series appear once there is something to say.
             if {"streamjob_last_checkpoint_duration_seconds", "streamjob_num_records_out_total",
-                    "streamjob_back_pressured_time_seconds_total"} <= names:
+                    "streamjob_back_pressured_time_seconds_total", "streamjob_current_output_watermark"} <= names:
                 break
             assert time.monotonic() < deadline, f"the job's metrics never got complete:\n{text}"
             time.sleep(0.2)
@@ -125,7 +126,8 @@ def test_dashboard_shows_what_an_operator_of_jobs_needs():
         "streamjob_num_restarts_total", "streamjob_num_records_in_total", "streamjob_num_records_out_total",
         "streamjob_back_pressured_time_seconds_total", "streamjob_operator_reconciles_total",
         "streamjob_operator_reconcile_errors_total", "streamjob_operator_reconcile_duration_seconds_bucket",
-        "streamjob_operator_streamjobs",
+        "streamjob_operator_streamjobs", "streamjob_current_output_watermark",
+        "streamjob_last_checkpoint_persisted_data_bytes", "streamjob_checkpoint_start_delay_seconds",
     }
     assert not needed - used, f"the dashboard shows nothing of {sorted(needed - used)}"
 

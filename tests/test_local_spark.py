@@ -36,3 +36,33 @@ def test_a_claim_whose_jvm_never_wrote_is_given_up_and_the_switch_turns_it_off(t
     assert time.time() - os.path.getmtime(again.split("=")[1].split()[0]) < 60
     monkeypatch.setenv("STREAMJOB_CLASS_DATA_SHARING", "0")
     assert spark.class_data_sharing_options(str(tmp_path)) == ""
+
+
+def test_workers_drop_sparks_source_zips_only_when_the_installed_packages_are_on_the_path(tmp_path):
+    from streamjob.runtime.cluster.pyworker import spark_zips_to_drop
+
+    site = tmp_path / "site-packages"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    assert spark_zips_to_drop([*zips, str(site)]) == zips[:1]  # py4j is not installed beside it
+    (site / "py4j").mkdir()
+    (site / "py4j" / "__init__.py").write_text("")
+    assert spark_zips_to_drop([*zips, str(site)]) == zips
+    assert spark_zips_to_drop(zips) == []  # a SPARK_HOME of its own (not pip's): the zips stay
+    assert spark_zips_to_drop([str(tmp_path / "other.zip"), str(site)]) == []
+
+
+def test_the_gateway_is_connected_as_the_installed_pyspark_connects_it():
+    # The prestarted JVM is launched and connected by our copy of PySpark's launch_gateway (it starts
+    # the JVM before PySpark is imported); the copy must import what PySpark's own does.
+    import inspect
+    import re
+
+    from pyspark import java_gateway
+
+    source = inspect.getsource(java_gateway.launch_gateway)
+    assert tuple(re.findall(r'java_import\(gateway\.jvm, "([^"]+)"\)', source)) == spark.PYSPARK_JAVA_IMPORTS
+    assert '"SPARK_CONNECT_MODE"] = "0"' in source and "_PYSPARK_DRIVER_CONN_INFO_PATH" in source
+    assert "PythonParameters(port=0, eager_load=False)" in source

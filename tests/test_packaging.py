@@ -34,6 +34,17 @@ def test_public_names_are_importable_from_streamjob_runtime():
     )
 
 
+def test_every_public_name_resolves_and_importing_the_package_loads_none_of_them():
+    # The names load on first use (a worker imports the package for its entry module only).
+    code = ("import sys, streamjob.runtime as r\n"
+            "assert 'streamjob.runtime.api.datastream' not in sys.modules and 'pyarrow' not in sys.modules\n"
+            "missing = [n for n in r.__all__ if getattr(r, n, None) is None]\n"
+            "assert not missing, missing\n"
+            "assert set(r.__all__) <= set(dir(r))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
 def test_without_java_the_run_command_says_how_to_fix_it():
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = os.path.dirname(sys.executable)  # no java on it

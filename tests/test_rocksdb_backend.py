@@ -268,3 +268,56 @@ def test_working_directories_of_dead_tasks_are_swept(tmp_path):
     sweep_stale(str(local))
     assert os.path.exists(rdb.home)  # a live owner's directory stays
     rdb.dispose()
+
+
+def test_a_dropped_state_leaves_its_column_family_to_the_next_one_through_snapshots_and_restores(tmp_path):
+    """The columnar window operator makes and drops a table per window: a new table reuses a dropped
+    table's column family (emptied), and every kind of restore reads each state from its own one."""
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    storage.initialize()
+    for incremental in (True, False):
+        rdb = rocks(tmp_path / f"src-{incremental}", incremental=incremental, root=storage.url)
+        old = rdb.accumulators("_wagg-1000-1")
+        old.put_many(list(range(100)), [1] * 100)
+        old.flush()
+        rdb.drop_table("_wagg-1000-1")
+        new = rdb.accumulators("_wagg-2000-1")
+        other = rdb.accumulators("_wagg-2000-2")
+        assert len(rdb.column_families) == 2  # the second window's first table took the dropped one's
+        assert dict(new.items()) == {}  # nothing of the dropped state shows through
+        new.put_many([5, 7], [50, 70])
+        other.put_many([5], [-5])
+        handle, _, _ = snapshot(rdb, storage, 1 if incremental else 2)
+        data = storage.read(handle)
+        expected = {"_wagg-2000-1": {5: 50, 7: 70}, "_wagg-2000-2": {5: -5}}
+
+        def states(backend):
+            tables = {n: backend.accumulators(n) for n in sorted(backend.kinds)}
+            return {n: dict(t.items()) if hasattr(t, "items") else dict(zip(t.keys_by_slot, t.acc[:len(t)].tolist()))
+                    for n, t in tables.items()}
+
+        if incremental:  # native: the same key groups adopt the files; others copy their range
+            same = rocks(tmp_path / "same", root=storage.url)
+            restore_native(same, handle, data, storage, 1, "test", first=True)
+            assert states(same) == expected
+            families = set(same.column_families)
+            same.drop_table("_wagg-2000-2")
+            same.accumulators("_wagg-3000-1").put_many([1], [1])  # takes the family just emptied
+            assert same.column_families == families and dict(same.accumulators("_wagg-3000-1").items()) == {1: 1}
+            same.dispose()
+            parts = [rocks(tmp_path / f"part{i}", groups=key_group_range(128, 2, i)) for i in range(2)]
+            merged = {n: {} for n in expected}
+            for part in parts:
+                restore_native(part, handle, data, storage, 1, "test", first=True)
+                for n, entries in states(part).items():
+                    merged[n].update(entries)
+                part.dispose()
+            assert merged == expected
+            heap = HashMapKeyedStateBackend("op", 128, range(128))
+            restore_native(heap, handle, data, storage, 1, "test", first=True)
+        else:  # canonical: the heap backend's format
+            heap = HashMapKeyedStateBackend("op", 128, range(128))
+            for name, kind, chunk in read_keyed(data, handle["index"], heap.key_groups, "test"):
+                heap.restore_chunk(name, kind, chunk)
+        assert {n: {k: int(v) for k, v in entries.items()} for n, entries in states(heap).items()} == expected
+        rdb.dispose()

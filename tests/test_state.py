@@ -268,11 +268,10 @@ def test_str_and_mixed_key_accumulators_round_trip_pickled():
 
 def test_a_windows_column_tables_share_one_key_block_and_layouts_grow_with_new_keys():
     from streamjob.runtime.state.snapshot import _group_positions
-    from streamjob.runtime.task.window_columnar import _share_slots
 
     b = backend()
     first, other = b.accumulators("_wagg-1000-1"), b.accumulators("_wagg-1000-2")
-    _share_slots([first, other])
+    other.slot_of, other.keys_by_slot = first.slot_of, first.keys_by_slot  # one key -> slot mapping
     for step, keys in enumerate([list(range(0, 4000, 3)), list(range(1, 9000, 5)), [10**15, 7]]):
         s = first.slots(keys)
         for t, scale in ((first, 1), (other, 10)):
@@ -397,3 +396,37 @@ def test_views_over_a_shared_key_list_write_only_their_present_keys():
     restored = restore_all(data, index, backend())
     for w, step in ((1000, 2), (2000, 3)):
         assert contents(restored.accumulators(f"_wagg-{w}-1")) == {keys[i]: i * w for i in range(0, n, step)}
+
+
+def test_columnar_windows_freeze_as_views_over_the_shared_key_index():
+    """The heap window operator's columns: frozen with no Python object per key, one key block per
+    window, one key-group layout for all windows (on the shared KeyIndex), restored per key group."""
+    from streamjob.runtime.state.key_index import KeyIndex
+    from streamjob.runtime.task.window_columnar import _Window
+
+    index = KeyIndex()
+    dtypes = {1: np.dtype(np.int64), 2: np.dtype(np.float64)}
+    windows = {end: _Window(end, dtypes, 0) for end in (1000, 2000)}
+    want: dict = {}
+    for end, keys in ((1000, np.arange(0, 50_000, 3)), (2000, np.arange(10_000, 60_000, 2))):
+        w = windows[end]
+        s = index.slots(keys)
+        w.grow(len(index))
+        w.present[s] = True
+        w.arrays[1][s] = keys * 2
+        w.arrays[2][s] = keys / 4
+        want[end] = keys.tolist()
+    frozen = {f"_wagg-{end}-{i}": ("accumulators", w.freeze(i, index)) for end, w in windows.items() for i in dtypes}
+    assert all(f.key_array() is not None for _, f in frozen.values())  # int64 keys: no key list
+    data, index_json = serialize(frozen, 128, None)
+    entries = index_json["keyed"]
+    assert entries["_wagg-1000-1"]["columnar"]["keys"] == entries["_wagg-1000-2"]["columnar"]["keys"]
+    assert entries["_wagg-1000-1"]["columnar"]["keys"] != entries["_wagg-2000-1"]["columnar"]["keys"]
+    assert index.key_layout.n == len(index)  # hashed once, for all windows
+    for p in (1, 2):
+        for i in range(p):
+            sub = restore_all(data, index_json, backend(p, i))
+            for end, keys in want.items():
+                mine = [k for k in keys if assign_to_key_group(k, 128) in sub.key_groups]
+                assert contents(sub.accumulators(f"_wagg-{end}-1")) == {k: 2 * k for k in mine}
+                assert contents(sub.accumulators(f"_wagg-{end}-2")) == {k: k / 4 for k in mine}

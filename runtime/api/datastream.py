@@ -418,7 +418,28 @@ class WindowedStream:
         for m in ("create_accumulator", "add", "get_result"):
             if not callable(getattr(aggregate_function, m, None)):
                 raise TypeError(f"aggregate needs an AggregateFunction ({m}() is missing), got {aggregate_function!r}")
+        from .aggregations import Aggregations
+
+        if (isinstance(aggregate_function, Aggregations) and window_function is None
+                and all(f is None or isinstance(f, str) for _, _, f in aggregate_function.specs())
+                and self._columnar()):
+            # built-in aggregates of columns: the columnar operator computes them (same results)
+            p = self._params
+            label = f"Window({p['assigner'].describe()}, {aggregate_function!r})"
+            t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how="aggregate",
+                                   field=None, outputs=aggregate_function.specs(), late_tag=p["late_tag"])
+            return DataStream(self._env, t)
         return self._build("Aggregate", mode="aggregate", aggregate=aggregate_function, window_function=window_function)
+
+    def _columnar(self) -> bool:
+        """Whether the columnar window operator can take this window: keyed by a column, tumbling or
+        sliding event-time windows, nothing that needs the records one by one."""
+        from .windowing import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+        p = self._params
+        return (self._keyed._key.column is not None and not p["all_windows"]
+                and type(p["assigner"]) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
+                and p["trigger"] is None and p["evictor"] is None and p["allowed_lateness"] == 0)
 
     def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
         return self._build("Apply", mode="elements", window_function=window_function)
@@ -431,12 +452,8 @@ class WindowedStream:
     def _field_aggregate(self, how: str, field: Any) -> DataStream:
         if not isinstance(field, (str, int)) or isinstance(field, bool):
             raise TypeError(f"{how}() needs a column name or a tuple position, got {field!r}")
-        from .windowing import SlidingEventTimeWindows, TumblingEventTimeWindows
-
         p = self._params
-        if (isinstance(field, str) and self._keyed._key.column is not None and not p["all_windows"]
-                and type(p["assigner"]) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
-                and p["trigger"] is None and p["evictor"] is None and p["allowed_lateness"] == 0):
+        if isinstance(field, str) and self._columnar():
             # The columnar path: Arrow batches in, one Arrow batch per fired window out.
             label = f"Window({p['assigner'].describe()}, {how.capitalize()}({field!r}))"
             t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=how, field=field,
@@ -454,6 +471,25 @@ class WindowedStream:
 
     def max(self, field: str | int = 0) -> DataStream:
         return self._field_aggregate("max", field)
+
+    def min_by(self, field: str | int = 0) -> DataStream:
+        """Per window, the record whose ``field`` is smallest (the first of equal ones, as Flink's minBy)."""
+        return self._by("min", field)
+
+    def max_by(self, field: str | int = 0) -> DataStream:
+        return self._by("max", field)
+
+    def _by(self, how: str, field: Any) -> DataStream:
+        if not isinstance(field, (str, int)) or isinstance(field, bool):
+            raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
+        p = self._params
+        if isinstance(field, str) and self._columnar():
+            label = f"Window({p['assigner'].describe()}, {how.capitalize()}By({field!r}))"
+            t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=f"{how}_by",
+                                   field=field, late_tag=p["late_tag"])
+            return DataStream(self._env, t)
+        return self._build(f"{how.capitalize()}By({field!r})", mode="reduce", reduce=_ByReducer(how, field),
+                           window_function=None)
 
 
 class _FieldReduce:

@@ -26,6 +26,7 @@ from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
+from ..startup_trace import mark
 from . import failover, pod
 from .jobmanager import BindError, JobManager
 
@@ -187,6 +188,7 @@ def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[C
 
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
                 job_id: str | None = None, client: Any = None) -> JobExecutionResult:
+    mark("execute")
     job_id = job_id or uuid.uuid4().hex
     deployed: list[JobManager] = []  # once the job manager runs, it leaves the final result itself
     try:
@@ -215,6 +217,10 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     settings = CheckpointSettings.from_configuration(config)
     addresses = pod.driver_addresses(config, os.environ)
     rest_config = _rest_config(config, addresses, os.environ)
+    if rest_config is not None:
+        # The REST API's modules (aiohttp, prometheus_client: ~0.3 s) load while this thread waits for
+        # the JVM and the SparkContext, not after them when the job manager starts.
+        threading.Thread(target=_import_rest, name="streamjob-import-rest", daemon=True).start()
     if backend == "rocksdb" and settings.enabled and config.get_bool(Options.INCREMENTAL_CHECKPOINTS) \
             and normalize_url(config.get_string(Options.CHECKPOINTING_DIR)).startswith("memory://"):
         raise JobDefinitionError(
@@ -271,6 +277,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         client._attach(jm)
     try:
         jm_address = jm.start()
+        mark("job manager started")
     except BindError as e:
         jm.shutdown()
         raise JobDefinitionError(str(e)) from None
@@ -377,6 +384,13 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
+
+
+def _import_rest() -> None:
+    try:
+        from . import rest  # noqa: F401
+    except Exception:  # noqa: BLE001 - the job manager's own import reports it
+        pass
 
 
 def _rest_config(config: Configuration, driver: pod.Addresses, environ: Any) -> tuple[str, int, str] | None:

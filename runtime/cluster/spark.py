@@ -19,9 +19,12 @@ import os
 import re
 import shutil
 import sys
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+
+from ..startup_trace import mark
 
 
 class ClusterError(RuntimeError):
@@ -90,17 +93,25 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         return ""
     try:
         import hashlib
+        import importlib.util
         import time
-
-        import pyspark
 
         java_home = os.environ.get("JAVA_HOME")
         java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
         if not java or not os.path.exists(java):
             return ""
         java = os.path.realpath(java)
-        jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-        ident = "|".join([pyspark.__version__, java, str(os.stat(java).st_mtime_ns), *sorted(os.listdir(jars))])
+        # Found without importing PySpark (~0.2 s): the JVM prestart computes this first thing.
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or not spec.submodule_search_locations:
+            return ""
+        jars = os.path.realpath(os.path.join(list(spec.submodule_search_locations)[0], "jars"))
+        # The archive records the class path it was dumped with, and a JVM whose class path differs
+        # (the same jars in another virtualenv) silently starts without it: the jars' folder is part
+        # of the key, so each installation writes and maps its own. The Java version too: an archive
+        # is only valid for the exact JVM build that wrote it (a package upgrade keeps the path).
+        ident = "|".join([java, str(os.stat(java).st_mtime_ns), _java_release(java), jars,  # jar names carry Spark's version
+                          *sorted(os.listdir(jars))])
         key = hashlib.sha256(ident.encode()).hexdigest()[:16]
         cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                           "streamjob")
@@ -128,6 +139,19 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         return f"-XX:SharedArchiveFile={final} {quiet}"
     except (OSError, ImportError):
         return ""  # no cache directory we may write: start without the archive
+
+
+def _java_release(java: str) -> str:
+    """The JVM's build (``JAVA_VERSION`` of its ``release`` file; no JVM is started to ask it)."""
+    home = os.path.dirname(os.path.dirname(java))
+    try:
+        with open(os.path.join(home, "release")) as f:
+            for line in f:
+                if line.startswith(("JAVA_RUNTIME_VERSION=", "JAVA_VERSION=")):
+                    return line.strip()
+    except OSError:
+        pass
+    return ""
 
 
 @dataclass
@@ -163,14 +187,258 @@ class SlotReport:
                 f"free CPU or memory, an image that cannot be pulled); or lower the parallelism")
 
 
+def _prepare_environment(master: str, conf: dict[str, str]) -> None:
+    """Environment the JVM (and through it every Python worker) inherits; set before a JVM is
+    launched, whether prestarted or not, so both see the same."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local(master) and conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def spark_settings(conf: dict[str, str], master: str, cds_options: str) -> dict[str, str]:
+    """Everything the job's SparkContext is created with: our defaults under the user's keys."""
+    defaults = {
+        # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
+        "spark.ui.showConsoleProgress": "false",
+        # The job manager owns failover; Spark must not retry tasks itself.
+        "spark.task.maxFailures": "1",
+        "spark.stage.maxConsecutiveAttempts": "1",
+        "spark.python.worker.reuse": "true",
+    }
+    if is_local(master):
+        log4j = resources.files("streamjob.runtime.cluster").joinpath("log4j2-local.properties")
+        defaults.update(
+            {
+                "spark.ui.enabled": "false",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
+                                                 f"{cds_options}".strip(),
+                # The embedded JVM only schedules the one barrier stage and forks the Python
+                # workers; records never pass through it. Spark's 1 GB default heap is room it
+                # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
+                "spark.driver.memory": "512m",
+                # Workers start as their own processes, not forked from a pyspark.daemon that
+                # stays resident beside them (~45 MB RSS for the job's life); a task restarted
+                # after a failure starts ~0.3 s slower.
+                "spark.python.use.daemon": "false",
+                # PySpark's worker, imported from the installed package's cached bytecode rather
+                # than compiled anew from Spark's zip in every worker (see pyworker).
+                "spark.python.worker.module": "streamjob.runtime.cluster.pyworker",
+            }
+        )
+    return {**defaults, **conf, "spark.master": master}
+
+
+def _launch_settings(settings: dict[str, str]) -> dict[str, str]:
+    """What the JVM's launch depends on (spark-submit's --conf): the master and the application name
+    are set again by the SparkContext itself, so a job whose parallelism (local[N]) or name was not
+    known yet when its JVM was prestarted still uses that JVM."""
+    if not is_local(settings.get("spark.master", "local")):
+        return dict(settings)  # spark-submit may prepare a cluster manager's client: launched as always
+    return {k: v for k, v in settings.items() if k not in ("spark.master", "spark.app.name")}
+
+
+PRESTART_ENV = "STREAMJOB_PRESTART_JVM"
+
+
+class PrestartedGateway:
+    """A Spark JVM launched in the background while the job file is still being imported and built.
+
+    Launching the JVM and loading Spark's classes is ~1.5 s that does not depend on the job, only
+    on its Spark configuration, environment and working directory (all inherited by the JVM and
+    the Python workers it forks). The deployment takes it only if none of those changed in between
+    (a job file may set ``spark.*`` keys or environment variables its tasks read); otherwise the
+    JVM is shut down and a new one launched as without."""
+
+    def __init__(self, master: str, conf: dict[str, str], cds_options: str):
+        self.cds_options = cds_options
+        self.launch = _launch_settings(spark_settings(conf, master, self.cds_options))
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.gateway: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="streamjob-jvm-prestart", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.gateway = _launch_gateway(self.launch)
+        except BaseException as e:  # noqa: BLE001 - the deployment launches anew and reports its own error
+            self.error = e
+
+    def take(self, launch: dict[str, str]) -> Any:
+        """The gateway if it was launched exactly as the deployment would launch one now, else None."""
+        self._thread.join()
+        if self.gateway is not None and launch == self.launch and dict(os.environ) == self.environ \
+                and os.getcwd() == self.cwd:
+            mark("jvm prestart taken")
+            return self.gateway
+        mark("jvm prestart discarded")
+        self.discard()
+        return None
+
+    def discard(self) -> None:
+        self._thread.join()
+        gateway, self.gateway = self.gateway, None
+        if gateway is None:
+            return
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - the JVM exits on the closed pipe below anyway
+            pass
+        proc = getattr(gateway, "proc", None)
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()  # Spark's gateway server exits at end of input, writing its CDS archive if asked
+
+
+_prestarted: PrestartedGateway | None = None
+_chosen_cds: str | None = None  # archive options chosen by a declined prestart, for the deployment's JVM
+_prestart_lock = threading.Lock()
+
+
+def prestart_gateway(master: str, conf: dict[str, str]) -> None:
+    """Start launching the JVM of the embedded local Spark now (``streamjob run``, before the job
+    file is loaded). Off with ``STREAMJOB_PRESTART_JVM=0``, for other masters, or when this process
+    already has a JVM."""
+    global _prestarted
+    if os.environ.get(PRESTART_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not is_local(master):
+        return
+    try:
+        check_java()
+    except ClusterError:
+        return  # the deployment reports it
+    global _chosen_cds
+    context = sys.modules.get("pyspark.core.context")  # not imported yet: no JVM either (PySpark loads in the thread)
+    with _prestart_lock:
+        if _prestarted is not None or _chosen_cds is not None or (context and context.SparkContext._gateway):
+            return
+        _prepare_environment(master, conf)
+        cds = class_data_sharing_options()
+        if "ArchiveClassesAtExit" in cds:
+            # This run writes the archive as its JVM exits: a prestarted JVM that is discarded, or a run
+            # that fails before deploying, would write one of the few classes loaded by then, which every
+            # later run would map. The first run on a machine starts its JVM when the job deploys.
+            _chosen_cds = cds
+            return
+        _prestarted = PrestartedGateway(master, conf, cds)
+
+
+def _take_prestarted(launch: dict[str, str]) -> Any:
+    global _prestarted
+    with _prestart_lock:
+        prestarted, _prestarted = _prestarted, None
+    return prestarted.take(launch) if prestarted is not None else None
+
+
+def _launch_gateway(launch: dict[str, str]) -> Any:
+    mark("jvm launch")
+    process = _start_gateway_process(launch)
+    if process is None:  # not the plain pip-installed PySpark: its own launcher, as always
+        from pyspark import SparkConf
+        from pyspark.java_gateway import launch_gateway
+
+        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(launch.items()))
+    else:
+        gateway = _connect_gateway(*process)
+    mark("jvm up")
+    return gateway
+
+
+# The classes PySpark's own launch_gateway imports into the gateway's JVM view (PySpark 4.x;
+# tests/test_local_spark.py checks the installed PySpark still imports exactly these).
+PYSPARK_JAVA_IMPORTS = (
+    "org.apache.spark.SparkConf",
+    "org.apache.spark.api.java.*",
+    "org.apache.spark.api.python.*",
+    "org.apache.spark.ml.python.*",
+    "org.apache.spark.mllib.api.python.*",
+    "org.apache.spark.resource.*",
+    "org.apache.spark.sql.Encoders",
+    "org.apache.spark.sql.OnSuccessCall",
+    "org.apache.spark.sql.functions",
+    "org.apache.spark.sql.classic.*",
+    "org.apache.spark.sql.api.python.*",
+    "org.apache.spark.sql.hive.*",
+    "scala.Tuple2",
+)
+
+
+def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | None:
+    """Start Spark's gateway JVM as PySpark's ``launch_gateway`` does, but before PySpark is imported
+    (~0.15 s that now overlaps the JVM's start). (process, connection-info file, its folder), or None
+    where PySpark's own launcher should decide (a SPARK_HOME of the user's, extra submit arguments,
+    a gateway already given, Windows)."""
+    if os.name != "posix" or any(k in os.environ for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_SUBMIT_ARGS",
+                                                            "SPARK_TESTING", "SPARK_HOME")):
+        return None
+    import importlib.util
+    import signal
+    import subprocess
+    import tempfile
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    home = list(spec.submodule_search_locations)[0]
+    submit = os.path.join(home, "bin", "spark-submit")
+    if not (os.path.isfile(submit) and os.path.isdir(os.path.join(home, "jars"))):
+        return None
+    command = [submit]
+    for k, v in launch.items():
+        command += ["--conf", f"{k}={v}"]
+    command.append("pyspark-shell")
+    folder = tempfile.mkdtemp()
+    info = os.path.join(folder, "connection-info")
+    env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
+    # stdin is a pipe: the gateway server exits when it closes (this process ends); no SIGINT (Ctrl-C
+    # is the job manager's to handle).
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    return proc, info, folder
+
+
+def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
+    """The py4j gateway to the started JVM, as PySpark's ``launch_gateway`` makes it."""
+    import shutil
+    import struct
+    import time
+
+    from py4j.clientserver import ClientServer, JavaParameters, PythonParameters  # with PySpark, while the JVM starts
+    from py4j.java_gateway import GatewayParameters, JavaGateway, java_import
+    import pyspark  # noqa: F401
+
+    try:
+        while proc.poll() is None and not os.path.isfile(info):
+            time.sleep(0.01)  # PySpark polls every 0.1 s
+        if not os.path.isfile(info):
+            raise ClusterError(f"Spark's JVM exited (code {proc.returncode}) before it started its gateway")
+        with open(info, "rb") as f:
+            port = struct.unpack("!i", f.read(4))[0]
+            (length,) = struct.unpack("!i", f.read(4))
+            secret = f.read(length).decode("utf-8")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() == "true":
+        gateway = ClientServer(java_parameters=JavaParameters(port=port, auth_token=secret, auto_convert=True),
+                               python_parameters=PythonParameters(port=0, eager_load=False))
+    else:
+        gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port, auth_token=secret, auto_convert=True))
+    gateway.proc = proc
+    for name in PYSPARK_JAVA_IMPORTS:
+        java_import(gateway.jvm, name)
+    return gateway
+
+
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
     def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
         self.parallelism = parallelism
         self._spark = None
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         conf = dict(spark_conf)
         from pyspark import SparkContext
 
@@ -193,50 +461,43 @@ class SparkDeployment:
             self._spark = self._create(conf, app_name)
             if self.master.startswith("k8s://"):
                 self._check_registered_slots()
+        else:
+            _prepare_environment(self.master, conf)
 
     def _create(self, conf: dict[str, str], app_name: str) -> Any:
         """A SparkContext, not a SparkSession: the job needs only the context, and the SQL session's
         start-up (catalog, SQL configuration, its imports) cost ~2 s more before the first record."""
         from pyspark import SparkConf, SparkContext
 
-        defaults = {
-            # A barrier stage that cannot get its slots fails in seconds, not ~10 minutes.
-            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
-            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "2",
-            "spark.ui.showConsoleProgress": "false",
-            # The job manager owns failover; Spark must not retry tasks itself.
-            "spark.task.maxFailures": "1",
-            "spark.stage.maxConsecutiveAttempts": "1",
-            "spark.python.worker.reuse": "true",
-        }
-        if self.local:
-            log4j = resources.files("streamjob.runtime.cluster").joinpath("log4j2-local.properties")
-            defaults.update(
-                {
-                    "spark.ui.enabled": "false",
-                    "spark.driver.host": "127.0.0.1",
-                    "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.driver.extraJavaOptions": (f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
-                                                      f"{class_data_sharing_options()}").strip(),
-                    # The embedded JVM only schedules the one barrier stage and forks the Python
-                    # workers; records never pass through it. Spark's 1 GB default heap is room it
-                    # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
-                    "spark.driver.memory": "512m",
-                    # Workers start as their own processes, not forked from a pyspark.daemon that
-                    # stays resident beside them (~45 MB RSS for the job's life); a task restarted
-                    # after a failure starts ~0.3 s slower.
-                    "spark.python.use.daemon": "false",
-                }
-            )
-            if conf.get("spark.driver.bindAddress", "127.0.0.1") == "127.0.0.1":  # not in a pod (POD_IP)
-                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        spark_conf = SparkConf().setMaster(self.master).setAppName(app_name)
-        for k, v in {**defaults, **conf}.items():
+        _prepare_environment(self.master, conf)
+        global _chosen_cds
+        with _prestart_lock:
+            prestarted, chosen, _chosen_cds = _prestarted, _chosen_cds, None
+        # Options the prestart chose are used as chosen: choosing again would find this run's own claim
+        # on writing the archive and take it for another run's.
+        cds = prestarted.cds_options if prestarted is not None else chosen if chosen is not None \
+            else class_data_sharing_options() if self.local else ""
+        settings = spark_settings(conf, self.master, cds)
+        gateway = None
+        if SparkContext._gateway is None:
+            gateway = _take_prestarted(_launch_settings(settings))
+            if gateway is None:
+                try:
+                    gateway = _launch_gateway(_launch_settings(settings))
+                except Exception as e:  # py4j / JVM launch problems
+                    raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+        spark_conf = SparkConf().setAppName(app_name)
+        for k, v in settings.items():
             spark_conf.set(k, v)
+        mark("spark context start")
         try:
-            sc = SparkContext.getOrCreate(spark_conf)
+            if SparkContext._active_spark_context is None:
+                sc = SparkContext(conf=spark_conf, gateway=gateway)
+            else:
+                sc = SparkContext.getOrCreate(spark_conf)
         except Exception as e:  # py4j / JVM launch problems
             raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+        mark("spark context")
         if self.local:
             sc.setLogLevel("ERROR")
         return sc
@@ -281,6 +542,7 @@ class SparkDeployment:
             return _task_entry(graph_payload, jm_address, local)
 
         rdd = sc.parallelize(range(p), p).barrier().mapPartitions(run_partition)
+        mark("stage submit")
         try:
             return rdd.collect()
         except Exception as e:
@@ -303,6 +565,7 @@ _PEERS_TIMEOUT = 600.0
 
 def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) -> Any:
     """Body of one barrier task, in a Spark Python worker."""
+    mark("task entry")
     import cloudpickle
     from pyspark import BarrierTaskContext
 
@@ -310,6 +573,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     from .control import ControlClient
     from .pod import task_addresses
 
+    mark("task imports")
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
     control = ControlClient(tuple(jm_address), subtask, ctx.attemptNumber())
@@ -318,11 +582,18 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     try:
         # The job manager answers with the attempt number and what to restore.
         deployment = control.wait_for("deploy")
+        mark("task deployed")
         attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
+        if any(e.partitioner != "forward" for e in graph.edges.values()):  # T.FORWARD
+            # Records crossing an exchange become Arrow batches, and pyarrow loads pandas on its first
+            # conversion (~0.25 s): loaded now, before the sources run, not with records in flight. A
+            # job of forward chains only (source -> sink) starts without it.
+            import pandas  # noqa: F401
         addresses = task_addresses(os.environ, local)
         slot = SlotRuntime(graph, subtask, host=addresses.bind, advertise_host=addresses.advertise, attempt=attempt,
                            control=control, deployment=deployment)
+        mark("task slot ready")
     except BaseException as e:
         import traceback
 
@@ -341,5 +612,6 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
     control.send({"type": "address", "slot": subtask, "attempt": attempt, "address": list(slot.address)})
     peers = control.wait_for("peers", timeout=_PEERS_TIMEOUT)
     slot.connect([tuple(a) for a in peers["addresses"]])
+    mark("task running")
     slot.run()
     yield json.dumps({"slot": subtask, "operators": slot.operator_metrics()})

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import ConfigError, Configuration, Options
-from .heap import HashMapKeyedStateBackend
 
 BACKENDS = ("hashmap", "rocksdb")
 
@@ -22,6 +21,8 @@ def create_keyed_backend(config: Configuration, operator: str, max_parallelism: 
                          state_root: str | None) -> Any:
     """A new, empty keyed state backend for one operator subtask."""
     if backend_type(config) == "hashmap":
+        from .heap import HashMapKeyedStateBackend  # the backends load where a task creates one
+
         return HashMapKeyedStateBackend(operator, max_parallelism, key_groups)
     from .rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, default_local_dir
 

@@ -351,3 +351,11 @@ class HashMapKeyedStateBackend(KeyedStateBackend):
 
     def restore_chunk(self, name: str, kind: str, chunk: Any) -> None:
         self.table(name, kind).load(chunk)
+
+    def register_table(self, name: str, kind: str, table: Any) -> None:
+        """Put a table an operator laid out itself (a columnar window's column: a view over arrays
+        the operator shares between tables) under ``name``, replacing what was there. It is
+        snapshotted like any table: ``freeze()`` / ``thaw()``, and its frozen form is what
+        ``state.snapshot`` writes for ``kind``."""
+        self.kinds[name] = kind
+        self.tables[name] = table

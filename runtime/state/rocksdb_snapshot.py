@@ -27,7 +27,8 @@ import uuid
 from typing import Any, Iterator
 
 from ..checkpoint.storage import CheckpointStorage, StateLocation
-from .rocksdb import RocksDBKeyedStateBackend, RocksDBSnapshot, canonical_chunks, open_read_only
+from .rocksdb import (RocksDBKeyedStateBackend, RocksDBSnapshot, canonical_chunks, column_families_of,
+                      open_read_only)
 from .snapshot import SnapshotBuilder, SnapshotFormatError, read_file
 
 NATIVE = "rocksdb"
@@ -40,9 +41,9 @@ def write_snapshot(snap: RocksDBSnapshot, storage: CheckpointStorage, name: str,
         builder = SnapshotBuilder()
         if snap.incremental:
             return _write_incremental(snap, storage, name, operator_state, builder)
-        db = open_read_only(snap.directory, snap.states)
+        db = open_read_only(snap.directory, snap.cfs)
         try:
-            for state, kind, kg, chunk in canonical_chunks(db, snap.states, snap.key_groups, snap.ttl_drop):
+            for state, kind, kg, chunk in canonical_chunks(db, snap.states, snap.cfs, snap.key_groups, snap.ttl_drop):
                 builder.add_keyed(state, kind, kg, chunk)
         finally:
             db.close()
@@ -79,7 +80,7 @@ def _write_incremental(snap: RocksDBSnapshot, storage: CheckpointStorage, name: 
     if operator_state:
         builder.add_operator(operator_state)
     builder.index[NATIVE] = {"key_groups": [snap.key_groups.start, snap.key_groups.stop],
-                             "states": snap.states, "sst": sst}
+                             "states": snap.states, "column_families": snap.cfs, "sst": sst}
     data, index = builder.finish()
     handle = storage.write_state(snap.checkpoint_id, name, data, index)
     snap.backend.record_upload(snap.checkpoint_id, sst)
@@ -87,18 +88,21 @@ def _write_incremental(snap: RocksDBSnapshot, storage: CheckpointStorage, name: 
     return handle, full, uploaded + len(data)
 
 
-def _check(native: Any, where: str) -> tuple[range, dict[str, str], dict[str, dict]]:
+def _check(native: Any, where: str) -> tuple[range, dict[str, str], dict[str, str], dict[str, dict]]:
+    """(key groups, state -> kind, state -> column family, SST files) of a native handle."""
     try:
         start, stop = (int(x) for x in native["key_groups"])
         states = {str(k): str(v) for k, v in native["states"].items()}
+        cfs = column_families_of(states, {str(k): str(v) for k, v in (native.get("column_families") or {}).items()})
         sst = {str(k): {"file": str(v["file"]), "size": int(v["size"])} for k, v in native["sst"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotFormatError(f"{where}: malformed RocksDB handle ({type(e).__name__}: {e})") from None
-    return range(start, stop), states, sst
+    return range(start, stop), states, cfs, sst
 
 
-def _download(handle: dict, data: bytes, location: StateLocation, where: str, into: str) -> tuple[range, dict, dict]:
-    key_groups, states, sst = _check(handle["index"][NATIVE], where)
+def _download(handle: dict, data: bytes, location: StateLocation, where: str, into: str,
+              ) -> tuple[range, dict, dict, dict]:
+    key_groups, states, cfs, sst = _check(handle["index"][NATIVE], where)
     os.makedirs(into, exist_ok=True)
     for local, ref in sst.items():
         if "/" in local or local.startswith("."):
@@ -116,19 +120,19 @@ def _download(handle: dict, data: bytes, location: StateLocation, where: str, in
             raise SnapshotFormatError(f"{where}: bad file name {private!r}")
         with open(os.path.join(into, private), "wb") as f:
             f.write(read_file(data, handle["index"], private, where))
-    return key_groups, states, sst
+    return key_groups, states, cfs, sst
 
 
 def restore_native(backend: Any, handle: dict, data: bytes, location: StateLocation, checkpoint_id: int | None,
                    where: str, first: bool) -> None:
     """Restore one native RocksDB handle into ``backend`` (RocksDB or heap)."""
     native = handle["index"][NATIVE]
-    key_groups, _, _ = _check(native, where)
+    key_groups = _check(native, where)[0]
     if isinstance(backend, RocksDBKeyedStateBackend) and first and key_groups == backend.key_groups:
         directory = os.path.join(backend.home, f"restore-{uuid.uuid4().hex[:6]}")
-        _, states, sst = _download(handle, data, location, where, directory)
+        _, states, cfs, sst = _download(handle, data, location, where, directory)
         reusable = backend.state_root is not None and location.url == backend.state_root and checkpoint_id is not None
-        backend.adopt(directory, states, checkpoint_id or 0, sst, reusable)
+        backend.adopt(directory, states, cfs, checkpoint_id or 0, sst, reusable)
         return
     for name, kind, _, chunk in _read_native(handle, data, location, where, backend.key_groups,
                                              copy_into=backend if isinstance(backend, RocksDBKeyedStateBackend) else None):
@@ -139,15 +143,15 @@ def _read_native(handle: dict, data: bytes, location: StateLocation, where: str,
                  copy_into: RocksDBKeyedStateBackend | None) -> Iterator[tuple[str, str, int, Any]]:
     scratch = tempfile.mkdtemp(prefix="streamjob-restore-")
     try:
-        _, states, _ = _download(handle, data, location, where, os.path.join(scratch, "db"))
-        db = open_read_only(os.path.join(scratch, "db"), states)
+        _, states, cfs, _ = _download(handle, data, location, where, os.path.join(scratch, "db"))
+        db = open_read_only(os.path.join(scratch, "db"), cfs)
         try:
             if copy_into is not None:  # RocksDB -> RocksDB: copy the raw entries of our key groups
-                copy_into.copy_range(db, states)
+                copy_into.copy_range(db, states, cfs)
                 for name, kind in states.items():
                     copy_into.table(name, kind)
                 return
-            yield from canonical_chunks(db, states, key_groups)
+            yield from canonical_chunks(db, states, cfs, key_groups)
         finally:
             db.close()
     finally:

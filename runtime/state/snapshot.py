@@ -173,11 +173,11 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
     ``values``, ``key_array()``, ``layout_source``, ``present``; ``keys()`` and ``chunk_positions()``
     for keys that are not int64), other tables from ``keys()`` and ``chunk(keys)``."""
     builder = SnapshotBuilder()
-    layouts: dict[int, tuple] = {}  # tables sharing one key list (a window's columns) group it once
+    seen: dict[Any, Any] = {}  # tables sharing one key list (a window's columns) group it once
     for name, (kind, frozen) in (keyed or {}).items():
         builder._groups(name, kind)
         if kind == "accumulators" and hasattr(frozen, "layout_source"):
-            _write_accumulators(builder, name, frozen, max_parallelism, layouts)
+            _write_accumulators(builder, name, frozen, max_parallelism, seen)
             continue
         keys = frozen.keys()
         for kg, positions in _group_positions(keys, max_parallelism):
@@ -192,34 +192,35 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
 
 
 def _write_accumulators(builder: SnapshotBuilder, name: str, frozen: Any, max_parallelism: int,
-                        layouts: dict[int, tuple]) -> None:
+                        seen: dict[Any, Any]) -> None:
+    """``seen``: what tables written before in this snapshot computed, to share: the layout per key
+    list, and per (key list, presence) the key order and groups and the key block once written."""
     n = frozen.n
     if not n:
         return
-    source = frozen.layout_source
+    source, present = frozen.layout_source, frozen.present
     ints = frozen.key_array()
-    cached = layouts.get(id(source))
-    if cached is None or cached[0].n != n:
-        layout = key_layout(source, ints if ints is not None else frozen.keys(), n, max_parallelism)
-        cached = layouts[id(source)] = (layout, None)  # (layout, [offset, length] of its key block once written)
-    layout, key_span = cached
-    present = frozen.present
-    order, groups = layout.groups(None if present is None else np.asarray(present, dtype=bool)[:n])
+    layout = seen.get(id(source))
+    if layout is None or layout.n != n:
+        layout = seen[id(source)] = key_layout(source, ints if ints is not None else frozen.keys(), n, max_parallelism)
+    shared = seen.get((id(source), n, id(present)))
+    if shared is None:
+        order, groups = layout.groups(None if present is None else np.asarray(present, dtype=bool)[:n])
+        shared = seen[(id(source), n, id(present))] = [order, groups, None]
+    order, groups, key_span = shared
     values = _columnar_values(frozen.values) if ints is not None else None
     if values is None:  # str / object keys (or exotic values): pickled (key list, values) per key group
         for kg, start, stop in groups:
             builder.add_keyed(name, "accumulators", kg, frozen.chunk_positions(order[start:stop]))
         return
-    if key_span is None or present is not None:  # tables sharing the key list (and all of it) share its block
-        if present is not None:
-            sorted_keys = ints[order]
-        else:  # the first n keys never change: sorted once per layout (a rolling table's layout lasts)
+    if key_span is None:  # tables sharing the key list (and which of its keys they hold) share one key block
+        if present is None:  # all the first n keys, which never change: sorted once per layout
             if layout.sorted_keys is None:
                 layout.sorted_keys = ints[order].astype(_KEY_DTYPE, copy=False)
             sorted_keys = layout.sorted_keys
-        key_span = builder.add_block(sorted_keys.astype(_KEY_DTYPE, copy=False))
-        if present is None:
-            layouts[id(source)] = (layout, key_span)
+        else:
+            sorted_keys = ints[order].astype(_KEY_DTYPE, copy=False)
+        key_span = shared[2] = builder.add_block(sorted_keys)
     entry = builder.index["keyed"][name]
     entry["columnar"] = {"keys": key_span, "values": builder.add_block(values[order]), "dtype": values.dtype.str}
     entry["groups"] = {str(kg): [start, stop] for kg, start, stop in groups}

@@ -18,9 +18,11 @@ import copy
 from typing import Any, Iterator
 
 import numpy as np
-import pandas as pd
 
+from ..lazy import LazyModule
 from .ttl import TtlValue
+
+pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
 
 _MISSING = object()
 TOMBSTONE = object()
@@ -299,18 +301,19 @@ class FrozenAccumulators:
       view over a key list shared with other tables).
     """
 
-    present = None
-
-    def __init__(self, keys_by_slot: list, n: int, values: np.ndarray):
+    def __init__(self, keys_by_slot: Any, n: int, values: np.ndarray, key_array: np.ndarray | None = None,
+                 present: np.ndarray | None = None, layout_source: Any = None):
+        """``keys_by_slot``: a list or array whose first ``n`` entries are the keys; the rest as above
+        (by default: the int64 view of a ``KeyList``, all keys present, the key list as layout source)."""
         self._keys = keys_by_slot
         self.n = n
         self.values = values
-        self._ints = keys_by_slot.array(n) if isinstance(keys_by_slot, KeyList) else None  # O(1): a view
+        if key_array is None and isinstance(keys_by_slot, KeyList):
+            key_array = keys_by_slot.array(n)  # O(1): a view
+        self._ints = key_array
+        self.present = present
+        self.layout_source = keys_by_slot if layout_source is None else layout_source
         self._key_array: np.ndarray | None = None  # the keys as one object array, for cutting chunks
-
-    @property
-    def layout_source(self) -> Any:
-        return self._keys
 
     def key_array(self) -> np.ndarray | None:
         return self._ints

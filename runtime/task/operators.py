@@ -24,9 +24,9 @@ import traceback
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
+from ..lazy import LazyModule
 from ..api import transformations as T
 from ..api.functions import OutputTag, RuntimeContext, as_callable
 from ..api.types import Row
@@ -38,10 +38,11 @@ from ..config import Configuration, Options
 from ..state.backends import create_keyed_backend
 from ..state.keygroups import key_group_range
 from ..state.operator_state import OperatorStateStore
-from ..state.rocksdb_snapshot import NATIVE, restore_native
 from ..state.snapshot import SnapshotFormatError, keyed_spans, read_keyed, read_operator
 from ..state.tables import AccumulatorTable
 from ..checkpoint.storage import StateLocation
+
+pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
 
 
 class OperatorFailure(Exception):
@@ -172,7 +173,7 @@ class StreamOperator:
             where = f"state of operator {self.name!r} (subtask {old + 1}/{len(handles)}) in {location.url}"
             index = handle["index"]
             keyed = index.get("keyed") or {}
-            native = index.get(NATIVE)
+            native = index.get("rocksdb")  # rocksdb_snapshot.NATIVE (imported only to restore it: rocksdict)
             if (keyed or native) and backend is None:
                 raise SnapshotFormatError(f"{where}: holds keyed state, but operator {self.name!r} is not keyed")
             if native is not None:
@@ -186,6 +187,8 @@ class StreamOperator:
             else:
                 data = location.read(handle) if wanted or "operator" in index else b""
             if wanted and native is not None:
+                from ..state.rocksdb_snapshot import restore_native
+
                 restore_native(backend, handle, data, location, checkpoint_id, where, first_keyed)
                 first_keyed = False
             elif wanted:

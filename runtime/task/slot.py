@@ -27,8 +27,6 @@ from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
 from ..checkpoint import filesystems
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
-from ..state.rocksdb import RocksDBSnapshot
-from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 from ..state.snapshot import serialize
 from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
@@ -662,7 +660,9 @@ class SlotRuntime:
             data = snap.collector.to_bytes()
             index = {"channel_state": {"inputs": snap.collector.bytes_in, "outputs": snap.collector.bytes_out}}
             return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
-        if isinstance(snap.keyed, RocksDBSnapshot):
+        if type(snap.keyed).__name__ == "RocksDBSnapshot":  # not imported here: rocksdict loads only for RocksDB jobs
+            from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
+
             return write_rocksdb_snapshot(snap.keyed, storage, name, snap.operator_state)
         data, index = serialize(snap.keyed, snap.max_parallelism, snap.operator_state)
         return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)

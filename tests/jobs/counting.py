@@ -21,6 +21,7 @@ from streamjob.runtime import (
     ReducingStateDescriptor,
     RestartStrategies,
     StreamExecutionEnvironment,
+    WatermarkStrategy,
     ValueStateDescriptor,
 )
 from streamjob.runtime.connectors import DataGenSource, FileSink
@@ -80,7 +81,7 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
           restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
-          slow_ms: float = 0.0) -> StreamExecutionEnvironment:
+          slow_ms: float = 0.0, event_time: bool = False) -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
     still come in index order: DataGen's splits are residue classes that keep their key."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -97,7 +98,9 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_num_retained_checkpoints(retained)
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
-    source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), name="numbers").uid("numbers")
+    # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
+    source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
     source.key_by("key").process(Count(ballast, slow_ms)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
     return env
 

@@ -1,6 +1,6 @@
 """Operator scale benchmark: one operator process, N StreamJobs, on the Kubernetes API test server.
 
-    python bench/operator.py [--jobs 500] [--seconds 170] [--singles 20] [--server indexed|plain]
+    python bench/operator_scale.py [--jobs 500] [--seconds 170] [--singles 20] [--server indexed|plain]
 
 The API server is tests/kube/apiserver.py (kmock's emulator, in this process); the operator
 is a separate process (``python -m streamjob.runtime.cli operator -A --idle-interval 10``,
