@@ -138,7 +138,8 @@ def _checkpoint_figures(stats: list[dict]) -> str:
         return statistics.median(float(s.get(key) or 0) for s in stats)
 
     return (f"checkpoints (median of {len(stats)}): {med('duration_ms'):.0f} ms end to end, "
-            f"{med('state_size') / 1e6:.1f} MB, sync {med('max_sync_ms'):.1f} ms, async {med('max_async_ms'):.0f} ms "
+            f"{med('state_size') / 1e6:.1f} MB, sync {med('max_sync_ms'):.1f} ms, async {med('max_async_ms'):.0f} ms, "
+            f"alignment {med('max_alignment_ms'):.0f} ms "
             f"(slowest subtask); largest {max(float(s.get('state_size') or 0) for s in stats) / 1e6:.1f} MB")
 
 

@@ -32,6 +32,8 @@ result = env.execute(f"windows-{case}")
 stats = [c for c in result.checkpoints or [] if str(c.get("status")).upper() == "COMPLETED"]
 agg = next(v["records_out"] for k, v in result.operators.items() if k.startswith(("Window", "Sum")))
 # per completed checkpoint: end-to-end duration, state size, the slowest subtask's sync and async phases
-ckpt = [{k: c.get(k) for k in ("duration_ms", "state_size", "max_sync_ms", "max_async_ms")} for c in stats]
+# and barrier alignment
+ckpt = [{k: c.get(k) for k in ("duration_ms", "state_size", "max_sync_ms", "max_async_ms", "max_alignment_ms")}
+        for c in stats]
 print(json.dumps({"running_ms": result.running_time_ms, "checkpoints": len(stats), "records_out": agg,
                   "checkpoint_stats": ckpt}), flush=True)
