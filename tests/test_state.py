@@ -321,9 +321,12 @@ def test_malformed_accumulator_chunks_name_the_state_and_key_group():
     with pytest.raises(SnapshotFormatError, match=rf"state.bin \(state 'sum-numeric'\), key group {kg}: keys \[0, 101\)"):
         list(read_keyed(data, broken(lambda e: e["groups"].__setitem__(kg, [0, 101])), range(128), "state.bin"))
     with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*do not hold the same number of keys"):
-        list(read_keyed(data, broken(lambda e: e["columnar"]["values"].__setitem__(1, 792)), range(128), "state.bin"))
+        list(read_keyed(data, broken(lambda e: e["columnar"]["values"].__setitem__(1, e["columnar"]["values"][1] - 1)),
+                        range(128), "state.bin"))
     with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*keys block.*outside"):
-        list(read_keyed(data[:-900], index, range(128), "state.bin"))
+        list(read_keyed(data[:entry["columnar"]["keys"][0] + 10], index, range(128), "state.bin"))
+    with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'\): malformed columnar table entry"):
+        list(read_keyed(data, broken(lambda e: e["columnar"].__setitem__("keys_for", [0, "<c16"])), range(128), "state.bin"))
     with pytest.raises(SnapshotFormatError, match=r"'sum-numeric'.*malformed columnar"):
         list(read_keyed(data, broken(lambda e: e["columnar"].__setitem__("dtype", "<U3")), range(128), "state.bin"))
     from streamjob.runtime.state.snapshot import SnapshotBuilder
@@ -430,3 +433,36 @@ def test_columnar_windows_freeze_as_views_over_the_shared_key_index():
                 mine = [k for k in keys if assign_to_key_group(k, 128) in sub.key_groups]
                 assert contents(sub.accumulators(f"_wagg-{end}-1")) == {k: 2 * k for k in mine}
                 assert contents(sub.accumulators(f"_wagg-{end}-2")) == {k: k / 4 for k in mine}
+
+
+@pytest.mark.parametrize("values, stored", [
+    (np.array([5, 300, 7], dtype=np.int64), "<u2"),
+    (np.array([-(1 << 40), -(1 << 40) + 200], dtype=np.int64), "|u1"),
+    (np.array([-(1 << 63), (1 << 63) - 1], dtype=np.int64), None),  # the whole range: written as is
+    (np.array([0, (1 << 64) - 1], dtype=np.uint64), None),
+    (np.array([(1 << 64) - 70_000, (1 << 64) - 1], dtype=np.uint64), "<u4"),
+    (np.array([-5, 5], dtype=np.int32), "|u1"),
+    (np.array([1.5, -2.0]), None),
+])
+def test_integer_blocks_are_stored_as_offsets_in_the_narrowest_type_and_read_back_exactly(values, stored):
+    from streamjob.runtime.state import snapshot as snap
+
+    narrowed, frame = snap._narrow(values)
+    assert (frame and frame[1]) == stored
+    back = snap._widen(narrowed, frame, values.dtype)
+    assert back.dtype == values.dtype and back.tolist() == values.tolist()
+
+
+def test_a_snapshot_of_narrow_keys_and_values_restores_them_exactly():
+    b = backend()
+    keys = [7 * i - 50_000 for i in range(10_000)]
+    RollingAggregator("sum", b.accumulators("sum-numeric")).update(keys, np.arange(10_000, dtype=np.int64) % 300)
+    data, index = serialize(b.freeze(), 128, None)
+    col = index["keyed"]["sum-numeric"]["columnar"]
+    assert col["keys_for"][1] == "<u4" and col["values_for"][1] == "<u2"
+    assert col["keys"][1] == 4 * 10_000 and col["values"][1] == 2 * 10_000
+    restored = {}
+    for _, _, (k, v) in read_keyed(data, index, range(128), "state.bin"):
+        assert k.dtype == np.int64 and v.dtype == np.int64
+        restored.update(zip(k.tolist(), v.tolist()))
+    assert restored == {k: i % 300 for i, k in enumerate(keys)}
