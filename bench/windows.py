@@ -1,6 +1,6 @@
 """Event-time windows on W1: a keyed tumbling window sum beside the rolling sum, one run.
 
-    python bench/windows.py [--rows 20000000] [--per-record-rows 500000] [--repeat 2]
+    python bench/windows.py [--rows 60000000] [--per-record-rows 500000] [--repeat 2]
                             [--only rolling,window_columnar] [--stats]
 
 Data: the W1 rows (key = (i * 2654435761) % 100000, value = i % 1000) with an event timestamp
@@ -83,7 +83,7 @@ def run_case(case: str, checkpoint: bool, data: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--rows", type=int, default=60_000_000)  # ~5 s a columnar case: several 1 s checkpoints
     ap.add_argument("--per-record-rows", type=int, default=500_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--only", help="comma-separated cases to run (rolling, window_columnar, window_per_record)")
