@@ -307,8 +307,7 @@ class KeyedStream(DataStream):
         return self._by("max", position_to_max_by)
 
     def _by(self, how: str, field: Any) -> DataStream:
-        if not isinstance(field, (str, int)) or isinstance(field, bool):
-            raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
+        _check_by_field(how, field)
         name = f"{how.capitalize()}By({field!r})"
         return DataStream(self._env, self._keyed(T.KEYED_REDUCE, name, _ByReducer(how, field)))
 
@@ -338,6 +337,11 @@ class KeyedStream(DataStream):
         return self._no_repartition("partition_custom")
 
     __getattr__ = unsupported.lookup("KeyedStream", unsupported.KEYED_STREAM)
+
+
+def _check_by_field(how: str, field: Any) -> None:
+    if not isinstance(field, (str, int)) or isinstance(field, bool):
+        raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
 
 
 class _ByReducer:
@@ -480,8 +484,7 @@ class WindowedStream:
         return self._by("max", field)
 
     def _by(self, how: str, field: Any) -> DataStream:
-        if not isinstance(field, (str, int)) or isinstance(field, bool):
-            raise TypeError(f"{how}_by() needs a column name or a tuple position, got {field!r}")
+        _check_by_field(how, field)
         p = self._params
         if isinstance(field, str) and self._columnar():
             label = f"Window({p['assigner'].describe()}, {how.capitalize()}By({field!r}))"
