@@ -51,11 +51,17 @@ def _run(build, backend, rows, stamps, arrow: bool):
     return h, sorted((tuple(r.items()), t) for r, t in h.out)
 
 
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+# every columnar-vs-per-record comparison runs on both backends and on both window shapes
+EVERY_BACKEND = pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+EVERY_ASSIGNER = pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10)),
+                                                      SlidingEventTimeWindows.of(Time.milliseconds(10),
+                                                                                 Time.milliseconds(5))],
+                                         ids=["tumbling", "sliding"])
+
+
+@EVERY_BACKEND
 @pytest.mark.parametrize("keys", ["int", "str"])
-@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10)),
-                                      SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(5))],
-                         ids=["tumbling", "sliding"])
+@EVERY_ASSIGNER
 def test_columnar_aggregations_equal_the_per_record_aggregate_function(backend, keys, assigner):
     rows, stamps = _rows(keys)
     columnar, got = _run(lambda s: s.key_by("k").window(assigner).aggregate(Aggregations(**AGGS)),
@@ -121,11 +127,9 @@ def test_columnar_aggregations_name_a_missing_or_text_column():
         h.op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "s": "x"}]), 0, np.array([1], dtype=np.int64))
 
 
-@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@EVERY_BACKEND
 @pytest.mark.parametrize("how", ["min_by", "max_by"])
-@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10)),
-                                      SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(5))],
-                         ids=["tumbling", "sliding"])
+@EVERY_ASSIGNER
 def test_columnar_min_by_max_by_keep_the_whole_first_best_record(backend, how, assigner):
     rows, stamps = _rows("str")
     for i, r in enumerate(rows):
