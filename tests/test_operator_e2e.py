@@ -11,6 +11,7 @@ manager's REST API and the jobs, is the real thing.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def test_two_replicas_active_killed_mid_upgrade_the_standby_finishes_it(kube_api
     assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
 
 
-def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepoint(kube_api, tmp_path):
+def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepoint(kube_api, tmp_path, caplog):
     """The driver's node dies (SIGKILL, pod Failed): the operator redeploys from the latest
     checkpoint (claiming the job's checkpoint directory) and the output stays exactly once. Then
     `kubectl delete` with savepointOnDeletion: a final savepoint, everything goes, and deletion
@@ -189,6 +190,8 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
         wait_for(lambda: kube_api.objects.get("sj", NS, "lossy") is None, timeout=90,
                  message="the StreamJob is deleted")
         assert refused.requests, "events were posted (and refused) during the deletion"
+        # The deletion waited for its savepoint without a "Handler 'teardown' failed temporarily" ERROR.
+        assert not [r for r in caplog.records if "teardown" in r.getMessage() and r.levelno >= logging.ERROR]
         assert not [p for p in kube_api.objects.list("v1/pods", NS)
                     if p["metadata"]["name"].startswith("lossy-")]
     savepoints = os.listdir(tmp_path / "savepoints")

@@ -157,6 +157,7 @@ def test_kubernetes_client_mode_conf():
         "spark.executor.cores": "1", "spark.executor.instances": "5", "spark.dynamicAllocation.enabled": "false",
         "spark.driver.host": "10.4.0.7", "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": "7078", "spark.driver.blockManager.port": "7079",
+        "spark.kubernetes.allocation.driver.readinessTimeout": "30s",
         # 2 min (the default): the driver waits that long for every executor; a barrier stage without
         # enough slots is retried 24 times 5 s apart instead of Spark's 40 x 15 s.
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",

@@ -742,3 +742,19 @@ def test_health_rollback_when_an_upgrade_is_not_stable_in_time():
     w.run_until(lambda: len(w.deploys) == 3)
     assert w.deploys[2].spec.get("config", {}) == {}
     w.run_until(lambda: lifecycle(w) == "ROLLED_BACK")
+
+
+@pytest.mark.parametrize("error, blamed", [
+    ("could not start Spark with master k8s://https://kubernetes.default.svc: Pod \"j-exec-1\" is invalid: "
+     "spec.containers[0].volumeMounts[2].mountPath: Invalid value: \"/tmp\": must be unique", "spark"),
+    ("the job needs 4 slots (parallelism 4), but only 1 of the 4 executors requested registered", "spec.executor"),
+    ("no such job file: /jobs/x.py", "spec.job.file"),
+    ("ZeroDivisionError: division by zero", "spec.job"),
+])
+def test_a_driver_that_never_ran_is_blamed_on_what_failed(error, blamed):
+    """Spark's own start-up failing (the cluster's side) is not the job's fault: it is not blamed on spec.job."""
+    st = StreamJobStatus()
+    st.deployment.number = 1
+    pod = PodObservation(name="j-driver-1", phase="Failed", exit_code=1, final_state="FAILED", final_error=error)
+    field_, message = R.startup_failure(st, Observation(now=T0, pod=pod))
+    assert field_ == blamed and message == f"the job did not start: {error}"

@@ -252,8 +252,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             job_id = initial.metadata.job_id
             checkpoint_dir = job_root.rsplit("/", 1)[0]
             adopted = _claimable(job_root, initial, display.note)
-    deployment = SparkDeployment(pod.spark_conf(config, os.environ, graph.parallelism, addresses),
-                                 graph.parallelism, graph.job_name)
+    spark_conf = pod.spark_conf(config, os.environ, graph.parallelism, addresses)
     coordinator = None
     if settings.enabled:
         storage = CheckpointStorage(checkpoint_dir, job_id,
@@ -291,6 +290,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     final_state = "FAILED"
     interrupts = 0
     try:
+        # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
+        # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
+        deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name)
         while True:
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)

@@ -433,6 +433,20 @@ def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
     return gateway
 
 
+def root_cause(error: BaseException) -> str:
+    """One line for a user: a Java exception's innermost cause (py4j's own text starts with "An error
+    occurred while calling ..." and goes on with the whole Java stack trace)."""
+    java = getattr(error, "java_exception", None)
+    try:
+        while java is not None and java.getCause() is not None:
+            java = java.getCause()
+        text = java.toString() if java is not None else ""
+    except Exception:  # noqa: BLE001 - the gateway itself may be gone
+        text = ""
+    lines = [line.strip() for line in (text or str(error)).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
@@ -496,7 +510,7 @@ class SparkDeployment:
             else:
                 sc = SparkContext.getOrCreate(spark_conf)
         except Exception as e:  # py4j / JVM launch problems
-            raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+            raise ClusterError(f"could not start Spark with master {self.master}: {root_cause(e)}") from e
         mark("spark context")
         if self.local:
             sc.setLogLevel("ERROR")

@@ -53,6 +53,9 @@ Recipe: an operator test
 Authentication is emulated: a bearer token the server knows (`KubeAPI.TOKEN`, each operator's
 identity) or, on the optional TLS port, a client certificate of the test CA; anything else is 401.
 
+Pods are checked on creation with the API server's rules that no schema expresses (unique volume
+names and mount paths, mounts naming a volume: tests/kube/validation.py) and refused with 422.
+
 Limits (not emulated): schema/CEL validation and defaulting, admission, RBAC (no 403 except
 injected), token review (tokens are a fixed list, not checked against ServiceAccounts), server-side apply, strategic merge of lists (treated as a JSON merge-patch), pagination
 (`limit` is ignored: everything comes in one page), foreground deletion (treated as background),
@@ -98,6 +101,8 @@ import pytest
 from kmock._internal import parsing as kmock_parsing
 from kmock._internal import rendering as kmock_rendering
 from kmock._internal.filtering import K8sCriteria
+
+from kube.validation import pod_invalid_message, pod_problems
 
 Body = dict[str, Any]
 
@@ -453,6 +458,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if namespace:
             meta["namespace"] = namespace
         key = (resource, namespace, meta["name"])
+        if resource.group == "" and resource.plural == "pods":  # ADDED: the API server's pod rules
+            problems = pod_problems(body)
+            if problems:
+                raise kmock.KubernetesError(status=422, reason="Invalid", message=pod_invalid_message(body, problems),
+                                            details={"name": meta["name"], "kind": "Pod", "causes": problems})
         if self._current(key) is not None:
             raise kmock.KubernetesError(status=409, reason="AlreadyExists",
                                         message=f'{resource.plural} "{meta["name"]}" already exists',
