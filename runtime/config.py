@@ -52,6 +52,8 @@ class Options:
     REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
     REST_TOKEN_FILE = "rest.auth.token-file"  # ... read from this file (a mounted Kubernetes Secret)
     REST_RESULT_LINGER = "rest.result-linger"  # how long the final result stays served after the job ended
+    # Storage schemes a savepoint's target_dir may use over REST besides the job's own (comma-separated)
+    REST_SAVEPOINT_SCHEMES = "rest.savepoint.allowed-schemes"
     JOBMANAGER_RPC_PORT = "jobmanager.rpc.port"  # the control server's port (0: a free one)
     # Kubernetes (Spark on Kubernetes in client mode: the driver runs in the job's pod)
     K8S_IMAGE = "kubernetes.container.image"  # the executors' image, else env STREAMJOB_IMAGE
@@ -102,6 +104,7 @@ DEFAULTS: dict[str, Any] = {
     Options.REST_ADDRESS: "127.0.0.1:0",
     Options.REST_TOKEN: "",
     Options.REST_TOKEN_FILE: "",
+    Options.REST_SAVEPOINT_SCHEMES: "",
     Options.REST_RESULT_LINGER: "0 s",  # in a pod (POD_IP set) and not configured: 60 s, see cluster/pod.py
     Options.JOBMANAGER_RPC_PORT: 0,
     Options.K8S_IMAGE: "",

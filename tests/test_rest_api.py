@@ -102,6 +102,13 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
         (json.dumps({"target_dir": str(tmp_path), "stop": "yes"}).encode(), 400, "'stop' must be true or false"),
         (json.dumps({"target_dir": str(tmp_path), "drain": True}).encode(), 400, "'drain' needs 'stop'"),
         (json.dumps({"target_dir": "memory://x"}).encode(), 400, "memory://"),
+        (b'{"target_dir": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+        (json.dumps({"target_dir": str(tmp_path / "a\x00b")}).encode(), 400, "control characters"),
+        (json.dumps({"target_dir": f"{tmp_path}/../../etc"}).encode(), 400, "contains '..'"),
+        (json.dumps({"target_dir": "savepoints/here"}).encode(), 400, "relative path"),
+        (json.dumps({"target_dir": "http://169.254.169.254/latest"}).encode(), 400,
+         "http:// is not storage of this job (allowed: file)"),
+        (json.dumps({"target_dir": "s3://other-bucket/sp"}).encode(), 400, "rest.savepoint.allowed-schemes"),
         (json.dumps({}).encode(), 409, "execution.checkpointing.savepoint-dir"),  # no default target configured
     ]
     for body, code, words in bad:
@@ -114,6 +121,10 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     assert status == 404 and "/v1/jobs" in doc["error"]
     status, doc = request(f"{url}/v1/job", "DELETE")
     assert status == 405 and "DELETE" in doc["error"]
+    with pytest.raises(urllib.error.HTTPError) as e:  # RFC 9110: a 405 names the allowed methods
+        urllib.request.urlopen(urllib.request.Request(f"{url}/v1/stop", method="GET",
+                                                      headers={"Authorization": f"Bearer {TOKEN}"}), timeout=10)
+    assert e.value.code == 405 and e.value.headers["Allow"] == "POST", dict(e.value.headers)
 
     # -- a savepoint over the API --------------------------------------------------------------
     status, triggered = request(f"{url}/v1/savepoints", "POST", json.dumps({"target_dir": str(tmp_path / "sp")}).encode())

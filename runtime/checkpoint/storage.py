@@ -313,6 +313,29 @@ def savepoint_url(target_dir: str, job_id: str) -> str:
     return f"{normalize_url(target_dir).rstrip('/')}/savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
 
 
+def url_scheme(url: str) -> str:
+    """``s3`` of s3://bucket/dir; ``file`` of a bare path."""
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def savepoint_target_problem(target: str, allowed_schemes: set[str]) -> str | None:
+    """Why a savepoint directory asked for over the REST API is refused, or None. The job manager writes
+    wherever a target points, with the job's credentials: only the storage the job itself uses (its
+    checkpoint and savepoint directories' schemes, and those configured), and no way out of a directory."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in target):
+        return "contains control characters"
+    scheme = url_scheme(target)
+    path = target.split("://", 1)[1] if "://" in target else target
+    if "://" not in target and not target.startswith("/"):
+        return f"{target!r} is a relative path; give an absolute path or a URL such as s3://bucket/savepoints"
+    if ".." in path.replace("\\", "/").split("/"):
+        return f"{target!r} contains '..'"
+    if scheme not in allowed_schemes:
+        return (f"{scheme}:// is not storage of this job (allowed: {', '.join(sorted(allowed_schemes))}); "
+                f"configure rest.savepoint.allowed-schemes to allow it")
+    return None
+
+
 def dispose_savepoint(url: str, storage_options: dict | None = None) -> CheckpointMetadata:
     """Delete a savepoint directory, after checking it is one (never a job's checkpoints).
     ``storage_options``: fsspec settings for this store (the operator disposes of many jobs'

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
                                       SavepointRequest, TaskCheckpointStats)
-from ..checkpoint.storage import normalize_url
+from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
 from ..config import Options
 from . import control as C
 
@@ -75,12 +75,17 @@ class JobManager:
                  advertise: str | None = None, port: int = 0, on_print: Callable[[list[str]], None] | None = None,
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
-                 operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None):
+                 operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
+                 savepoint_schemes: tuple[str, ...] = ()):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self.savepoint_dir = savepoint_dir
+        # Where a savepoint may be written when a REST client names the directory: the job's own storage.
+        own = {url_scheme(u) for u in (savepoint_dir, coordinator.storage.base_url if coordinator else None) if u}
+        own.discard("memory")
+        self.savepoint_schemes = (own or {"file"}) | {s.strip().lower() for s in savepoint_schemes if s.strip()}
         self.inline_threshold = inline_threshold
         self.cancel_requested = False
         self.operator_names = operator_names or {}
@@ -266,6 +271,10 @@ class JobManager:
         if cc is None:
             raise SavepointRefused("savepoints need checkpointing: the job runs without "
                                    "execution.checkpointing.interval, so its tasks take no snapshots")
+        if target_dir is not None:
+            problem = savepoint_target_problem(target_dir, self.savepoint_schemes)
+            if problem is not None:
+                raise ValueError(problem)
         target = target_dir or self.savepoint_dir
         if not target:
             raise SavepointRefused("no target directory: pass one, or configure execution.checkpointing.savepoint-dir")

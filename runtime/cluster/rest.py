@@ -73,7 +73,10 @@ class RestServer:
                 raise
             message = {404: f"no such resource: {request.path}",
                        405: f"{request.method} is not allowed on {request.path}"}.get(e.status, e.reason)
-            return _error(e.status, message)
+            response = _error(e.status, message)
+            if isinstance(e, web.HTTPMethodNotAllowed):  # RFC 9110: a 405 names the methods that are
+                response.headers["Allow"] = ", ".join(sorted(e.allowed_methods))
+            return response
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -179,6 +182,8 @@ async def _json_body(request: web.Request) -> dict | web.Response:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         return _error(400, f"request body is not valid JSON: {e}")
+    except RecursionError:
+        return _error(400, "request body is nested too deeply")
     if not isinstance(body, dict):
         return _error(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -259,7 +264,11 @@ OPENAPI: dict[str, Any] = {
                     "history": {"type": "array", "items": _ref("CheckpointStats")}}},
             "SavepointRequest": {
                 "type": "object", "additionalProperties": False,
-                "properties": {"target_dir": {"type": "string", "minLength": 1}, "stop": {"type": "boolean"},
+                "properties": {"target_dir": {
+                    "type": "string", "minLength": 1, "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+                    "description": "an absolute path or URL on the job's own storage (the schemes of its checkpoint "
+                                   "and savepoint directories, and rest.savepoint.allowed-schemes), without '..'"},
+                    "stop": {"type": "boolean"},
                                "drain": {"type": "boolean"},
                                "request_id": {"type": "string", "pattern": f"^{REQUEST_ID.pattern}$",
                                               "description": "client-chosen; a repeated request_id returns the "
