@@ -78,6 +78,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
+        conf.validate()  # before the JVM starts: a typo costs nothing (the job's own settings are checked too)
     except ConfigError as e:
         _fail(str(e))
     if module and job_file:  # with --module every positional argument is the job's

@@ -209,6 +209,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
     try:
+        config.validate()
         backend = backend_type(config)
         if config.checkpointing_enabled():
             config.unaligned_checkpoints()  # refuses unaligned checkpoints without EXACTLY_ONCE
