@@ -27,7 +27,10 @@ def err() -> Any:
 
 
 def _fail(message: str, code: int = 1, conf: Configuration | None = None) -> None:
-    err().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    from rich.text import Text
+
+    # The message is the user's (paths, job names, exception text): never read as markup.
+    err().print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     if conf is not None:
         _leave_termination_message(conf, message)
     sys.exit(code)
