@@ -106,5 +106,7 @@ def test_user_text_is_never_read_as_markup(tmp_path):
     assert "field [bold]amount[/bold] missing in [record]" in out, out[-3000:]
     assert "Job '[prod] totals' failed" in out, out[-3000:]
     assert "[parse] step" in out, out[-3000:]
+    # The user's frame names the job file and shows the line (cloudpickle ships it as "<dynamic-code>").
+    assert f'  File "{job}", line 5, in parse\n    raise RuntimeError(' in out, out[-3000:]
     r = run_cli("run", str(job), "--master", "local[x]")
     assert r.returncode != 0 and "local[x]" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]

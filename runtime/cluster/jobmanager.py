@@ -24,6 +24,7 @@ from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, Complete
 from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
 from ..config import Options
 from . import control as C
+from .tracebacks import map_user_frames
 
 CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
@@ -550,7 +551,8 @@ class JobManager:
                             self.coordinator.request_final()
                 elif kind == C.FAILED:
                     self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
-                                           msg.get("error", ""), msg.get("traceback", ""), msg.get("cause", "task"),
+                                           msg.get("error", ""), map_user_frames(msg.get("traceback", "")),
+                                           msg.get("cause", "task"),
                                            attempt or 0, msg.get("checkpoint")))
                 elif kind == C.FINISHED:
                     finished = True
