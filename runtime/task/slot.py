@@ -386,9 +386,11 @@ class SlotRuntime:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
     def _recover_channel_state(self, restore: dict) -> None:
-        """Replay the in-flight data of an unaligned checkpoint before any new input: first every
-        task's output channel state is sent again (it was emitted before the snapshot), then each
-        task's input channel state goes through its operators (it preceded the barrier there)."""
+        """Restore the in-flight data of an unaligned checkpoint ahead of any new input: every task's
+        output channel state is sent again (it was emitted before the snapshot), and each input
+        channel's state is put at the head of that channel (it preceded the barrier there). The task
+        processes it in its running loop: recovery never holds back "running", so the next checkpoint
+        is not delayed by the replay and recovery time does not grow with the data in flight."""
         location = StateLocation(restore["root"])
         recovered = []
         for task in self.tasks:
@@ -416,11 +418,7 @@ class SlotRuntime:
             recovered.append((task, state, inputs))
         for task, state, inputs in recovered:
             for key, batches in state.inputs.items():
-                for batch in batches:
-                    if type(batch) is Stamped:
-                        task.head.process_batch(batch.batch, inputs[key].input_index, batch.ts)
-                    else:
-                        task.head.process_batch(batch, inputs[key].input_index)
+                inputs[key].prepend_recovered(list(batches))
 
     def _print(self, lines: list[str]) -> None:
         control = self.control
