@@ -133,6 +133,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
+    execution_context.show_summary = True  # as --no-progress's help says: only the live table goes
     what = job_file or module
     source = os.path.abspath(job_file) if job_file else found.origin
     sys.argv = [source or what, *job_args]

@@ -187,12 +187,15 @@ def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[C
 
 
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
-                job_id: str | None = None, client: Any = None) -> JobExecutionResult:
+                job_id: str | None = None, client: Any = None, summary: bool | None = None) -> JobExecutionResult:
+    """show_progress: the live table (None: on a terminal); summary: the final tables (None: unless
+    show_progress is False)."""
     mark("execute")
     job_id = job_id or uuid.uuid4().hex
     deployed: list[JobManager] = []  # once the job manager runs, it leaves the final result itself
+    summary = show_progress is not False if summary is None else summary
     try:
-        return _execute_job(graph, config, show_progress, job_id, client, deployed)
+        return _execute_job(graph, config, show_progress, job_id, client, deployed, summary)
     except BaseException as e:
         if not deployed:  # the job could not even be deployed: the operator still learns why
             _leave_termination_message(config, {"id": job_id, "name": graph.job_name, "state": "FAILED",
@@ -202,7 +205,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
 
 
 def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None, job_id: str, client: Any,
-                 deployed: list[JobManager]) -> JobExecutionResult:
+                 deployed: list[JobManager], summary: bool = True) -> JobExecutionResult:
     from .spark import SparkDeployment
 
     filesystems.configure(config)
@@ -229,7 +232,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             f"{Options.CHECKPOINTING_DIR} (e.g. file:///tmp/checkpoints or s3://bucket/checkpoints); "
             f"memory:// keeps state in the job manager and cannot share files between checkpoints")
     strategy = failover.from_configuration(config)
-    display = ProgressDisplay(graph, live=show_progress, summary=show_progress is not False)
+    display = ProgressDisplay(graph, live=show_progress, summary=summary)
     recovery_path = config.get_string(Options.RECOVERY_PATH)
     initial = _initial_restore(recovery_path, display.note) if recovery_path else None
     claim = str(config.get(Options.CLAIM_MODE)).strip().upper()
