@@ -134,7 +134,8 @@ async function refresh() {
       return;
     }
     document.body.classList.add("stale");
-    say(`Cannot reach the job manager (${e.message}); showing the last data, retrying.`, "connection");
+    say(`Cannot reach the job manager (${e.message}): the job may have ended. Showing the last data; retrying.`,
+        "connection");
   }
   timer = setTimeout(refresh, POLL_MS);
 }
@@ -400,7 +401,7 @@ async function act(button, run) {
 $("btn-savepoint").addEventListener("click", (ev) => act(ev.currentTarget, async () => {
   const dir = $("savepoint-dir").value.trim();
   const r = await api("POST", "v1/savepoints", dir ? { target_dir: dir } : {});
-  return `Savepoint ${r.id} ${r.status.toLowerCase()}: ${r.path}`;
+  return `Savepoint ${r.id} triggered: ${r.path} (its status is in the table below)`;
 }));
 
 $("btn-stop").addEventListener("click", (ev) => {
