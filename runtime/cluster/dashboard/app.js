@@ -14,6 +14,8 @@ let token = sessionStorage.getItem(TOKEN_KEY) || "";
 let needToken = false;
 let job = null;
 let timer = null;
+let refreshing = false; // one refresh at a time: a button's refresh during a poll runs right after it
+let again = false;
 let graphKey = "";
 let graphCells = new Map(); // operator id -> {in, out, wm}, vertex id -> {bp}
 let exceptionsKey = "";
@@ -112,21 +114,26 @@ function askForToken(reason) {
 // -- refresh --------------------------------------------------------------------------------------
 
 async function refresh() {
+  if (refreshing) { again = true; return; }
   clearTimeout(timer);
   if (needToken) return;
+  refreshing = true;
+  try {
+    await load();
+  } finally {
+    refreshing = false;
+  }
+  if (needToken) return;
+  if (again) { again = false; refresh(); } else timer = setTimeout(refresh, POLL_MS);
+}
+
+async function load() {
+  let docs;
   try {
     // peek: the dashboard only watches; the job's final word stays for the client that waits for it
-    const [j, checkpoints, savepoints, exceptions] = await Promise.all([
+    docs = await Promise.all([
       api("GET", "v1/job?peek=true"), api("GET", `v1/checkpoints?limit=${HISTORY_ROWS}`),
       api("GET", "v1/savepoints"), api("GET", "v1/exceptions")]);
-    job = j;
-    renderJob(j);
-    renderGraph(j);
-    renderCheckpoints(checkpoints);
-    renderSavepoints(savepoints);
-    renderExceptions(exceptions, j);
-    document.body.classList.remove("stale");
-    if ($("message").dataset.kind === "connection") say("");
   } catch (e) {
     if (e instanceof Unauthorized) {
       askForToken(token ? "The REST token was not accepted; enter the job's rest.auth.token."
@@ -136,8 +143,22 @@ async function refresh() {
     document.body.classList.add("stale");
     say(`Cannot reach the job manager (${e.message}): the job may have ended. Showing the last data; retrying.`,
         "connection");
+    return;
   }
-  timer = setTimeout(refresh, POLL_MS);
+  const [j, checkpoints, savepoints, exceptions] = docs;
+  job = j;
+  document.body.classList.remove("stale");
+  if ($("message").dataset.kind === "connection") say("");
+  try {
+    renderJob(j);
+    renderGraph(j);
+    renderCheckpoints(checkpoints);
+    renderSavepoints(savepoints);
+    renderExceptions(exceptions);
+  } catch (e) { // a bug of this page: say so, and keep polling
+    console.error(e);
+    say(`The page could not show the job's data: ${e.message}`, "render");
+  }
 }
 
 function say(text, kind = "") {
@@ -359,7 +380,7 @@ function failureBlock(f, root) {
   return block;
 }
 
-function renderExceptions(doc, j) {
+function renderExceptions(doc) {
   const key = JSON.stringify([doc.total, doc.history.map((h) => [h.attempt, h.concurrent.length])]);
   if (key === exceptionsKey) return; // unchanged: keep what the user opened or closed
   exceptionsKey = key;
