@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import time
+import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -36,7 +37,7 @@ def committed_rows(out: str) -> list[tuple]:
     return sorted(rows)
 
 
-def kill_tasks_at_random(client, kills: int, rng: random.Random) -> list[float]:
+def kill_tasks_at_random(client, kills: int, rng: random.Random, pause: tuple[float, float] = (0.3, 1.5)) -> list[float]:
     """SIGKILL a random task process at random moments, each time once the job runs again."""
     assert client.wait_until_running(60)
     jm = client.job_manager
@@ -45,7 +46,7 @@ def kill_tasks_at_random(client, kills: int, rng: random.Random) -> list[float]:
     while len(killed_at) < kills and time.monotonic() < deadline:
         if client._finished.is_set():
             break
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(*pause))
         pids = jm.task_pids()
         if not jm.all_running() or len(pids) < 3:
             continue
@@ -162,3 +163,26 @@ def test_aligned_snapshot_holds_exactly_the_records_before_the_barrier_on_each_i
     assert run_two_inputs(exactly_once=True) == [[1 + 2, 10 + 20 + 40]]
     # Without alignment (at least once) the snapshot also holds input 0's records after its barrier.
     assert run_two_inputs(exactly_once=False) == [[1 + 2 + 4, 10 + 20 + 40]]
+
+
+def test_twenty_kills_make_twenty_restarts(spark_slots, tmp_path):
+    """Each task kill is one restart, no more: a task of a cancelled attempt that registers late (Spark
+    started its worker before the stage was cancelled) is refused instead of joining the next attempt
+    and failing it again. The count is read where a user reads it: GET /v1/job."""
+    rng = random.Random(int(time.time()))
+    rows = 120_000  # 15 s of input: the kills take ~0.5 s of running time each, and rewind less
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    env = counting.build(out, checkpoints, rows, rate=8000, interval_ms=rng.randint(200, 400))
+    client = env.execute_async("counting")
+    killed = kill_tasks_at_random(client, 20, rng, pause=(0.2, 0.8))
+    assert len(killed) == 20, f"the job finished before the test could kill 20 tasks ({len(killed)})"
+    jm = client.job_manager
+    deadline = time.monotonic() + 30
+    while not (jm.all_running() and jm.restarts >= 20) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the last kill's restart
+    with urllib.request.urlopen(f"{jm.rest.url}/v1/job", timeout=10) as resp:
+        job = json.loads(resp.read())
+    assert job["restarts"] == 20, job
+    result = client.get_job_execution_result(300)
+    assert result.restarts == 20
+    assert committed_rows(out) == counting.expected_rows(rows)

@@ -368,9 +368,6 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             if error is not None and failure is None and jm.status.state != "CANCELED":
                 jm.failure_event.wait(2.0)  # the failure report may still be on its way
                 failure = jm.root_failure()
-            if jm.all_finished() and (failure is None or failure.cause == "jvm"):
-                # Every task finished (its last checkpoint completed and committed) before the JVM went.
-                error = failure = None
             if jm.status.state == "CANCELED":
                 final_state = "CANCELED"
                 raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) was canceled")
@@ -387,10 +384,23 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if deployment.local:
                     _kill_tasks(survivors)
                     jm.wait_disconnected(_ORPHAN_GRACE_S)
-                if not deployment.jvm_restartable:
-                    final_state = "FAILED"
-                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: "
-                                            + _driver_lost_message(jvm_exit, deployment.master, coordinator))
+            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            if jm.all_finished() and (failure is None or failure.cause == "jvm"):
+                # Every task finished (its final checkpoint completed, its sinks committed) before the JVM went.
+                final_state, driver_lost = "FINISHED", False
+                break
+            stopped = jm.stop_with_savepoint_completed()
+            if stopped is not None:
+                # The job's final snapshot is complete and was announced (sinks may have committed from it):
+                # restoring an older checkpoint would repeat that output. The job ends with its savepoint, and
+                # a job resumed from it commits whatever its sinks had not yet.
+                display.note(f"Attempt {attempt_no + 1} failed after its stop-with-savepoint completed: {what}. "
+                             f"The job ends with savepoint {stopped}")
+                final_state, driver_lost = "FINISHED", False
+                break
+            if jvm_exit is not None and not deployment.jvm_restartable:
+                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: "
+                                        + _driver_lost_message(jvm_exit, deployment.master, coordinator))
             lost_checkpoints = False
             if failure is not None and failure.cause == "restore":
                 bad = failure.checkpoint
@@ -404,7 +414,6 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             delay = strategy.next_delay_ms(int(time.time() * 1000))
             if delay is None:
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
-            what = failure.summary(graph.parallelism) if failure else _first_line(error)
             if coordinator is not None:
                 coordinator.abort_all(f"restarting after a failure of attempt {attempt_no + 1}: {what}",
                                       time.monotonic())

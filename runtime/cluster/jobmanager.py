@@ -466,6 +466,13 @@ class JobManager:
         with self._lock:
             return len(self.running) >= self.parallelism and not self.failures
 
+    def stop_with_savepoint_completed(self) -> str | None:
+        """The path of this job's completed stop-with-savepoint, if one completed."""
+        cc = self.coordinator
+        with self._lock:
+            stops = [r for r in (cc.savepoints.values() if cc is not None else ()) if r.stop and r.status == COMPLETED]
+            return stops[-1].path if stops else None
+
     def all_finished(self) -> bool:
         """Every task of the current attempt reported "finished" (after its final checkpoint)."""
         with self._lock:
