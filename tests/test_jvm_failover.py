@@ -56,14 +56,14 @@ def request(url: str, method: str = "GET", body: dict | None = None) -> tuple[in
 class Job:
     """``streamjob run tests/jobs/counting.py`` in a subprocess, with its REST API on a known port."""
 
-    def __init__(self, tmp_path, rows: int, rate: int, *args: str, env: dict | None = None):
+    def __init__(self, tmp_path, rows: int, rate: int, *args: str, env: dict | None = None, linger: str = "20 s"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.out, self.checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, self.out, self.checkpoints, str(rows),
              str(rate), "--no-progress", "--conf", f"rest.address=127.0.0.1:{self.port}",
-             "--conf", "rest.result-linger=20 s", *args],
+             "--conf", f"rest.result-linger={linger}", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
@@ -97,11 +97,11 @@ class Job:
         [java] = [c for c in psutil.Process(self.proc.pid).children() if c.name() == "java"]
         return java
 
-    def kill_jvm(self) -> list[psutil.Process]:
+    def kill_jvm(self, local: bool = True) -> list[psutil.Process]:
         """SIGKILL the JVM; returns its Python workers (the tasks), which outlive it as orphans unless ended."""
         java = self.java()
         workers = [p for p in java.children(recursive=True) if "python" in p.name()]
-        assert workers, "the JVM runs the job's tasks"
+        assert workers or not local, "the JVM runs the job's tasks"
         java.kill()
         return workers
 
@@ -242,6 +242,96 @@ def test_jvm_killed_during_stop_with_savepoint_fails_it_clearly_and_a_retry_stop
     assert 0 < stopped_at < rows
     resumed = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, job.out, job.checkpoints,
                               str(rows), "20000", "--no-progress", "--from-savepoint", sp["path"]],
+                             capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert committed_rows(job.out) == counting.expected_rows(rows)
+
+
+# -- a cluster master: the driver's JVM is the driver ---------------------------------------------------
+SPARK_HOME = os.path.dirname(__import__("importlib.util").util.find_spec("pyspark").origin)
+
+
+def _spark_daemon(log_path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "SPARK_HOME": SPARK_HOME, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+           # quicker to start, as the embedded local Spark's JVM (spark.LOCAL_JVM_OPTIONS)
+           "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", "SPARK_DAEMON_MEMORY": "256m",
+           # every port on loopback only; no REST submission server
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false", "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false"}
+    return subprocess.Popen([os.path.join(SPARK_HOME, "bin", "spark-class"), *args], env=env,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+
+@pytest.fixture
+def standalone_spark(tmp_path):
+    """A Spark standalone master and one worker (3 cores) on 127.0.0.1, started by the test (the JVMs
+    of pip's PySpark), stopped after it."""
+    port = free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    logs = tmp_path / "spark-logs"
+    logs.mkdir()
+    master = _spark_daemon(logs / "master.log", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                           "--port", str(port), "--webui-port", str(free_port()))
+    worker = _spark_daemon(logs / "worker.log", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                           "--cores", "3", "--memory", "2g", "--webui-port", str(free_port()),
+                           "--work-dir", str(tmp_path / "spark-work"), master_url)
+    try:
+        deadline = time.monotonic() + 120
+        while "Registering worker" not in (logs / "master.log").read_text():
+            assert master.poll() is None and worker.poll() is None and time.monotonic() < deadline, \
+                (logs / "master.log").read_text()[-3000:] + (logs / "worker.log").read_text()[-3000:]
+            time.sleep(0.2)
+        yield master_url
+    finally:
+        for proc in (worker, master):  # the worker ends its executors as it stops
+            proc.terminate()
+        for proc in (worker, master):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_on_a_cluster_master_the_jvm_s_death_fails_the_job_fast_and_keeps_its_checkpoints(standalone_spark, tmp_path):
+    """On spark:// the driver's JVM is the Spark driver: a new one would be a new application without the
+    job's executors. Its death fails the job at once with that message (REST, termination message),
+    instead of retrying a dead gateway; even with NO_EXTERNALIZED_CHECKPOINTS the checkpoints stay (the
+    driver crashed, the job did not end), and a run resumed from them completes the output exactly."""
+    termination = tmp_path / "termination-log"
+    rows = 30_000
+    job = Job(tmp_path, rows, 1500, "--master", standalone_spark, "--conf", f"kubernetes.termination-log={termination}",
+              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=512m",
+              "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+              # the barrier stage starts once the worker's executor registered (else: not enough slots, restart)
+              "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+              "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s",
+              "--conf", "spark.executorEnv.POD_IP=127.0.0.1", "--conf", "spark.executorEnv.STREAMJOB_BIND_HOST=127.0.0.1",
+              linger="0",
+              env={"STREAMJOB_BIND_HOST": "127.0.0.1", "SPARK_LOCAL_IP": "127.0.0.1",
+                   "COUNTING_RETENTION": "NO_EXTERNALIZED_CHECKPOINTS"})
+    try:
+        job.until(lambda: job.checkpoints_after(2), timeout=180, what="the job runs on the cluster and checkpoints")
+        job.kill_jvm(local=False)
+        killed_at, before = time.monotonic(), len(job.lines)
+        assert job.proc.wait(60) == 1, job.stderr()[-3000:]
+        ended_in = time.monotonic() - killed_at
+    finally:
+        job.kill()
+    stderr, after = job.stderr(), "".join(job.lines[before:])
+    assert f"{JVM_EXITED}; it cannot be replaced on master {standalone_spark}" in after, stderr[-3000:]
+    assert "Restarting" not in after and "Connection refused" not in after, stderr[-3000:]
+    result = json.loads(termination.read_text())
+    assert result["state"] == "FAILED" and JVM_EXITED in result["error"], result
+    assert "its checkpoints are kept: resume from" in result["error"], result
+    [job_dir] = os.listdir(job.checkpoints)
+    kept = [d for d in os.listdir(os.path.join(job.checkpoints, job_dir)) if d.startswith("chk-")]
+    assert kept, "the checkpoints outlive the driver"
+    print(f"failed {ended_in:.1f} s after the kill")
+    partial = len(committed_rows(job.out))
+    assert partial < rows
+    resumed = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, job.out, job.checkpoints,
+                              str(rows), "20000", "--no-progress", "--from-checkpoint",
+                              os.path.join(job.checkpoints, job_dir)],
                              capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert committed_rows(job.out) == counting.expected_rows(rows)

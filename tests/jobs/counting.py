@@ -8,6 +8,7 @@ running count of every row is deterministic: ``expected_rows`` computes it.
 
 With ``COUNTING_STALL_FILE=PATH`` in the environment, the counting operator waits while PATH exists:
 a test holds a checkpoint or savepoint in flight (its barrier cannot pass) for as long as it likes.
+``COUNTING_RETENTION`` overrides the externalized checkpoint retention (RETAIN_ON_CANCELLATION).
 """
 
 import os
@@ -88,7 +89,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
           restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
-          slow_ms: float = 0.0, event_time: bool = False, stall_file: str | None = None) -> StreamExecutionEnvironment:
+          slow_ms: float = 0.0, event_time: bool = False, stall_file: str | None = None,
+          retention: str = "RETAIN_ON_CANCELLATION") -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
     still come in index order: DataGen's splits are residue classes that keep their key."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -103,7 +105,7 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_incremental(incremental)
     config.set_checkpoint_storage(checkpoints)
     config.set_num_retained_checkpoints(retained)
-    config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
+    config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention(retention))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
@@ -117,4 +119,5 @@ if __name__ == "__main__":
     backend = sys.argv[5] if len(sys.argv) > 5 else "hashmap"
     incremental = len(sys.argv) > 6 and sys.argv[6] == "incremental"
     build(out, checkpoints, rows, rate, backend=backend, incremental=incremental,
-          stall_file=os.environ.get("COUNTING_STALL_FILE") or None).execute("counting")
+          stall_file=os.environ.get("COUNTING_STALL_FILE") or None,
+          retention=os.environ.get("COUNTING_RETENTION") or "RETAIN_ON_CANCELLATION").execute("counting")
