@@ -52,11 +52,17 @@ def kill_tasks_at_random(client, kills: int, rng: random.Random, pause: tuple[fl
         if not jm.all_running() or len(pids) < 3:
             continue
         slot = rng.choice(sorted(pids))
+        attempt = jm.attempt
         try:
             os.kill(pids[slot], signal.SIGKILL)
             killed_at.append(time.monotonic())
         except ProcessLookupError:
-            pass
+            continue
+        # Until the job manager saw this kill, the attempt still looks running: a second kill would hit
+        # the same attempt (two kills, one restart).
+        noticed = time.monotonic() + 30
+        while jm.attempt == attempt and not jm.failures and time.monotonic() < noticed:
+            time.sleep(0.01)
     return killed_at
 
 
