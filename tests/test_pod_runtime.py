@@ -598,7 +598,7 @@ def test_job_manager_reads_control_messages_larger_than_asyncio_s_default_line_l
     host, port = jm.start()
     try:
         with socket.create_connection((host, port), timeout=5) as s:
-            s.sendall(C.encode({"type": C.REGISTER, "slot": 0}))
+            s.sendall(C.encode({"type": C.REGISTER, "slot": 0, "attempt": 0}))
             big = {"op": [1, 2, "x" * (1 << 20)]}
             s.sendall(C.encode({"type": C.METRICS, "slot": 0, "ops": big}) +
                       C.encode({"type": C.METRICS, "slot": 0, "ops": {"op": [3, 4, None]}}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import sysconfig
 import threading
@@ -28,7 +29,7 @@ from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod
-from .jobmanager import BindError, JobManager
+from .jobmanager import BindError, JobManager, TaskFailure
 
 
 REST_TOKEN_ENV = "STREAMJOB_REST_TOKEN"  # the REST API's token when rest.auth.token is not set
@@ -91,7 +92,7 @@ class _Attempt:
 
         def run() -> None:
             try:
-                deployment.run_stage(self.group, name, payload, jm_address)
+                deployment.run_stage(self.group, name, payload, jm_address, attempt)
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 self.error = e
 
@@ -106,6 +107,38 @@ class _Attempt:
 
     def join(self, timeout: float) -> None:
         self.thread.join(timeout)
+
+
+# How long the stage's thread may take to notice that the JVM it waits on is gone (its py4j socket
+# closes with the JVM, so it is at once in practice); then the attempt is given up without it.
+_JVM_STAGE_GRACE_S = 5.0
+# How long the killed tasks of an attempt whose JVM died may take to disconnect before the next one starts.
+_ORPHAN_GRACE_S = 5.0
+
+
+def _jvm_failure(how: str, attempt: int) -> TaskFailure:
+    return TaskFailure(-1, None, "SparkJVMExited", f"the Spark JVM exited ({how})", "", "jvm", attempt)
+
+
+def _kill_tasks(pids: dict[int, int]) -> None:
+    """End the task processes of an attempt whose JVM died. Spark would kill them as it cancels the
+    stage; with its JVM gone they live on as orphans (parent pid 1) and keep computing, snapshotting
+    and writing in-progress sink files. Each pid has a connected control channel, so it is still the
+    process that registered (no reused pid)."""
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _driver_lost_message(how: str, master: str, coordinator: CheckpointCoordinator | None) -> str:
+    latest = coordinator.latest() if coordinator is not None else None
+    resume = (f"its checkpoints are kept: resume from {latest.url.rsplit('/', 1)[0]} (latest: checkpoint "
+              f"{latest.checkpoint_id})" if latest is not None else "no checkpoint had completed yet")
+    return (f"the Spark JVM exited ({how}); it cannot be replaced on master {master}: that JVM is the Spark "
+            f"driver, and a new one would be a new Spark application without the job's executors. The job "
+            f"fails instead of retrying a dead gateway; {resume}")
 
 
 def _verify(checkpoint: CompletedCheckpoint) -> None:
@@ -293,6 +326,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     attempt_no = 0
     restore = initial
     final_state = "FAILED"
+    driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
     interrupts = 0
     try:
         # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
@@ -302,10 +336,17 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
             cancel_at: float | None = None
+            jvm_exit: str | None = None  # how the JVM ended, when it did during this attempt
             while attempt.alive():
                 try:
                     attempt.join(0.25)
                     display.update(jm.operator_totals())
+                    if jvm_exit is None:
+                        jvm_exit = deployment.jvm_exit()
+                        if jvm_exit is not None:
+                            jm.report(_jvm_failure(jvm_exit, attempt_no))
+                    elif time.monotonic() - (cancel_at or time.monotonic()) > _JVM_STAGE_GRACE_S:
+                        break
                     if (jm.cancel_requested or client is not None and client._cancel_requested) \
                             and jm.status.state != "CANCELED":
                         jm.status.state = "CANCELED"
@@ -324,6 +365,12 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                         jm.status.state = "CANCELED"
                         attempt.cancel()
             error = attempt.error
+            if error is not None and jvm_exit is None:
+                # The stage ended with an error: was it the JVM (one this process did not launch is only
+                # seen this way, by its gateway refusing connections)?
+                jvm_exit = deployment.jvm_exit(error)
+                if jvm_exit is not None:
+                    jm.report(_jvm_failure(jvm_exit, attempt_no))
             failure = jm.root_failure()
             if error is not None and failure is None and jm.status.state != "CANCELED":
                 jm.failure_event.wait(2.0)  # the failure report may still be on its way
@@ -336,6 +383,31 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 final_state = "FINISHED"
                 break
             # -- the attempt failed: restart or give up -------------------------------------------
+            # Fenced before anything else: once the restore point is chosen below, no checkpoint of this
+            # attempt may complete and no sink of it commit, whatever its task processes still do.
+            survivors = jm.fence()
+            if jvm_exit is not None:
+                driver_lost = True  # until a new JVM runs: the job's end leaves its checkpoints in place
+                if deployment.local:
+                    _kill_tasks(survivors)
+                    jm.wait_disconnected(_ORPHAN_GRACE_S)
+            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            if jm.all_finished() and (failure is None or failure.cause == "jvm"):
+                # Every task finished (its final checkpoint completed, its sinks committed) before the JVM went.
+                final_state, driver_lost = "FINISHED", False
+                break
+            stopped = jm.stop_with_savepoint_completed()
+            if stopped is not None:
+                # The job's final snapshot is complete and was announced (sinks may have committed from it):
+                # restoring an older checkpoint would repeat that output. The job ends with its savepoint, and
+                # a job resumed from it commits whatever its sinks had not yet.
+                display.note(f"Attempt {attempt_no + 1} failed after its stop-with-savepoint completed: {what}. "
+                             f"The job ends with savepoint {stopped}")
+                final_state, driver_lost = "FINISHED", False
+                break
+            if jvm_exit is not None and not deployment.jvm_restartable:
+                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: "
+                                        + _driver_lost_message(jvm_exit, deployment.master, coordinator))
             lost_checkpoints = False
             if failure is not None and failure.cause == "restore":
                 bad = failure.checkpoint
@@ -350,7 +422,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             if delay is None:
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
             if coordinator is not None:
-                coordinator.abort_all(f"restarting after a failure of attempt {attempt_no}", time.monotonic())
+                coordinator.abort_all(f"restarting after a failure of attempt {attempt_no + 1}: {what}",
+                                      time.monotonic())
             restore, skipped = _pick_restore(coordinator, initial)
             for msg in skipped:
                 display.note(msg)
@@ -358,12 +431,21 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 # Starting over would repeat output that completed checkpoints already committed.
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
                                extra="no completed checkpoint is left to restore from")
-            what = failure.summary(graph.parallelism) if failure else _first_line(error)
             where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"
-            display.note(f"Attempt {attempt_no + 1} failed: {what}. Restarting from {where} in {delay} ms ({strategy.describe()})")
+            new_jvm = "; starting a new one" if jvm_exit is not None else ""
+            display.note(f"Attempt {attempt_no + 1} failed: {what}{new_jvm}. Restarting from {where} in {delay} ms "
+                         f"({strategy.describe()})")
             jm.restarts += 1
             attempt_no += 1
-            time.sleep(delay / 1000.0)
+            restart_at = time.monotonic() + delay / 1000.0
+            if jvm_exit is not None:
+                try:
+                    deployment.restart_jvm()
+                except Exception as e:  # noqa: BLE001 - the JVM cannot start: no attempt can run
+                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: the Spark JVM exited "
+                                            f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
+                driver_lost = False
+            time.sleep(max(0.0, restart_at - time.monotonic()))
         seconds = time.monotonic() - started
         totals = jm.operator_totals()
         jm.finish("FINISHED")
@@ -384,7 +466,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         if coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
-                coordinator.shutdown(jm.status.state)
+                coordinator.shutdown(jm.status.state, retain=driver_lost)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
         _linger(config, jm, display)

@@ -28,7 +28,8 @@ from . import control as C
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 
-CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
+# The JVM's death first: every other failure of that attempt (lost tasks, peers) follows from it.
+CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
 FAILURE_HISTORY = 100  # task failures kept for GET /v1/exceptions (a job restarting forever must not grow)
@@ -53,12 +54,15 @@ class TaskFailure:
     error: str
     traceback: str
     cause: str  # "operator" (user code), "task" (runtime), "restore" (checkpoint unreadable), "storage"
-    # (checkpoint storage unreachable during restore), "checkpoint", "lost" (process gone), "peer"
+    # (checkpoint storage unreachable during restore), "checkpoint", "lost" (process gone), "peer",
+    # "jvm" (the Spark JVM exited)
     attempt: int = 0
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)
 
     def summary(self, parallelism: int) -> str:
+        if self.cause == "jvm":
+            return self.error
         if self.operator:
             where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})"
         elif self.slot >= 0:
@@ -109,6 +113,10 @@ class JobManager:
         self.coordinator = coordinator
         self.status = JobStatus()
         self.attempt = 0
+        # Set once the executor gave the current attempt up, before it picks the restore point: from
+        # then on no checkpoint of that attempt completes (acks are dropped, no "complete" is sent, so
+        # no sink commits), nothing is triggered and no task registers, whatever its processes still do.
+        self.fenced = False
         self.restore: CompletedCheckpoint | None = None
         self.metrics: dict[int, dict[str, list[int]]] = {}
         self.windows: dict[int, tuple[float | None, float | None]] = {}  # slot -> (loop start, loop end)
@@ -234,6 +242,7 @@ class JobManager:
         """A new deployment of every task; messages of earlier attempts are ignored from now on."""
         with self._lock:
             self.attempt = attempt
+            self.fenced = False
             self.restore = restore
             if restore is not None:
                 self.restored = (restore, time.time())
@@ -250,6 +259,18 @@ class JobManager:
             self.failures = []
             self.failure_event.clear()
             self.status.state = "RUNNING"
+
+    def fence(self) -> dict[int, int]:
+        """The current attempt is over: see ``fenced``. Returns slot -> process id of its tasks still
+        connected (a connected control channel means the process that registered is alive), so the
+        executor can end them where Spark cannot (its JVM is gone)."""
+        with self._lock:
+            self.fenced = True
+            return {slot: pid for slot, pid in self.pids.items() if slot in self._writers}
+
+    def report(self, failure: TaskFailure) -> None:
+        """A failure the driver saw itself (the Spark JVM's exit), recorded as a task's would be."""
+        self._fail(failure)
 
     # -- commands ----------------------------------------------------------------
     def stop(self) -> None:
@@ -444,7 +465,7 @@ class JobManager:
     def _tick(self, now: float) -> None:
         cc = self.coordinator
         with self._lock:
-            if cc is None or self.failures or len(self.running) < self.parallelism:
+            if cc is None or self.failures or self.fenced or len(self.running) < self.parallelism:
                 return
             cc.expire(now)
             self._send_aborts()
@@ -476,7 +497,7 @@ class JobManager:
                                     int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)),
                                     float(msg.get("start_delay_ms", 0.0)))
         with self._lock:
-            if int(msg.get("attempt", -1)) != self.attempt:
+            if int(msg.get("attempt", -1)) != self.attempt or self.fenced:
                 cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
                 return
             now = time.monotonic()
@@ -489,7 +510,7 @@ class JobManager:
     def _on_decline(self, msg: dict) -> None:
         cc = self.coordinator
         with self._lock:
-            if cc is None or int(msg.get("attempt", -1)) != self.attempt:
+            if cc is None or int(msg.get("attempt", -1)) != self.attempt or self.fenced:
                 return
             cc.decline(int(msg["id"]), str(msg.get("reason", "declined")), time.monotonic())
             self._send_aborts()
@@ -526,6 +547,18 @@ class JobManager:
     def all_running(self) -> bool:
         with self._lock:
             return len(self.running) >= self.parallelism and not self.failures
+
+    def stop_with_savepoint_completed(self) -> str | None:
+        """The path of this job's completed stop-with-savepoint, if one completed."""
+        cc = self.coordinator
+        with self._lock:
+            stops = [r for r in (cc.savepoints.values() if cc is not None else ()) if r.stop and r.status == COMPLETED]
+            return stops[-1].path if stops else None
+
+    def all_finished(self) -> bool:
+        """Every task of the current attempt reported "finished" (after its final checkpoint)."""
+        with self._lock:
+            return len(self.finished) >= self.parallelism
 
     def wait_finished(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -565,6 +598,18 @@ class JobManager:
         return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,
                 "checkpoint_dir": storage}
 
+    def _refusal(self, slot: int, attempt: int) -> str | None:
+        """Why a registering task may not join (None: it may). Called with the lock held."""
+        if attempt != self.attempt:
+            return f"attempt {attempt + 1} is over; the job runs attempt {self.attempt + 1}"
+        if self.fenced:
+            return f"attempt {attempt + 1} is being restarted"
+        if not 0 <= slot < self.parallelism:
+            return f"slot {slot + 1} does not exist (parallelism {self.parallelism})"
+        if slot in self.registered:  # two processes must never act as one subtask
+            return f"slot {slot + 1} of attempt {attempt + 1} has a task already"
+        return None
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         slot = None
         attempt = None
@@ -580,13 +625,18 @@ class JobManager:
                     continue
                 kind = msg.get("type")
                 if kind == C.REGISTER:
-                    slot = int(msg["slot"])
                     with self._lock:
-                        attempt = self.attempt
-                        self._writers[slot] = writer
-                        self.registered.add(slot)
-                        if "pid" in msg:
-                            self.pids[slot] = int(msg["pid"])
+                        refusal = self._refusal(int(msg["slot"]), int(msg.get("attempt", -1)))
+                        if refusal is None:
+                            slot, attempt = int(msg["slot"]), self.attempt
+                            self._writers[slot] = writer
+                            self.registered.add(slot)
+                            if "pid" in msg:
+                                self.pids[slot] = int(msg["pid"])
+                    if refusal is not None:
+                        writer.write(C.encode({"type": C.REFUSED, "reason": refusal}))
+                        await writer.drain()
+                        break
                     writer.write(C.encode(self._deployment(slot)))
                     continue
                 if kind in (C.ACK, C.DECLINE):
@@ -630,10 +680,14 @@ class JobManager:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            if slot is not None and self._writers.get(slot) is writer:
+            # Only the connection the slot registered speaks for it: a second one (refused) losing
+            # its process is no failure of the slot.
+            registered = slot is not None and self._writers.get(slot) is writer
+            if registered:
                 del self._writers[slot]
             writer.close()
-            if slot is not None and not finished and attempt == self.attempt and self.status.state == "RUNNING":
+            if registered and not finished and attempt == self.attempt and not self.fenced \
+                    and self.status.state == "RUNNING":
                 self._fail(TaskFailure(slot, None, "TaskLost",
                                        f"the task process of slot {slot + 1} exited without reporting (killed, or out of memory?)",
                                        "", "lost", attempt or 0))
