@@ -98,7 +98,7 @@ def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode, ba
 def test_resume_from_a_retained_checkpoint_gives_the_uninterrupted_output(spark_slots, tmp_path):
     rows = 30_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
-    client = counting.build(out, checkpoints, rows, rate=5000, interval_ms=200).execute_async("counting")
+    client = counting.build(out, checkpoints, rows, rate=2500, interval_ms=200).execute_async("counting")
     assert client.wait_until_running(60)
     jm = client.job_manager
     deadline = time.monotonic() + 60
