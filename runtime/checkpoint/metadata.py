@@ -15,6 +15,7 @@ chunks'. Version 1 checkpoints (no checksums) still restore, unchecked.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ FORMAT = "streamjob-checkpoint"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: written before checksums; read unchecked
 _CHECKSUM_FIELD = b',"' + checksums.KEY.encode() + b'":'
+_CHECKSUM_AT = re.compile(rb',\s*"' + checksums.KEY.encode() + rb'"\s*:')
 
 
 class CheckpointFormatError(ValueError):
@@ -190,7 +192,8 @@ def parse(data: bytes, where: str) -> CheckpointMetadata:
 def _check_document(data: bytes, doc: dict, where: str) -> None:
     """The checksum of a version 2 ``_metadata``: its last field, over every byte before that field."""
     recorded = doc.get(checksums.KEY)
-    cut = data.rfind(_CHECKSUM_FIELD)
+    found = list(_CHECKSUM_AT.finditer(data))  # (a rewritten file may have spaces around the separators)
+    cut = found[-1].start() if found else -1
     if not isinstance(recorded, int) or isinstance(recorded, bool) or cut < 0:
         raise CheckpointFormatError(f"{where}: field {checksums.KEY!r} (the checksum every version 2 _metadata "
                                     f"ends with) is missing")
