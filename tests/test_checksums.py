@@ -238,7 +238,7 @@ def test_the_job_manager_names_a_missing_or_cut_file_with_its_operator_and_key_g
     meta = metadata()
     location = StateLocation(f"file://{tmp_path}")
     assert location.find_damage(meta.file_refs()) == (f"state file file://{tmp_path}/chk-4/op-0-abc of operator "
-                                                      f"'Count' (subtask 1/1, key groups 3-3) is missing")
+                                                      f"'Count' (subtask 1/1, key groups 0-127) is missing")
     os.makedirs(tmp_path / "chk-4")
     (tmp_path / "chk-4" / "op-0-abc").write_bytes(b"x" * 9)
     assert location.find_damage(meta.file_refs()).endswith("has 9 bytes, the checkpoint recorded 10 (truncated or "

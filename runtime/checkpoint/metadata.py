@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..state.keygroups import key_group_range
 from . import checksums
 
 FORMAT = "streamjob-checkpoint"
@@ -83,7 +84,7 @@ class CheckpointMetadata:
             for i, h in enumerate(op["subtasks"]):
                 if not h:
                     continue
-                groups = handle_key_groups(h)
+                groups = handle_key_groups(h, self.max_parallelism, len(op["subtasks"]), i)
                 owner = (f"operator {op.get('name', key)!r} (subtask {i + 1}/{len(op['subtasks'])}"
                          + (f", key groups {groups}" if groups else "") + ")")
                 if h.get("file"):
@@ -109,18 +110,14 @@ class FileRef:
     owner: str  # whose state it holds, for messages
 
 
-def handle_key_groups(handle: dict) -> str:
-    """The key groups a state handle holds, as "first-last" ("" when it holds no keyed state)."""
+def handle_key_groups(handle: dict, max_parallelism: int, parallelism: int, subtask: int) -> str:
+    """The key groups subtask ``subtask`` of ``parallelism`` wrote into a state handle, as "first-last"
+    ("" when it holds no keyed state)."""
     index = handle.get("index") or {}
-    native = index.get("rocksdb")
-    try:
-        if native:
-            start, stop = (int(x) for x in native["key_groups"])
-            return f"{start}-{stop - 1}" if stop > start else ""
-        groups = [int(kg) for t in (index.get("keyed") or {}).values() for kg in (t.get("groups") or {})]
-    except (KeyError, TypeError, ValueError, AttributeError):
+    if not index.get("rocksdb") and not index.get("keyed"):
         return ""
-    return f"{min(groups)}-{max(groups)}" if groups else ""
+    groups = key_group_range(max_parallelism, parallelism, subtask)
+    return f"{groups.start}-{groups.stop - 1}"
 
 
 def shared_files(handle: dict | None) -> list[str]:

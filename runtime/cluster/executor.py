@@ -368,9 +368,10 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 final_state = "FINISHED"
                 break
             # -- the attempt failed: restart or give up -------------------------------------------
-            if failure is not None and failure.cause == "restore" and failure.checkpoint is not None:
-                damaged[failure.checkpoint] = failure.error
-                display.note(f"Checkpoint {failure.checkpoint} cannot be restored: {failure.error}")
+            for bad in jm.failures_of("restore"):
+                if bad.checkpoint is not None and bad.checkpoint not in damaged:
+                    damaged[bad.checkpoint] = bad.error
+                    display.note(f"Checkpoint {bad.checkpoint} cannot be restored: {bad.error}")
             if coordinator is not None:
                 coordinator.abort_all(f"restarting after a failure of attempt {attempt_no}", time.monotonic())
             # Before the restart strategy: a damaged checkpoint fails the job whatever the strategy
