@@ -57,15 +57,17 @@ class KeyLayout:
     extended by the keys appended since (``extend``): a table that gained no keys since the last
     checkpoint hashes none, one that gained k hashes k and merges in O(n) with numpy."""
 
-    __slots__ = ("max_parallelism", "n", "order", "counts", "sorted_keys")
+    __slots__ = ("max_parallelism", "n", "order", "counts", "sorted_keys", "key_sums")
 
     def __init__(self, max_parallelism: int, n: int, order: np.ndarray, counts: np.ndarray):
         self.max_parallelism = max_parallelism
         self.n = n
         self.order = order
         self.counts = counts
-        # the int64 keys in ``order`` as the writer stores them (_narrow), once it needed them
+        # the int64 keys in ``order`` as the writer stores them (_narrow), once it needed them, and
+        # the checksum of each key group's slice of them
         self.sorted_keys: tuple[np.ndarray, list | None] | None = None
+        self.key_sums: list[int] | None = None
 
     @classmethod
     def empty(cls, max_parallelism: int) -> "KeyLayout":
@@ -273,11 +275,14 @@ def _write_accumulators(builder: SnapshotBuilder, name: str, frozen: Any, max_pa
             if layout.sorted_keys is None:
                 layout.sorted_keys = _narrow(ints[order].astype(_KEY_DTYPE, copy=False))
             stored_keys, key_frame = layout.sorted_keys
+            if builder.checksums and layout.key_sums is None:
+                layout.key_sums = _group_checksums(stored_keys, groups)
+            key_sums = layout.key_sums
         else:
             stored_keys, key_frame = _narrow(ints[order].astype(_KEY_DTYPE, copy=False))
+            key_sums = _group_checksums(stored_keys, groups) if builder.checksums else None
         key_span = shared[2] = (builder.add_block(stored_keys), key_frame)
-        if builder.checksums:
-            key_sums = shared[3] = _group_checksums(stored_keys, groups)
+        shared[3] = key_sums = key_sums if builder.checksums else None
     stored_values, value_frame = _narrow(values[order])
     col = {"keys": key_span[0], "values": builder.add_block(stored_values), "dtype": values.dtype.str}
     if key_span[1] is not None:
@@ -296,8 +301,10 @@ def _write_accumulators(builder: SnapshotBuilder, name: str, frozen: Any, max_pa
 
 def _group_checksums(stored: np.ndarray, groups: list[tuple[int, int, int]]) -> list[int]:
     """The checksum of each key group's rows of a block (one call per key group: at most max
-    parallelism of them, each on a contiguous slice, no copy)."""
-    return [checksum(stored[start:stop]) for _, start, stop in groups]
+    parallelism of them, each on a contiguous slice, no copy). Slices of a memoryview, not of the
+    array: handing the checksum a numpy slice costs ~5 us a call, a memoryview slice ~0.3 us."""
+    view, width = memoryview(np.ascontiguousarray(stored)).cast("B"), stored.dtype.itemsize
+    return [checksum(view[start * width : stop * width]) for _, start, stop in groups]
 
 
 def _read_columnar(data: bytes, spec: Any, groups: dict, key_groups: range, where: str,
@@ -333,10 +340,13 @@ def _read_columnar(data: bytes, spec: Any, groups: dict, key_groups: range, wher
     view = memoryview(data)
     keys = np.frombuffer(view[ko : ko + kl], dtype=key_stored)
     values = np.frombuffer(view[vo : vo + vl], dtype=value_stored)
+    key_bytes, value_bytes = view[ko : ko + kl], view[vo : vo + vl]
+    kw, vw = key_stored.itemsize, value_stored.itemsize
     for kg, start, stop, rng in checked:
         if len(rng) >= 4:  # version 2: each key group's rows carry their checksums
-            for block, stored, recorded in (("key", keys, rng[2]), ("value", values, rng[3])):
-                problem = mismatch(recorded, stored[start:stop])
+            for block, part, recorded in (("key", key_bytes[start * kw : stop * kw], rng[2]),
+                                          ("value", value_bytes[start * vw : stop * vw], rng[3])):
+                problem = mismatch(recorded, part)
                 if problem:
                     raise SnapshotFormatError(f"{where}, key group {kg}: {problem} in its rows of the {block} block: "
                                               f"the file is damaged")
