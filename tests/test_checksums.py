@@ -245,3 +245,42 @@ def test_the_job_manager_names_a_missing_or_cut_file_with_its_operator_and_key_g
                                                            "overwritten)")
     (tmp_path / "chk-4" / "op-0-abc").write_bytes(b"x" * 10)
     assert location.find_damage(meta.file_refs()) is None
+
+
+def test_uploads_to_s3_carry_their_checksum_and_are_checked_after_download(tmp_path, monkeypatch):
+    """The object-store path of uploads and downloads (put_file / get_file), on moto's S3 server."""
+    import fsspec
+
+    from s3server import CREDENTIALS, MotoServer
+    from streamjob.runtime.checkpoint import filesystems
+    from streamjob.runtime.config import Configuration
+
+    server = MotoServer()
+    try:
+        for k, v in CREDENTIALS.items():
+            monkeypatch.setenv(k, v)
+        client = server.client()
+        client.create_bucket(Bucket="checkpoints")
+        monkeypatch.setitem(fsspec.config.conf, "s3", {})
+        filesystems.configure(Configuration({"s3.endpoint": server.url}))
+        storage = CheckpointStorage("s3://checkpoints/jobs", "job", inline_threshold=0)
+        rdb = rocks(tmp_path, root=storage.url)
+        fill(rdb, KEYS)
+        handle, _, _ = snapshot(rdb, storage, 1)
+        ref = max(handle["index"]["rocksdb"]["sst"].values(), key=lambda r: r["size"])
+        key = f"jobs/job/{ref['file']}"
+        body = client.get_object(Bucket="checkpoints", Key=key)["Body"].read()
+        assert ref["crc32c"] == checksums.checksum(body) and ref["size"] == len(body)
+        meta = CheckpointMetadata(1, "job", "j", 1, 1, 128, {"op": {"name": "Count", "subtasks": [handle]}})
+        assert StateLocation(storage.url).find_damage(meta.file_refs()) is None
+        client.put_object(Bucket="checkpoints", Key=key, Body=flip(body, len(body) // 2))
+        with pytest.raises(SnapshotFormatError, match=rf"shared state file s3://checkpoints/jobs/job/{ref['file']} "
+                                                      r"\(SST \S+ of key groups 0-127\): checksum mismatch"):
+            restore_native(rocks(tmp_path / "fresh"), handle, storage.read(handle), storage, 1, "op", first=True)
+        client.delete_object(Bucket="checkpoints", Key=key)
+        assert StateLocation(storage.url).find_damage(meta.file_refs()) == (
+            f"state file s3://checkpoints/jobs/job/{ref['file']} of operator 'Count' (subtask 1/1, key groups "
+            f"0-127) is missing")
+        rdb.dispose()
+    finally:
+        server.close()
