@@ -22,7 +22,8 @@ same run, same frozen tables, plus a ValueState of as many int keys (pickled chu
   the checksummed index against the same bytes with an index without checksums (as a checkpoint of
   an earlier version is read: nothing verified).
 
-Figures: ms (best of the interleaved runs) and the ratio with/without; ``--skip-checksums`` leaves them out.
+Figures: thread CPU ms (best of the interleaved runs) and the ratio with/without; ``--skip-checksums``
+leaves them out.
 """
 
 from __future__ import annotations
@@ -117,9 +118,11 @@ def checksum_cost(cases: list, n: int, repeat: int) -> None:
         state.update(k)
     frozen = heap.freeze()  # written as often as needed: writing reads a frozen table, never changes it
     cases = cases + [("ValueState, int keys", lambda: frozen)]
-    # The best of the interleaved runs: the work is the same each time, and on a shared machine the
-    # median measured here swung by 2x from one invocation to the next (other processes' load).
-    print(f"\nchecksums (CRC32C), {n:,} keys: with / without, same frozen tables (best of {repeat}, interleaved)")
+    # CPU time of this thread (what the snapshot writer takes from the task thread: the GIL), best of
+    # the interleaved runs: on a shared machine wall-clock medians swung by 2x from one invocation to
+    # the next with other processes' load.
+    print(f"\nchecksums (CRC32C), {n:,} keys: with / without, same frozen tables (thread CPU ms, best of "
+          f"{repeat}, interleaved)")
     print(f"{'case':24} {'write ms':>9} {'unchecked':>10} {'ratio':>6} {'restore ms':>11} {'unchecked':>10} "
           f"{'ratio':>6} {'MB':>6}")
     for label, make in cases:
@@ -128,24 +131,30 @@ def checksum_cost(cases: list, n: int, repeat: int) -> None:
 
         def write(sums: bool) -> None:
             frozen = make()  # (a view of the frozen table: nothing copied)
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             out, _ = serialize(frozen, MAXP, None, checksums=sums)
             if sums:
                 checksum(out)  # the file's own, in write_state
-            return time.perf_counter() - t0
+            return time.thread_time() - t0
 
         def restore(idx: dict) -> float:
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             restore_all(data, idx)
-            return time.perf_counter() - t0
+            return time.thread_time() - t0
 
         # interleaved, so that a busy moment of the (shared) machine hits both sides alike
         w, u, r, ru = [], [], [], []
-        for _ in range(repeat):
-            w.append(write(True))
-            u.append(write(False))
-            r.append(restore(index))
-            ru.append(restore(plain))
+        for i in range(repeat):  # and in alternating order: neither side always runs first
+            if i % 2:
+                w.append(write(True))
+                u.append(write(False))
+                r.append(restore(index))
+                ru.append(restore(plain))
+            else:
+                u.append(write(False))
+                w.append(write(True))
+                ru.append(restore(plain))
+                r.append(restore(index))
         w_ms, u_ms, r_ms, ru_ms = (min(x) * 1000 for x in (w, u, r, ru))
         print(f"{label:24} {w_ms:>9.2f} {u_ms:>10.2f} {w_ms / u_ms:>6.3f} {r_ms:>11.2f} {ru_ms:>10.2f} "
               f"{r_ms / ru_ms:>6.3f} {len(data) / 1e6:>6.2f}")
