@@ -20,9 +20,10 @@ import cloudpickle
 
 from ..api.environment import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
-from ..checkpoint import filesystems
+from ..checkpoint import filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError
-from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint, normalize_url
+from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
+                                  normalize_url)
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
@@ -141,38 +142,67 @@ def _driver_lost_message(how: str, master: str, coordinator: CheckpointCoordinat
             f"fails instead of retrying a dead gateway; {resume}")
 
 
-def _verify(checkpoint: CompletedCheckpoint) -> None:
-    """Fail fast on a checkpoint whose state files are gone (the job manager's side of "corrupt")."""
-    location = StateLocation(checkpoint.root)
-    for rel in checkpoint.metadata.files() + checkpoint.metadata.shared_files():
-        if not location.fs.exists(location.path(rel)):
-            raise CheckpointFormatError(f"checkpoint {checkpoint.url} is missing its state file {rel}")
+def _inspect(candidates: list[Any], damaged: dict[int, str], explicit: str | None,
+             ) -> tuple[list[recovery.Found], dict[int, CompletedCheckpoint], list[str]]:
+    """The I/O half of choosing what to restore: newest first, up to the first that looks readable, each
+    candidate's ``_metadata`` read (URLs) and its files checked for presence and size (the tasks check
+    the checksums as they read). ``damaged``: checkpoint id -> what a task found wrong with it;
+    ``explicit``: the URL the user named. Returns what was found, the loaded checkpoints, notes."""
+    found: list[recovery.Found] = []
+    loaded: dict[int, CompletedCheckpoint] = {}
+    notes: list[str] = []
+    for c in candidates:
+        if isinstance(c, str):
+            try:
+                _, meta = load_checkpoint(c)
+            except CheckpointFormatError as e:
+                found.append(recovery.Found(_id_in_url(c), c, str(e), explicit=c == explicit, kind=_kind_in_url(c)))
+                continue
+            c = CompletedCheckpoint(meta.checkpoint_id, c, meta)
+        problem = damaged.get(c.checkpoint_id)
+        if problem is None:
+            try:
+                problem = StateLocation(c.root).find_damage(c.metadata.file_refs())
+            except Exception as e:  # noqa: BLE001 - storage unreachable: not a reason to give the checkpoint up
+                notes.append(f"Could not check {c.metadata.kind} {c.checkpoint_id} ({type(e).__name__}: {e}); "
+                             f"restoring it anyway")
+        loaded[c.checkpoint_id] = c
+        found.append(recovery.Found(c.checkpoint_id, c.url, problem, explicit=c.url == explicit, kind=c.metadata.kind))
+        if problem is None:
+            break
+    return found, loaded, notes
 
 
-def _initial_restore(path: str, note: Any) -> CompletedCheckpoint:
-    """The checkpoint ``--from-checkpoint`` names: newest valid one at or before it."""
-    candidates = find_checkpoints(path)
-    if len(candidates) == 1 and candidates[0].rstrip("/").split("/")[-1].startswith("chk-"):
-        parent = candidates[0].rsplit("/", 1)[0]
-        asked = int(candidates[0].rsplit("chk-", 1)[1])
-        try:
-            older = [u for u in find_checkpoints(parent) if int(u.rsplit("chk-", 1)[1]) < asked]
-        except CheckpointFormatError:
-            older = []
-        candidates += older
-    errors = []
-    for url in candidates:
-        try:
-            _, meta = load_checkpoint(url)
-            checkpoint = CompletedCheckpoint(meta.checkpoint_id, url, meta)
-            _verify(checkpoint)
-            if errors:
-                note(f"Restoring from {url} instead")
-            return checkpoint
-        except CheckpointFormatError as e:
-            errors.append(str(e))
-            note(f"Cannot restore {url}: {e}")
-    raise CheckpointFormatError("no usable checkpoint: " + "; ".join(errors))
+def _id_in_url(url: str) -> int:
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    return int(name[4:]) if name.startswith("chk-") and name[4:].isdigit() else -1
+
+
+def _kind_in_url(url: str) -> str:
+    return "savepoint" if url.rstrip("/").rsplit("/", 1)[-1].startswith("savepoint-") else "checkpoint"
+
+
+def _initial_restore(path: str, allow_older: bool, note: Any) -> tuple[CompletedCheckpoint, str | None, list[str]]:
+    """What ``--from-checkpoint`` / ``--from-savepoint`` (``execution.state-recovery.path``) restores:
+    the checkpoint or savepoint it names, or a job's checkpoint directory's newest one (``recovery``
+    decides when that cannot be read). Returns it, the URL the user named explicitly (None: a job
+    directory), and the older checkpoints of that directory not looked at yet, newest first (a later
+    restore failure may fall back to them, when allowed)."""
+    urls = find_checkpoints(path)
+    named = normalize_url(path).rstrip("/")
+    if named.endswith("/" + METADATA):
+        named = named[: -len(METADATA) - 1]
+    explicit = urls[0] if len(urls) == 1 and urls[0].rstrip("/") == named else None
+    found, loaded, notes = _inspect(urls, {}, explicit)
+    choice = recovery.choose(found, allow_older)
+    for text in notes + list(choice.notes):
+        note(text)
+    if choice.refusal:
+        raise CheckpointFormatError(choice.refusal)
+    if choice.restore is None:
+        raise CheckpointFormatError(f"{path}: no checkpoint to restore")
+    older = urls[urls.index(choice.restore.url) + 1:] if explicit is None else []
+    return loaded[choice.restore.checkpoint_id], explicit, older
 
 
 def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non_restored: bool) -> list[str]:
@@ -267,7 +297,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     strategy = failover.from_configuration(config)
     display = ProgressDisplay(graph, live=show_progress, summary=summary)
     recovery_path = config.get_string(Options.RECOVERY_PATH)
-    initial = _initial_restore(recovery_path, display.note) if recovery_path else None
+    allow_older = config.get_bool(Options.ALLOW_OLDER_CHECKPOINT)
+    initial, explicit, older = _initial_restore(recovery_path, allow_older, display.note) if recovery_path \
+        else (None, None, [])
     claim = str(config.get(Options.CLAIM_MODE)).strip().upper()
     if claim not in ("CLAIM", "NO_CLAIM"):
         raise JobDefinitionError(f"configuration {Options.CLAIM_MODE}: expected CLAIM or NO_CLAIM, got {claim!r}")
@@ -325,6 +357,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     display.start()
     attempt_no = 0
     restore = initial
+    damaged: dict[int, str] = {}  # checkpoint id -> what a task found wrong with it
     final_state = "FAILED"
     driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
     interrupts = 0
@@ -408,29 +441,23 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             if jvm_exit is not None and not deployment.jvm_restartable:
                 raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: "
                                         + _driver_lost_message(jvm_exit, deployment.master, coordinator))
-            lost_checkpoints = False
-            if failure is not None and failure.cause == "restore":
-                bad = failure.checkpoint
-                display.note(f"Checkpoint {bad} cannot be restored: {failure.error}")
-                if initial is not None and initial.checkpoint_id == bad and (coordinator is None or not coordinator.completed):
-                    _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
-                                   extra=f"the checkpoint to resume from, {initial.url}, cannot be restored")
-                if coordinator is not None:
-                    coordinator.drop_corrupt(bad)
-                    lost_checkpoints = True
-            delay = strategy.next_delay_ms(int(time.time() * 1000))
-            if delay is None:
-                _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
+            for bad in jm.failures_of("restore"):
+                if bad.checkpoint is not None and bad.checkpoint not in damaged:
+                    damaged[bad.checkpoint] = bad.error
+                    display.note(f"Checkpoint {bad.checkpoint} cannot be restored: {bad.error}")
             if coordinator is not None:
                 coordinator.abort_all(f"restarting after a failure of attempt {attempt_no + 1}: {what}",
                                       time.monotonic())
-            restore, skipped = _pick_restore(coordinator, initial)
-            for msg in skipped:
+            # Before the restart strategy: a damaged checkpoint fails the job whatever the strategy
+            # allows (restarting would only find it damaged again).
+            restore, notes, refusal = _pick_restore(coordinator, initial, older, damaged, explicit, allow_older)
+            for msg in notes:
                 display.note(msg)
-            if restore is None and (lost_checkpoints or skipped):
-                # Starting over would repeat output that completed checkpoints already committed.
-                _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
-                               extra="no completed checkpoint is left to restore from")
+            if refusal:
+                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: {refusal}")
+            delay = strategy.next_delay_ms(int(time.time() * 1000))
+            if delay is None:
+                _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
             where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"
             new_jvm = "; starting a new one" if jvm_exit is not None else ""
             display.note(f"Attempt {attempt_no + 1} failed: {what}{new_jvm}. Restarting from {where} in {delay} ms "
@@ -561,24 +588,26 @@ def _metric_names(graph: JobGraph) -> dict[str, str]:
     return names
 
 
-def _pick_restore(coordinator: CheckpointCoordinator | None,
-                  initial: CompletedCheckpoint | None) -> tuple[CompletedCheckpoint | None, list[str]]:
-    """Newest completed checkpoint whose files are all there (else the one before), else what the job resumed from."""
-    skipped: list[str] = []
-    if coordinator is not None:
-        while coordinator.completed:
-            candidate = coordinator.completed[-1]
-            try:
-                _verify(candidate)
-                return candidate, skipped
-            except CheckpointFormatError as e:
-                skipped.append(f"Skipping checkpoint {candidate.checkpoint_id}: {e}")
-                coordinator.drop_corrupt(candidate.checkpoint_id)
-            except Exception as e:  # noqa: BLE001 - storage unreachable: not a reason to give the checkpoint up
-                skipped.append(f"Could not check checkpoint {candidate.checkpoint_id} ({type(e).__name__}: {e}); "
-                               f"restoring it anyway")
-                return candidate, skipped
-    return initial, skipped
+def _pick_restore(coordinator: CheckpointCoordinator | None, initial: CompletedCheckpoint | None, older: list[str],
+                  damaged: dict[int, str], explicit: str | None, allow_older: bool,
+                  ) -> tuple[CompletedCheckpoint | None, list[str], str | None]:
+    """What a failover restores: (checkpoint or None for the beginning, notes, refusal). The candidates,
+    newest first: the completed checkpoints of this run, what it resumed from, the older checkpoints of
+    the directory it resumed from; ``recovery.choose`` decides."""
+    candidates: list[Any] = list(reversed(coordinator.completed)) if coordinator is not None else []
+    ids = {c.checkpoint_id for c in candidates}
+    if initial is not None and initial.checkpoint_id not in ids:
+        candidates.append(initial)
+        ids.add(initial.checkpoint_id)
+    candidates += [u for u in older if _id_in_url(u) not in ids]
+    found, loaded, notes = _inspect(candidates, damaged, explicit)
+    choice = recovery.choose(found, allow_older)
+    if choice.refusal is None and coordinator is not None:
+        for f in found:
+            if f.problem is not None:  # skipped: never again a candidate, nor counted for retention
+                coordinator.drop_corrupt(f.checkpoint_id)
+    restore = loaded[choice.restore.checkpoint_id] if choice.restore is not None else None
+    return restore, notes + list(choice.notes), choice.refusal
 
 
 def _checkpoint_summaries(coordinator: CheckpointCoordinator | None) -> list[dict]:

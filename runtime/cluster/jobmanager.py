@@ -579,6 +579,11 @@ class JobManager:
         with self._lock:
             return _root(self.failures)
 
+    def failures_of(self, cause: str) -> list[TaskFailure]:
+        """This attempt's failures with ``cause`` (e.g. every subtask that found its checkpoint damaged)."""
+        with self._lock:
+            return [f for f in self.failures if f.cause == cause]
+
     def _fail(self, failure: TaskFailure) -> None:
         with self._lock:
             self.failures.append(failure)
