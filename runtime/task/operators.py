@@ -896,8 +896,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
                     self.output.emit_event(WatermarkStatus(True))
             else:
                 high = self._high_water(splits, now_ms)
-                if high is not None:
-                    self._emit_watermark(high - self._bound - 1)
+                if high is not None and self._emit_watermark(high - self._bound - 1) and self._idle:
+                    self.output.emit_event(WatermarkStatus(True))  # a watermark made it active downstream
         if self._idleness is not None and not self._idle and now_ms - self._last_record >= self._idleness:
             self._idle = True
             self.output.emit_event(WatermarkStatus(True))
@@ -911,18 +911,21 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         if self._idleness is not None:
             for s in splits:
                 self._split_active.setdefault(s, now_ms)  # first seen: counts as active from now
-            splits = [s for s in splits if now_ms - self._split_active[s] < self._idleness]
-            if not splits:
-                return None  # every split idle: the idle status (no record at all) says so downstream
+            active = [s for s in splits if now_ms - self._split_active[s] < self._idleness]
+            # Every split idle: the ones that had records keep their watermark (the last word
+            # before the idle status; Flink's emits it while the empty split goes idle first).
+            splits = active or [s for s in splits if s in self._split_max]
         seen = [self._split_max.get(s) for s in splits]
         if any(m is None for m in seen):
             return None
         return min(seen)  # type: ignore[type-var]
 
-    def _emit_watermark(self, watermark: int) -> None:
+    def _emit_watermark(self, watermark: int) -> bool:
         if watermark > self.current_watermark:
             self.current_watermark = watermark
             self.output.emit_event(Watermark(watermark))
+            return True
+        return False
 
     def process_watermark(self, watermark: int) -> None:
         if watermark == MAX_WATERMARK:  # end of input: everything still open fires
