@@ -23,6 +23,7 @@ from streamjob.runtime import (
 )
 from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.connectors import (
+    DiscardingSink,
     FileSink,
     KafkaOffsetsInitializer,
     KafkaRecordDeserializationSchema,
@@ -153,7 +154,7 @@ def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker,
     import threading
 
     rng = random.Random(int(time.time()))
-    bootstrap, topic, rows = kafka_broker.bootstrap, unique_topic(), 40_000
+    bootstrap, topic, rows = kafka_broker.bootstrap, unique_topic(), 20_000
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     create_topic(bootstrap, topic, 4)
     everything = kafka_sum.records(0, rows, 4)
@@ -166,7 +167,7 @@ def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker,
     def producer():
         for chunk in chunks:
             produce(bootstrap, topic, chunk)
-            time.sleep(0.6)
+            time.sleep(0.4)
 
     writer = threading.Thread(target=producer, daemon=True)
     writer.start()
@@ -229,3 +230,36 @@ def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slot
                        WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(300)))
     wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle")
     idle.cancel()
+
+
+def test_an_undecodable_record_fails_the_job_naming_topic_partition_and_offset(spark_slots, kafka_broker):
+    bootstrap, topic = kafka_broker.bootstrap, unique_topic()
+    create_topic(bootstrap, topic, 2)
+    good = kafka_sum.records(0, 40, 2)
+    produce(bootstrap, topic, good + [(1, None, b'{"k": 1, "i": "not a number", "v": 1}')])
+    bad_offset = sum(1 for r in good if r[0] == 1)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_source(kafka_sum.source(bootstrap, topic, bounded=KafkaOffsetsInitializer.latest()), None, "kafka") \
+        .key_by("k").sum("v").sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("undecodable")
+    assert f"topic {topic} partition 1 offset {bad_offset}" in str(info.value)
+    assert "not a number" in str(info.value)
+
+
+def test_a_missing_topic_and_an_unreachable_bootstrap_address_are_clear_errors(spark_slots, kafka_broker):
+    """Both fail the job at its start with the reason (no checkpointing here: no restarts), not a hang."""
+    existing = unique_topic()
+    create_topic(kafka_broker.bootstrap, existing, 1)
+    for bootstrap, topic, reason in [
+        (kafka_broker.bootstrap, "no-such-topic", f"topic(s) no-such-topic do not exist on {kafka_broker.bootstrap}"),
+        ("127.0.0.1:1", existing, "cannot reach the Kafka brokers at 127.0.0.1:1"),
+    ]:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+                  .set_value_only_deserializer(SimpleStringSchema()).build())
+        env.from_source(source, None, "kafka").print()
+        with pytest.raises(JobExecutionError) as info:
+            env.execute("bad kafka")
+        assert reason in str(info.value)

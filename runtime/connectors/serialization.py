@@ -106,7 +106,8 @@ class JsonRowDeserializationSchema(DeserializationSchema):
             try:
                 pa_json.read_json(io.BytesIO(v.replace(b"\n", b" ")), parse_options=self._options)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise DeserializationError(f"the value of {where(i)} does not fit {self.schema}: {e}: "
+                fields = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
+                raise DeserializationError(f"the value of {where(i)} does not fit the row type ({fields}): {e}: "
                                            f"{_preview(v)}") from cause
 
 
