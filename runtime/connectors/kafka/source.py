@@ -261,6 +261,14 @@ class KafkaSourceReader(SourceReader):
         except (KafkaException, ValueError, TypeError) as e:
             raise KafkaSourceError(f"KafkaSource({self.source.bootstrap_servers}): cannot create the consumer: "
                                    f"{e}") from e
+        try:
+            self._open()
+        except BaseException:
+            consumer, self.consumer = self.consumer, None  # not half open: the next call starts over
+            consumer.close()
+            raise
+
+    def _open(self) -> None:
         topics = self._list_partitions(first=True)
         restored = self.restored or {}
         fresh = self.restored is None
@@ -431,7 +439,8 @@ class KafkaSourceReader(SourceReader):
             if split is None or split.finished:
                 continue
             if item[0] == "eof":
-                split.position = max(split.position, item[2])
+                end = item[2] if split.stop is None else min(item[2], split.stop)
+                split.position = max(split.position, end)
                 self._check_finished(item[1], split)
                 continue
             _, tp, batch, ts, next_position = item
