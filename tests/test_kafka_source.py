@@ -35,10 +35,12 @@ from streamjob.runtime.connectors import (
 pytestmark = pytest.mark.spark
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
+def wait_for(predicate, timeout: float, what: str, client=None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        if time.monotonic() > deadline:
+            seen = f"; watermarks: {client.job_manager.operator_watermarks()}" if client is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{seen}")
         time.sleep(0.1)
 
 
@@ -225,7 +227,7 @@ def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slot
     create_topic(bootstrap, lonely, 1)
     produce(bootstrap, lonely, [(0, None, b"x", base + i) for i in range(10)] + [(0, None, b"late", base + 5000)])
     client = windows_job(bootstrap, lonely, str(tmp_path / "lonely"), 2, WatermarkStrategy.for_monotonous_timestamps())
-    wait_for(lambda: window_counts(str(tmp_path / "lonely")) == [10], 60, "the first window while running")
+    wait_for(lambda: window_counts(str(tmp_path / "lonely")) == [10], 60, "the first window while running", client)
     client.cancel()
 
     # Two partitions, one empty, one subtask: held back without idleness, fires with it.
@@ -239,7 +241,8 @@ def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slot
     held.cancel()
     idle = windows_job(bootstrap, topic, str(tmp_path / "idle"), 1,
                        WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(300)))
-    wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle")
+    wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle",
+             idle)
     idle.cancel()
 
 
