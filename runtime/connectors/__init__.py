@@ -6,6 +6,7 @@
 ``FileSink``              parquet / jsonl part files; exactly-once (2PC) with checkpointing
                           (PyFlink's ``FileSink.for_row_format`` / ``FileSource.for_record_stream_format``:
                           ``file_system.py``)
+``KafkaSource``           Kafka partitions as splits, offsets in checkpoints (``kafka/``, PyFlink's builder)
 ``PrintSink``             prints records (to the job manager's console)
 ``DiscardingSink``        drops records
 ========================  =========================================
@@ -25,6 +26,15 @@ from .file_system import (
     RollingPolicy,
     StreamFormat,
 )
+from .kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordDeserializationSchema,
+    KafkaSource,
+    KafkaSourceError,
+    KafkaTopicPartition,
+)
+from .serialization import DeserializationError, JsonRowDeserializationSchema, SimpleStringSchema
 from .sinks import DiscardingSink, PrintSink
 
 __all__ = [
@@ -43,6 +53,15 @@ __all__ = [
     "FileFormatError",
     "FileSink",
     "FileSource",
+    "DeserializationError",
+    "JsonRowDeserializationSchema",
+    "KafkaOffsetResetStrategy",
+    "KafkaOffsetsInitializer",
+    "KafkaRecordDeserializationSchema",
+    "KafkaSource",
+    "KafkaSourceError",
+    "KafkaTopicPartition",
+    "SimpleStringSchema",
     "PrintSink",
     "Sink",
     "SinkWriter",
