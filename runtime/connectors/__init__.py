@@ -6,6 +6,8 @@
 ``FileSink``              parquet / jsonl part files; exactly-once (2PC) with checkpointing
                           (PyFlink's ``FileSink.for_row_format`` / ``FileSource.for_record_stream_format``:
                           ``file_system.py``)
+``KafkaSink``             Kafka topics; NONE / AT_LEAST_ONCE / EXACTLY_ONCE (Kafka transactions, 2PC:
+                          ``kafka/sink.py``)
 ``PrintSink``             prints records (to the job manager's console)
 ``DiscardingSink``        drops records
 ========================  =========================================
@@ -26,6 +28,7 @@ from .file_system import (
     StreamFormat,
 )
 from .sinks import DiscardingSink, PrintSink
+from .kafka.sink import DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema, KafkaSink, SimpleStringSchema  # noqa: E501
 
 __all__ = [
     "BucketAssigner",
@@ -49,3 +52,4 @@ __all__ = [
     "Source",
     "SourceReader",
 ]
+__all__ += ["DeliveryGuarantee", "JsonRowSerializationSchema", "KafkaRecordSerializationSchema", "KafkaSink", "SimpleStringSchema"]  # noqa: E501
