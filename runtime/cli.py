@@ -315,6 +315,75 @@ def cancel(address: str, token: str) -> None:
     click.echo("canceling")
 
 
+@main.command("kafka-dev")
+@click.option("--port", default=9092, show_default=True, type=click.IntRange(0, 65535),
+              help="The broker's port (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address it listens on and advertises.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep topics here across runs (default: a temporary dir, removed at exit).")
+@click.option("--topic", "topics", multiple=True, metavar="NAME[:PARTITIONS]",
+              help="Create this topic at start (if missing). Repeatable.")
+def kafka_dev(port: int, host: str, data_dir: str | None, topics: tuple[str, ...]) -> None:
+    """Run a real Apache Kafka broker (KRaft, one node) for development, until Ctrl-C.
+
+    Its jars come from Maven Central through mvn the first time (cached in ~/.cache/streamjob,
+    or $STREAMJOB_KAFKA_HOME)."""
+    import signal
+    import time
+
+    from .connectors.kafka import dist
+    from .connectors.kafka.broker import KafkaBroker, KafkaBrokerError
+
+    if not dist.is_fetched():
+        err().print(f"fetching Apache Kafka {dist.KAFKA_VERSION} from Maven Central into {dist.libs_dir()} ...")
+
+    def progress(line: str) -> None:
+        if "Downloaded from" in line or "ERROR" in line:
+            err().print(f"  [dim]{line.split(']', 1)[-1].strip()}[/]", markup=True, highlight=False)
+
+    broker = KafkaBroker(data_dir=data_dir, port=port, host=host, progress=progress)
+    # SIGTERM (kill, a container stop) ends it as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        err().print(f"starting Apache Kafka {broker.version} (log: {broker.log_file}) ...")
+        try:
+            broker.start()
+        except (KafkaBrokerError, dist.KafkaDistError) as e:
+            _fail(str(e))
+        for spec in topics:
+            name, _, parts = spec.partition(":")
+            _create_topic(broker.bootstrap, name, int(parts or 1))
+        click.echo(f"Kafka broker ready: bootstrap servers {broker.bootstrap}")
+        click.echo("Create a topic:\n"
+                   "  python -c \"from confluent_kafka.admin import AdminClient, NewTopic; "
+                   f"AdminClient({{'bootstrap.servers': '{broker.bootstrap}'}})"
+                   ".create_topics([NewTopic('clicks', 4)])['clicks'].result()\"\n"
+                   f"or restart with --topic clicks:4. Read it in a job with KafkaSource.builder()"
+                   f".set_bootstrap_servers('{broker.bootstrap}'). Ctrl-C stops the broker.")
+        while broker.is_running():
+            time.sleep(0.5)
+        _fail(f"the Kafka broker exited on its own; see {broker.log_file}")
+    except KeyboardInterrupt:
+        err().print("stopping the Kafka broker ...")
+    finally:
+        broker.close()
+    click.echo("Kafka broker stopped")
+
+
+def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(name, partitions)])[name].result(30)
+        click.echo(f"created topic {name} ({partitions} partitions)")
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+        click.echo(f"topic {name} exists")
+
+
 def _operator_commands() -> None:
     """``streamjob operator``: the Kubernetes operator's commands (loaded only when installed with it)."""
     try:

@@ -40,3 +40,34 @@ def run_cli(*args, env=None, timeout=180):
         [sys.executable, "-m", "streamjob.runtime.cli", *args],
         capture_output=True, text=True, timeout=timeout, env=full_env,
     )
+
+
+# A real Apache Kafka broker (KRaft, one node) on 127.0.0.1. Its jars come from Maven Central through
+# mvn (cached in ~/.cache/streamjob); if they cannot be fetched the fixture errors with the reason:
+# a Kafka test never skips and never runs against a stand-in.
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """One broker for the whole run; tests share it, so each uses topic names of its own."""
+    from streamjob.runtime.connectors.kafka.broker import KafkaBroker
+
+    broker = KafkaBroker()
+    broker.start()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def kafka_broker_private():
+    """A broker of the test's own, for tests that stop, restart or kill it."""
+    from streamjob.runtime.connectors.kafka.broker import KafkaBroker
+
+    broker = KafkaBroker()
+    broker.start()
+    yield broker
+    broker.close()
+
+
+def unique_topic(prefix: str = "t") -> str:
+    import uuid
+
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
