@@ -6,6 +6,8 @@ SIGKILL, as Spark kills a task: no ``finally``, no goodbye. A marker path contai
 makes it once per subtask instead. Later attempts find the marker and carry on, so the restored
 job gets past the point. Points:
 
+The marker file holds the JSON ``detail`` of the point (for the sink points: the committables).
+
 - ``sink-before-commit``: a checkpoint is complete (its ``_metadata`` is durable) and a two-phase
   commit sink is about to commit that checkpoint's transactions (Flink's hard case);
 - ``sink-after-commit``: it has just committed them, before anything else happened (a restore then
@@ -16,6 +18,7 @@ Nothing happens when the key is unset; jobs never set it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from typing import Any
@@ -23,7 +26,8 @@ from typing import Any
 FAULT = "streamjob.test.fault"
 
 
-def maybe_kill(ctx: Any, point: str) -> None:
+def maybe_kill(ctx: Any, point: str, detail: Any = None) -> None:
+    """``detail`` (JSON, e.g. the committables at stake) goes into the marker file for the test to read."""
     spec = ctx.get_job_parameter(FAULT)
     if not spec:
         return
@@ -32,7 +36,9 @@ def maybe_kill(ctx: Any, point: str) -> None:
         return
     marker = marker.replace("{subtask}", str(ctx.get_index_of_this_subtask()))
     try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return
+    with os.fdopen(fd, "w") as f:
+        json.dump(detail, f, default=str)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -991,9 +991,9 @@ class SinkOperator(StreamOperator):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [c for n, c in self._pending if n <= checkpoint_id]
         if ready:
-            maybe_kill(self.ctx, "sink-before-commit")
+            maybe_kill(self.ctx, "sink-before-commit", ready)
             self._guard(lambda: self._sink.commit(ready))
-            maybe_kill(self.ctx, "sink-after-commit")
+            maybe_kill(self.ctx, "sink-after-commit", ready)
             self._pending = [(n, c) for n, c in self._pending if n > checkpoint_id]
 
     def on_finish(self) -> None:

@@ -98,6 +98,10 @@ class KafkaProtocolError(Exception):
         self.name = ERRORS.get(code, f"error {code}") if code is not None else None
 
 
+class BrokersUnreachable(KafkaProtocolError):
+    """No bootstrap server answered (retried until the client's timeout: a broker may be restarting)."""
+
+
 def error_name(code: int) -> str:
     return ERRORS.get(code, f"error {code}")
 
@@ -509,7 +513,7 @@ class TransactionClient:
             except (OSError, KafkaProtocolError) as e:
                 self._drop(address)
                 errors.append(f"{address[0]}:{address[1]}: {e}")
-        raise KafkaProtocolError(f"no Kafka broker of {self.bootstrap} answers ({'; '.join(errors)})")
+        raise BrokersUnreachable(f"no Kafka broker of {self.bootstrap} answers ({'; '.join(errors)})")
 
     def _retrying(self, what: str, attempt: Callable[[], Any]) -> Any:
         """Run ``attempt`` until it returns, retrying transient errors (with a growing pause)."""
@@ -519,7 +523,8 @@ class TransactionClient:
             try:
                 return attempt()
             except KafkaProtocolError as e:
-                if e.code not in RETRIABLE or time.monotonic() + pause > deadline:
+                transient = e.code in RETRIABLE or isinstance(e, BrokersUnreachable)
+                if not transient or time.monotonic() + pause > deadline:
                     raise
             except (OSError, ConnectionError, struct.error) as e:  # a broker restarting, a closed socket
                 for address in list(self._connections):
