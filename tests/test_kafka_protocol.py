@@ -97,8 +97,8 @@ def test_with_endtxn_v5_a_repeated_commit_is_refused(kafka_broker, client, monke
     deadline = time.monotonic() + 10
     while client.describe_transactions([tid])[tid].state != "CompleteCommit" and time.monotonic() < deadline:
         time.sleep(0.05)
-    monkeypatch.setitem(protocol.SUPPORTED, protocol.END_TXN, (5,))
-    with TransactionClient(kafka_broker.bootstrap, timeout_s=10) as v5:
+    with monkeypatch.context() as m, TransactionClient(kafka_broker.bootstrap, timeout_s=10) as v5:
+        m.setitem(protocol.SUPPORTED, protocol.END_TXN, (5,))
         with pytest.raises(KafkaProtocolError) as e:
             v5.end_txn(tid, d.producer_id, d.producer_epoch, commit=True)
     assert e.value.name == "INVALID_TXN_STATE"

@@ -66,7 +66,7 @@ def test_exactly_once_under_random_task_kills(spark_slots, kafka_broker, tmp_pat
     rng = random.Random(int(time.time()))
     topic, prefix = unique_topic("out"), unique_topic("eo")
     create_topic(kafka_broker.bootstrap, topic)
-    rows = 30_000
+    rows = 20_000
     env = kafka_counting.build(kafka_broker.bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate=2000,
                                interval_ms=rng.randint(200, 400), backend=backend, unaligned=unaligned)
     client = env.execute_async("kafka-eo")
