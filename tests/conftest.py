@@ -66,8 +66,3 @@ def kafka_broker_private():
     yield broker
     broker.close()
 
-
-def unique_topic(prefix: str = "t") -> str:
-    import uuid
-
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -12,40 +12,11 @@ import time
 
 import psutil
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
-from conftest import unique_topic
+from kafka_util import create_topic, read_all, unique_topic
 from streamjob.runtime.connectors.kafka.broker import KafkaBroker, KafkaBrokerError
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
-
-
-def read_all(bootstrap: str, topic: str, partitions: int = 1, isolation: str = "read_committed") -> list[bytes]:
-    """Every visible record of the topic, until each partition reports its end (then stop)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("g"),
-                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[bytes] = []
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(at_end) < partitions:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is None:
-                got.append(msg.value())
-                at_end.discard(msg.partition())
-            elif msg.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition())
-        assert len(at_end) == partitions, f"{topic} not read to its end in 30 s"
-        return got
-    finally:
-        consumer.close()
 
 
 def test_transactional_produce_read_committed(kafka_broker):

@@ -6,6 +6,7 @@
 ``FileSink``              parquet / jsonl part files; exactly-once (2PC) with checkpointing
                           (PyFlink's ``FileSink.for_row_format`` / ``FileSource.for_record_stream_format``:
                           ``file_system.py``)
+``KafkaSource``           Kafka partitions as splits, offsets in checkpoints (``kafka/``, PyFlink's builder)
 ``KafkaSink``             Kafka topics; NONE / AT_LEAST_ONCE / EXACTLY_ONCE (Kafka transactions, 2PC:
                           ``kafka/sink.py``)
 ``PrintSink``             prints records (to the job manager's console)
@@ -27,8 +28,17 @@ from .file_system import (
     RollingPolicy,
     StreamFormat,
 )
+from .kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordDeserializationSchema,
+    KafkaSource,
+    KafkaSourceError,
+    KafkaTopicPartition,
+)
+from .serialization import DeserializationError, JsonRowDeserializationSchema, SimpleStringSchema
 from .sinks import DiscardingSink, PrintSink
-from .kafka.sink import DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema, KafkaSink, SimpleStringSchema  # noqa: E501
+from .kafka.sink import DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema, KafkaSink
 
 __all__ = [
     "BucketAssigner",
@@ -46,10 +56,19 @@ __all__ = [
     "FileFormatError",
     "FileSink",
     "FileSource",
+    "DeserializationError",
+    "JsonRowDeserializationSchema",
+    "KafkaOffsetResetStrategy",
+    "KafkaOffsetsInitializer",
+    "KafkaRecordDeserializationSchema",
+    "KafkaSource",
+    "KafkaSourceError",
+    "KafkaTopicPartition",
+    "SimpleStringSchema",
     "PrintSink",
     "Sink",
     "SinkWriter",
     "Source",
     "SourceReader",
 ]
-__all__ += ["DeliveryGuarantee", "JsonRowSerializationSchema", "KafkaRecordSerializationSchema", "KafkaSink", "SimpleStringSchema"]  # noqa: E501
+__all__ += ["DeliveryGuarantee", "JsonRowSerializationSchema", "KafkaRecordSerializationSchema", "KafkaSink"]

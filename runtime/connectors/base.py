@@ -1,7 +1,7 @@
 """What a connector implements.
 
 A source is a picklable description; each subtask asks it for a reader of its
-share (``create_reader``). A reader's ``poll`` returns a batch, ``None`` when
+share (``create_reader``). A reader's ``poll`` returns a batch (or a ``Stamped`` batch: records with event timestamps), ``None`` when
 nothing is there yet (``wakeup_at`` says when to ask again), or ``END`` when
 its share is exhausted. For exactly-once a reader is *replayable*: its
 ``snapshot_state`` returns its splits with their positions (small, picklable
@@ -44,6 +44,11 @@ class Source:
 
 
 class SourceReader:
+    # False: on restore at another parallelism the old readers' splits are dealt out evenly (split
+    # list state). True: every reader gets every old reader's splits and keeps its own share (union
+    # list state), for sources where a rule, not the deal, says which reader owns a split (Kafka).
+    union_state = False
+
     def poll(self) -> Batch | None | _End:
         raise NotImplementedError
 
@@ -53,6 +58,9 @@ class SourceReader:
 
     def restore_state(self, splits: list) -> None:
         """Continue from positions a ``snapshot_state`` returned (of this or other subtasks)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, splits: list | None) -> None:
+        """Checkpoint ``checkpoint_id`` is complete; ``splits`` is what ``snapshot_state`` gave for it."""
 
     def current_split(self) -> Any:
         """The split the last polled batch came from (hashable), or None for a single stream.

@@ -30,7 +30,7 @@ from ..lazy import LazyModule
 from ..api import transformations as T
 from ..api.functions import OutputTag, RuntimeContext, as_callable
 from ..api.types import Row
-from ..batch import NO_TIMESTAMP, Batch, extract_keys, num_rows, to_rows
+from ..batch import NO_TIMESTAMP, Batch, Stamped, extract_keys, num_rows, to_rows
 from ..network.events import MAX_WATERMARK, MIN_WATERMARK, RuntimeEvent, Watermark, WatermarkStatus
 from .faults import maybe_kill
 from .timers import InternalTimerService, TimeDomain, TimerService, processing_time_ms
@@ -840,6 +840,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             a.open(self.ctx)
         self._max_ts: int | None = None
         self._split_max: dict[Any, int] = {}  # per source split, when the chained source has several
+        self._split_active: dict[Any, int] = {}  # with idleness: when each split last had a record
         self._interval = Configuration(self.ctx._job_parameters).get_int(Options.AUTO_WATERMARK_INTERVAL)
         now = processing_time_ms()
         # BATCH mode: no watermark until the end of input, which brings the last one
@@ -856,13 +857,16 @@ class TimestampsAndWatermarksOperator(StreamOperator):
             if self._max_ts is None or m > self._max_ts:
                 self._max_ts = m
             split = self.source.reader.current_split() if self.source is not None else None
-            if split is not None and m > self._split_max.get(split, MIN_WATERMARK):
-                self._split_max[split] = m
+            if split is not None:
+                if m > self._split_max.get(split, MIN_WATERMARK):
+                    self._split_max[split] = m
+                if self._idleness is not None:
+                    self._split_active[split] = processing_time_ms()
         if self._idleness is not None:
             self._last_record = processing_time_ms()
-            if self._idle:
-                self._idle = False
-                self.output.emit_event(WatermarkStatus(False))
+        if self._idle:
+            self._idle = False
+            self.output.emit_event(WatermarkStatus(False))
         self.output.emit(batch, ts)
 
     def _timestamps(self, batch: Batch) -> np.ndarray | None:
@@ -885,28 +889,44 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     def on_processing_time(self, now_ms: int) -> None:
         if self._next_emit is not None and now_ms >= self._next_emit:
             self._next_emit = now_ms + self._interval
-            high = self._high_water()
-            if high is not None:
-                self._emit_watermark(high - self._bound - 1)
+            splits = self.source.reader.open_splits() if self.source is not None else None
+            if splits is not None and not splits:
+                # A reader without a split (more subtasks than Kafka partitions) holds nothing back.
+                if not self._idle:
+                    self._idle = True
+                    self.output.emit_event(WatermarkStatus(True))
+            else:
+                high = self._high_water(splits, now_ms)
+                if high is not None and self._emit_watermark(high - self._bound - 1) and self._idle:
+                    self.output.emit_event(WatermarkStatus(True))  # a watermark made it active downstream
         if self._idleness is not None and not self._idle and now_ms - self._last_record >= self._idleness:
             self._idle = True
             self.output.emit_event(WatermarkStatus(True))
 
-    def _high_water(self) -> int | None:
+    def _high_water(self, splits: list | None, now_ms: int) -> int | None:
         """The largest timestamp the watermark may follow: of the whole stream, or with several
-        source splits the smallest of their largest (a split with no record yet holds it back)."""
-        splits = self.source.reader.open_splits() if self.source is not None else None
+        source splits the smallest of their largest (a split with no record yet holds it back,
+        unless it has been idle for the strategy's idleness, as Flink's per-split watermarks)."""
         if not splits or not self._split_max:
             return self._max_ts
+        if self._idleness is not None:
+            for s in splits:
+                self._split_active.setdefault(s, now_ms)  # first seen: counts as active from now
+            active = [s for s in splits if now_ms - self._split_active[s] < self._idleness]
+            # Every split idle: the ones that had records keep their watermark (the last word
+            # before the idle status; Flink's emits it while the empty split goes idle first).
+            splits = active or [s for s in splits if s in self._split_max]
         seen = [self._split_max.get(s) for s in splits]
         if any(m is None for m in seen):
             return None
         return min(seen)  # type: ignore[type-var]
 
-    def _emit_watermark(self, watermark: int) -> None:
+    def _emit_watermark(self, watermark: int) -> bool:
         if watermark > self.current_watermark:
             self.current_watermark = watermark
             self.output.emit_event(Watermark(watermark))
+            return True
+        return False
 
     def process_watermark(self, watermark: int) -> None:
         if watermark == MAX_WATERMARK:  # end of input: everything still open fires
@@ -1017,13 +1037,23 @@ class SourceOperator(StreamOperator):
 
     def setup(self) -> None:
         self.reader = self.node.fn.create_reader(self.ctx)
-        if self.operator_state.is_restored():
-            self.reader.restore_state(self.operator_state.get_list_state(self.SPLITS).get())
+        store = self.operator_state
+        self._splits = (store.get_union_list_state if self.reader.union_state else store.get_list_state)(self.SPLITS)
+        if store.is_restored():
+            self.reader.restore_state(self._splits.get())
+        self._snapshotted: dict[int, list] = {}  # checkpoint id -> the splits it holds, until it completes
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         splits = self.reader.snapshot_state()
         if splits is not None:
-            self.operator_state.get_list_state(self.SPLITS).update(splits)
+            self._splits.update(splits)
+            self._snapshotted[checkpoint_id] = splits
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        splits = self._snapshotted.pop(checkpoint_id, None)
+        for older in [n for n in self._snapshotted if n < checkpoint_id]:  # aborted or subsumed
+            del self._snapshotted[older]
+        self._guard(lambda: self.reader.notify_checkpoint_complete(checkpoint_id, splits))
 
     def poll(self) -> Any:
         """The reader's next batch, None (nothing yet) or END."""
@@ -1033,6 +1063,10 @@ class SourceOperator(StreamOperator):
             raise self.failure(e) from e
 
     def emit(self, batch: Batch) -> None:
+        if type(batch) is Stamped:  # records with event timestamps (e.g. Kafka's)
+            self.records_in += num_rows(batch.batch)
+            self.output.emit(batch.batch, batch.ts)
+            return
         self.records_in += num_rows(batch)
         self.output.emit(batch)
 

@@ -1,2 +1,16 @@
-"""Apache Kafka: ``KafkaSource`` (PyFlink's names) and a real single-node broker for development
-and tests (``KafkaBroker``, ``streamjob kafka-dev``)."""
+"""Apache Kafka: ``KafkaSource`` (PyFlink's names, ``pyflink.datastream.connectors.kafka``) and a
+real single-node broker for development and tests (``broker.KafkaBroker``, ``streamjob kafka-dev``)."""
+
+from .offsets import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaTopicPartition
+from .records import KafkaRecordDeserializationSchema
+from .source import KafkaSource, KafkaSourceBuilder, KafkaSourceError
+
+__all__ = [
+    "KafkaOffsetResetStrategy",
+    "KafkaOffsetsInitializer",
+    "KafkaRecordDeserializationSchema",
+    "KafkaSource",
+    "KafkaSourceBuilder",
+    "KafkaSourceError",
+    "KafkaTopicPartition",
+]

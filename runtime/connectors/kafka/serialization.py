@@ -3,7 +3,8 @@
 ``KafkaRecordSerializationSchema.builder()`` takes a topic (or a topic per record), a value
 serialization schema, and optionally a key schema, a partitioner and a header provider. A
 serialization schema is anything with ``serialize(element) -> bytes`` (PyFlink's interface), or a
-plain function of the element.
+plain function of the element. ``SimpleStringSchema`` (``str(element)`` in UTF-8) is the one of
+``connectors/serialization.py``, shared with the KafkaSource.
 """
 
 from __future__ import annotations
@@ -14,28 +15,7 @@ import json
 from typing import Any, Callable
 
 from ...api.types import Row
-
-
-class SerializationSchema:
-    """PyFlink's interface: ``serialize(element) -> bytes``."""
-
-    def serialize(self, element: Any) -> bytes:
-        raise NotImplementedError
-
-
-class SimpleStringSchema(SerializationSchema):
-    """``str(element)`` in ``charset`` (PyFlink's ``SimpleStringSchema``); bytes pass unchanged."""
-
-    def __init__(self, charset: str = "UTF-8"):
-        self.charset = charset
-
-    def serialize(self, element: Any) -> bytes:
-        if isinstance(element, (bytes, bytearray)):
-            return bytes(element)
-        return str(element).encode(self.charset)
-
-    def deserialize(self, message: bytes) -> str:
-        return message.decode(self.charset)
+from ..serialization import SerializationSchema, SimpleStringSchema
 
 
 def _json_default(value: Any) -> Any:

@@ -1,0 +1,265 @@
+"""KafkaSource on the real Apache Kafka broker: what a bounded read gives, restore at exactly the
+checkpointed offsets, rescaling, partitions added while running, watermarks per partition, random
+task kills (exactly-once, row for row) and the errors a user sees."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import kafka_sum
+from kafka_util import add_partitions, committed_offsets, create_topic, produce, unique_topic
+from streamjob.runtime import (
+    Duration,
+    StreamExecutionEnvironment,
+    Time,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
+from streamjob.runtime.cluster.executor import JobExecutionError
+from streamjob.runtime.connectors import (
+    DiscardingSink,
+    FileSink,
+    KafkaOffsetsInitializer,
+    KafkaRecordDeserializationSchema,
+    KafkaSource,
+    SimpleStringSchema,
+)
+from test_checkpointing import kill_tasks_at_random
+
+pytestmark = pytest.mark.spark
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_bounded_read_is_the_topic_contents(spark_slots, kafka_broker, tmp_path):
+    """Whole records (key, value, partition, offset, timestamp, headers) of a 3-partition topic, read by
+    2 subtasks up to the end offsets of the start, are exactly what was produced."""
+    topic = unique_topic()
+    create_topic(kafka_broker.bootstrap, topic, 3)
+    sent = [(i % 3, f"key-{i}".encode(), f"value-{i}".encode() if i % 50 else None, 1_700_000_000_000 + i,
+             [("h", f"{i}".encode())]) for i in range(600)]
+    produce(kafka_broker.bootstrap, topic, sent)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+              .set_bounded(KafkaOffsetsInitializer.latest())
+              .set_deserializer(KafkaRecordDeserializationSchema.raw()).build())
+    env.from_source(source, None, "kafka").sink_to(FileSink.parquet(str(tmp_path / "raw")))
+    env.execute("raw")
+    got = pq.read_table(str(tmp_path / "raw")).to_pylist()
+    expected = []
+    offsets = {0: 0, 1: 0, 2: 0}
+    for partition, key, value, ts, headers in sent:
+        expected.append({"topic": topic, "partition": partition, "offset": offsets[partition], "timestamp": ts,
+                         "key": key, "value": value, "headers": [{"key": k, "value": v} for k, v in headers]})
+        offsets[partition] += 1
+    order = lambda r: (r["partition"], r["offset"])  # noqa: E731
+    assert sorted(got, key=order) == sorted(expected, key=order)
+
+    # Values only, as strings: tombstones (no value) carry no record, as in Flink.
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+              .set_bounded(KafkaOffsetsInitializer.latest()).set_value_only_deserializer(SimpleStringSchema()).build())
+    env.from_source(source, None, "kafka").map(lambda s: {"s": s}).sink_to(FileSink.jsonl(str(tmp_path / "values")))
+    env.execute("values")
+    values = sorted(json.loads(line)["s"] for f in (tmp_path / "values").iterdir() for line in f.open())
+    assert values == sorted(v.decode() for _, _, v, _, _ in sent if v is not None)
+
+
+def stop_with_savepoint(client, savepoints, wait_rows=None, out=None) -> str:
+    assert client.wait_until_running(60)
+    if wait_rows is not None:  # what the phase can read is in the output (committed at checkpoints)
+        wait_for(lambda: len(kafka_sum.committed_rows(out)) >= wait_rows, 60, f"{wait_rows} output rows")
+    else:
+        wait_for(lambda: client.job_manager.coordinator.counts["COMPLETED"] >= 1, 60, "a checkpoint")
+    path = client.stop_with_savepoint(False, str(savepoints), timeout=120)
+    client.get_job_execution_result(120)
+    return path
+
+
+def test_restore_from_a_savepoint_resumes_at_exactly_its_offsets(spark_slots, kafka_broker, tmp_path):
+    """Everything read before the savepoint is in the output once, and the restored job goes on at
+    the next offset of each partition: nothing skipped, nothing read twice. The group's committed
+    offsets (for lag monitoring) follow the completed checkpoints."""
+    bootstrap, topic, group = kafka_broker.bootstrap, unique_topic(), unique_topic("group")
+    out, savepoints = str(tmp_path / "out"), tmp_path / "savepoints"
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, kafka_sum.records(0, 3000, 4))
+    source = kafka_sum.source(bootstrap, topic, group_id=group)
+    client = kafka_sum.build(source, out, str(tmp_path / "chk"), parallelism=2).execute_async("phase-1")
+    savepoint = stop_with_savepoint(client, savepoints, wait_rows=3000, out=out)
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(3000)
+    ends = {p: sum(1 for i in range(3000) if (i % kafka_sum.KEYS) % 4 == p) for p in range(4)}
+    assert committed_offsets(bootstrap, group, topic, 4) == ends
+
+    produce(bootstrap, topic, kafka_sum.records(3000, 5000, 4))
+    bounded = kafka_sum.source(bootstrap, topic, bounded=KafkaOffsetsInitializer.latest(), group_id=group)
+    kafka_sum.build(bounded, out, str(tmp_path / "chk"), parallelism=2, restore=savepoint).execute("phase-2")
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(5000)
+
+
+def test_rescale_2_3_1_over_four_partitions(spark_slots, kafka_broker, tmp_path):
+    """Savepoints move the partitions and their offsets to 3 subtasks (one of them gets two
+    partitions... or one: the rule decides), then to 1; the output is one run's, row for row."""
+    bootstrap, topic = kafka_broker.bootstrap, unique_topic()
+    out, savepoints, chk = str(tmp_path / "out"), tmp_path / "savepoints", str(tmp_path / "chk")
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, kafka_sum.records(0, 2000, 4))
+    first = stop_with_savepoint(kafka_sum.build(kafka_sum.source(bootstrap, topic), out, chk, parallelism=2)
+                                .execute_async("p2"), savepoints, wait_rows=2000, out=out)
+    produce(bootstrap, topic, kafka_sum.records(2000, 4000, 4))
+    second = stop_with_savepoint(kafka_sum.build(kafka_sum.source(bootstrap, topic), out, chk, parallelism=3,
+                                                 restore=first).execute_async("p3"), savepoints, wait_rows=4000, out=out)
+    produce(bootstrap, topic, kafka_sum.records(4000, 6000, 4))
+    bounded = kafka_sum.source(bootstrap, topic, bounded=KafkaOffsetsInitializer.latest())
+    kafka_sum.build(bounded, out, chk, parallelism=1, restore=second).execute("p1")
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(6000)
+
+
+def test_a_partition_added_while_running_is_read(spark_slots, kafka_broker, tmp_path):
+    bootstrap, topic = kafka_broker.bootstrap, unique_topic()
+    out, savepoints, chk = str(tmp_path / "out"), tmp_path / "savepoints", str(tmp_path / "chk")
+    create_topic(bootstrap, topic, 2)
+    # Keys go to partition k % 3: with 2 partitions only the keys of partitions 0 and 1 are produced yet.
+    early = [r for r in kafka_sum.records(0, 3000, 3) if r[0] < 2]
+    produce(bootstrap, topic, early)
+    source = kafka_sum.source(bootstrap, topic, partition_discovery_interval_ms=300)
+    client = kafka_sum.build(source, out, chk, parallelism=2).execute_async("discovery")
+    assert client.wait_until_running(60)
+    wait_for(lambda: len(kafka_sum.committed_rows(out)) >= len(early), 60, "the first partitions' rows")
+    add_partitions(bootstrap, topic, 3)
+    produce(bootstrap, topic, [r for r in kafka_sum.records(0, 3000, 3) if r[0] == 2])
+    wait_for(lambda: len(kafka_sum.committed_rows(out)) >= 3000, 60, "the new partition's rows")
+    client.stop_with_savepoint(False, str(savepoints), timeout=120)
+    client.get_job_execution_result(120)
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(3000)
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker, tmp_path, backend):
+    """Kafka -> keyed sum -> FileSink while a producer keeps writing; >= 10 tasks SIGKILLed at random
+    moments; the committed output equals a failure-free run's, row for row."""
+    import threading
+
+    rng = random.Random(int(time.time()))
+    bootstrap, topic, rows = kafka_broker.bootstrap, unique_topic(), 20_000
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    create_topic(bootstrap, topic, 4)
+    everything = kafka_sum.records(0, rows, 4)
+    ends = {p: sum(1 for r in everything if r[0] == p) for p in range(4)}
+    # Bounded at the offsets the whole input will end at (idempotent producer: offsets 0, 1, 2...),
+    # while it is still being written.
+    stops = KafkaOffsetsInitializer.offsets({(topic, p): n for p, n in ends.items()})
+    chunks = [everything[i:i + 1000] for i in range(0, rows, 1000)]
+
+    def producer():
+        for chunk in chunks:
+            produce(bootstrap, topic, chunk)
+            time.sleep(0.4)
+
+    writer = threading.Thread(target=producer, daemon=True)
+    writer.start()
+    env = kafka_sum.build(kafka_sum.source(bootstrap, topic, bounded=stops), out, chk, parallelism=3,
+                          interval_ms=rng.randint(200, 500), backend=backend, restarts=100)
+    client = env.execute_async("kafka-kills")
+    killed = kill_tasks_at_random(client, 10, rng)
+    result = client.get_job_execution_result(300)
+    writer.join(60)
+    assert len(killed) >= 10, f"the job finished before the test could kill 10 tasks ({len(killed)})"
+    assert result.restarts >= 10
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(rows)
+
+
+def windows_job(bootstrap: str, topic: str, out: str, parallelism: int, strategy: WatermarkStrategy):
+    """Counts per 1 s event-time window of Kafka timestamps, unbounded: a window is in the output only
+    once the watermark passed it while the job runs."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(200)
+    env.get_checkpoint_config().set_checkpoint_storage(out + "-chk")
+    source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+              .set_value_only_deserializer(SimpleStringSchema()).build())
+    (env.from_source(source, strategy, "kafka").map(lambda s: {"k": 0, "n": 1})
+     .key_by("k").window(TumblingEventTimeWindows.of(Time.seconds(1))).sum("n")
+     .sink_to(FileSink.jsonl(out)))
+    return env.execute_async("windows")
+
+
+def window_counts(out: str) -> list[int]:
+    if not os.path.isdir(out):
+        return []
+    return sorted(json.loads(line)["n"] for f in os.listdir(out) if not f.startswith((".", "_"))
+                  for line in open(os.path.join(out, f)))
+
+
+def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slots, kafka_broker, tmp_path):
+    """Watermarks follow the Kafka timestamps of each partition: the slowest one holds them back, an
+    empty one does too until it is idle (with_idleness), and a subtask without a partition never does."""
+    bootstrap = kafka_broker.bootstrap
+    base = 1_700_000_000_000
+    # One partition, two subtasks: the second has no partition and must not hold the windows back.
+    lonely = unique_topic()
+    create_topic(bootstrap, lonely, 1)
+    produce(bootstrap, lonely, [(0, None, b"x", base + i) for i in range(10)] + [(0, None, b"late", base + 5000)])
+    client = windows_job(bootstrap, lonely, str(tmp_path / "lonely"), 2, WatermarkStrategy.for_monotonous_timestamps())
+    wait_for(lambda: window_counts(str(tmp_path / "lonely")) == [10], 60, "the first window while running")
+    client.cancel()
+
+    # Two partitions, one empty, one subtask: held back without idleness, fires with it.
+    topic = unique_topic()
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, [(0, None, b"x", base + i) for i in range(7)] + [(0, None, b"late", base + 5000)])
+    held = windows_job(bootstrap, topic, str(tmp_path / "held"), 1, WatermarkStrategy.for_monotonous_timestamps())
+    assert held.wait_until_running(60)
+    wait_for(lambda: held.job_manager.coordinator.counts["COMPLETED"] >= 5, 60, "checkpoints")
+    assert window_counts(str(tmp_path / "held")) == []  # partition 1 has no record: no watermark
+    held.cancel()
+    idle = windows_job(bootstrap, topic, str(tmp_path / "idle"), 1,
+                       WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(300)))
+    wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle")
+    idle.cancel()
+
+
+def test_an_undecodable_record_fails_the_job_naming_topic_partition_and_offset(spark_slots, kafka_broker):
+    bootstrap, topic = kafka_broker.bootstrap, unique_topic()
+    create_topic(bootstrap, topic, 2)
+    good = kafka_sum.records(0, 40, 2)
+    produce(bootstrap, topic, good + [(1, None, b'{"k": 1, "i": "not a number", "v": 1}')])
+    bad_offset = sum(1 for r in good if r[0] == 1)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_source(kafka_sum.source(bootstrap, topic, bounded=KafkaOffsetsInitializer.latest()), None, "kafka") \
+        .key_by("k").sum("v").sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("undecodable")
+    assert f"topic {topic} partition 1 offset {bad_offset}" in str(info.value)
+    assert "not a number" in str(info.value)
+
+
+def test_a_missing_topic_and_an_unreachable_bootstrap_address_are_clear_errors(spark_slots, kafka_broker):
+    """Both fail the job at its start with the reason (no checkpointing here: no restarts), not a hang."""
+    existing = unique_topic()
+    create_topic(kafka_broker.bootstrap, existing, 1)
+    for bootstrap, topic, reason in [
+        (kafka_broker.bootstrap, "no-such-topic", f"topic(s) no-such-topic do not exist on {kafka_broker.bootstrap}"),
+        ("127.0.0.1:1", existing, "cannot reach the Kafka brokers at 127.0.0.1:1"),
+    ]:
+        env = StreamExecutionEnvironment.get_execution_environment()
+        source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+                  .set_value_only_deserializer(SimpleStringSchema()).build())
+        env.from_source(source, None, "kafka").print()
+        with pytest.raises(JobExecutionError) as info:
+            env.execute("bad kafka")
+        assert reason in str(info.value)
