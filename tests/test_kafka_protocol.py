@@ -11,11 +11,10 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from conftest import unique_topic
+from kafka_util import create_topic, unique_topic
 from jobs.kafka_counting import read_topic
 from streamjob.runtime.connectors.kafka import protocol
 from streamjob.runtime.connectors.kafka.protocol import KafkaProtocolError, TransactionClient
-from test_kafka_sink import create_topic
 
 
 def begin(bootstrap: str, tid: str, topic: str, values: list[bytes]) -> Producer:

@@ -1,9 +1,11 @@
 """KafkaSink on the real broker and real local Spark.
 
-Exactly-once is checked the way the other fault-tolerance tests check it: tasks are SIGKILLed at
-random moments (and at the worst moment on purpose: after a checkpoint completed, before its
-transactions were committed), and the output topic, read as a ``read_committed`` consumer reads it,
-is compared row for row with what a failure-free run computes (``jobs/counting.py``).
+Exactly-once is checked the way the other fault-tolerance tests check it, on Kafka -> keyed state ->
+Kafka (``jobs/kafka_counting.py``: the input is fed to a topic at a steady rate while the job runs):
+tasks are SIGKILLed at random moments (and at the worst moment on purpose: after a checkpoint
+completed, before its transactions were committed), the broker is restarted under the job, and the
+output topic, read as a ``read_committed`` consumer reads it, is compared row for row with what a
+failure-free run computes.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import random
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import unique_topic
+from kafka_util import create_topic, unique_topic
 from jobs import counting, kafka_counting
 from jobs.kafka_counting import read_committed_rows, read_topic
 from streamjob.runtime import StreamExecutionEnvironment
+from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.connectors import (DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema,
                                           KafkaSink, SimpleStringSchema)
 from streamjob.runtime.connectors.kafka.protocol import TransactionClient
@@ -27,15 +29,30 @@ from streamjob.runtime.task.faults import FAULT
 from test_checkpointing import kill_tasks_at_random
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
-
-
 def open_transactions(bootstrap: str, prefix: str) -> list[str]:
     with TransactionClient(bootstrap) as client:
         return [t.transactional_id for t in client.list_transactions(("Ongoing", "PrepareCommit", "PrepareAbort"))
                 if parse_transactional_id(prefix, t.transactional_id) is not None]
+
+
+def kafka_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, **kw):
+    """A Kafka -> count -> KafkaSink job, its input being fed (``rows=None``: until ``Feed.stop()``, and the
+    job's input is unbounded): (env, output topic, prefix, feed)."""
+    source, topic, prefix = unique_topic("in"), unique_topic("out"), unique_topic(name)
+    create_topic(bootstrap, source, kafka_counting.PARTITIONS)
+    create_topic(bootstrap, topic)
+    env = kafka_counting.build(bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate, input_topic=source, **kw)
+    return env, topic, prefix, kafka_counting.Feed(bootstrap, source, rate, rows)
+
+
+def stop_when_all_committed(client, bootstrap: str, topic: str, rows: int, savepoints: str) -> None:
+    """Wait until ``rows`` rows are visible to read_committed readers, then stop the (unbounded) job
+    with a savepoint: its last transactions commit, nothing stays open."""
+    deadline = time.monotonic() + 90
+    while len(read_topic(bootstrap, topic)) < rows and time.monotonic() < deadline:
+        time.sleep(0.5)
+    client.stop_with_savepoint(False, savepoints, timeout=120)
+    client.get_job_execution_result(120)
 
 
 def assert_exactly_once(bootstrap: str, topic: str, prefix: str, rows: int) -> None:
@@ -55,25 +72,27 @@ def assert_exactly_once(bootstrap: str, topic: str, prefix: str, rows: int) -> N
 
 
 # A restart of the whole barrier stage takes 4-5 s on a 2-core machine (as for the FileSink jobs of
-# test_checkpointing.py), so 10 kills in one job take a minute: each variant kills 4 tasks, 12 random
-# kills per run, besides the kills the fault hook places at the worst moments below.
+# test_checkpointing.py), more under load, so 10 kills in one job take a minute or more: each variant
+# kills 4 tasks, 12 random kills per run, besides the kills the fault hook places at the worst
+# moments below. The input is written while the job runs until the kills are done, so the job
+# cannot finish before them.
 KILLS = 4
 
 
 @pytest.mark.parametrize("backend, unaligned", [("hashmap", False), ("rocksdb", False), ("hashmap", True)],
                          ids=["hashmap", "rocksdb", "unaligned"])
 def test_exactly_once_under_random_task_kills(spark_slots, kafka_broker, tmp_path, backend, unaligned):
+    """Kafka -> keyed state -> KafkaSink while the input is being written; tasks SIGKILLed at random
+    moments; the output read with read_committed equals a failure-free run's, row for row."""
     rng = random.Random(int(time.time()))
-    topic, prefix = unique_topic("out"), unique_topic("eo")
-    create_topic(kafka_broker.bootstrap, topic)
-    rows = 20_000
-    env = kafka_counting.build(kafka_broker.bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate=2000,
-                               interval_ms=rng.randint(200, 400), backend=backend, unaligned=unaligned)
+    env, topic, prefix, feed = kafka_job(kafka_broker.bootstrap, tmp_path, "eo", None, 1000,
+                                         interval_ms=rng.randint(200, 400), backend=backend, unaligned=unaligned)
     client = env.execute_async("kafka-eo")
     killed = kill_tasks_at_random(client, KILLS, rng)
-    result = client.get_job_execution_result(300)
-    assert len(killed) >= KILLS and result.restarts >= KILLS, f"the job finished before the test could kill {KILLS} tasks"
-    assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 0
+    rows = feed.stop()
+    stop_when_all_committed(client, kafka_broker.bootstrap, topic, rows, str(tmp_path / "savepoints"))
+    assert len(killed) >= KILLS
+    assert sum(c["status"] == "COMPLETED" for c in client.get_job_execution_result(1).checkpoints) > 0
     assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
 
 
@@ -83,12 +102,10 @@ def test_a_kill_between_checkpoint_completion_and_commit_loses_and_duplicates_no
     """Flink's hard case: the checkpoint is complete (its _metadata durable), the sink has not committed
     its transactions yet, and the task dies. The restored job must commit exactly those transactions
     by resuming them (transactional id, producer id, epoch): nothing lost, nothing twice."""
-    topic, prefix = unique_topic("out"), unique_topic("hard")
-    create_topic(kafka_broker.bootstrap, topic)
     rows = 6000
     fault = str(tmp_path / marker)
-    env = kafka_counting.build(kafka_broker.bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate=1500,
-                               conf={FAULT: f"sink-before-commit:{fault}"})
+    env, topic, prefix, _ = kafka_job(kafka_broker.bootstrap, tmp_path, "hard", rows, 1500,
+                                      conf={FAULT: f"sink-before-commit:{fault}"})
     result = env.execute("kafka-hard-case")
     assert result.restarts >= 1
     markers = sorted(tmp_path.glob("marker*"))
@@ -108,11 +125,9 @@ def test_a_kill_between_checkpoint_completion_and_commit_loses_and_duplicates_no
 def test_a_kill_right_after_the_commit_commits_again_idempotently(spark_slots, kafka_broker, tmp_path):
     """The task dies just after committing: the restored checkpoint still lists those transactions,
     and committing them again must neither fail nor add anything."""
-    topic, prefix = unique_topic("out"), unique_topic("again")
-    create_topic(kafka_broker.bootstrap, topic)
     rows = 6000
-    env = kafka_counting.build(kafka_broker.bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate=1500,
-                               conf={FAULT: f"sink-after-commit:{tmp_path / 'marker'}"})
+    env, topic, prefix, _ = kafka_job(kafka_broker.bootstrap, tmp_path, "again", rows, 1500,
+                                      conf={FAULT: f"sink-after-commit:{tmp_path / 'marker'}"})
     result = env.execute("kafka-commit-again")
     assert result.restarts >= 1 and json.loads((tmp_path / "marker").read_text())
     assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
@@ -121,10 +136,8 @@ def test_a_kill_right_after_the_commit_commits_again_idempotently(spark_slots, k
 @pytest.mark.parametrize("hard", [False, True], ids=["stop-start", "kill-start"])
 def test_the_broker_restarted_mid_job_recovers_exactly_once(spark_slots, kafka_broker_private, tmp_path, hard):
     broker = kafka_broker_private
-    topic, prefix = unique_topic("out"), unique_topic("restart")
-    create_topic(broker.bootstrap, topic)
     rows = 12_000
-    env = kafka_counting.build(broker.bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate=1500)
+    env, topic, prefix, feeder = kafka_job(broker.bootstrap, tmp_path, "restart", rows, 1500)
     client = env.execute_async("kafka-broker-restart")
     assert client.wait_until_running(60)
     jm = client.job_manager
@@ -134,22 +147,29 @@ def test_the_broker_restarted_mid_job_recovers_exactly_once(spark_slots, kafka_b
     assert jm.coordinator.counts["COMPLETED"] >= 3
     broker.restart(hard=hard)
     client.get_job_execution_result(120)
+    feeder.join(30)
     assert_exactly_once(broker.bootstrap, topic, prefix, rows)
 
 
 def test_at_least_once_under_task_kills_loses_nothing(spark_slots, kafka_broker, tmp_path):
     rng = random.Random(int(time.time()))
-    topic = unique_topic("alo")
-    create_topic(kafka_broker.bootstrap, topic)
-    rows = 12_000
-    env = kafka_counting.build(kafka_broker.bootstrap, topic, None, str(tmp_path / "chk"), rows, rate=1500,
-                               guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
+    env, topic, _, feed = kafka_job(kafka_broker.bootstrap, tmp_path, "alo", None, 1000,
+                                    guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
     client = env.execute_async("kafka-alo")
     killed = kill_tasks_at_random(client, 2, rng)
-    result = client.get_job_execution_result(120)
-    assert len(killed) >= 2 and result.restarts >= 2
-    got = [json.loads(v)["i"] for _k, v, _p, _h in read_topic(kafka_broker.bootstrap, topic)]
-    assert set(got) == set(range(rows))  # every row at least once (records after a checkpoint may repeat)
+    rows = feed.stop()
+
+    def seen() -> set[int]:
+        return {json.loads(v)["i"] for _k, v, _p, _h in read_topic(kafka_broker.bootstrap, topic)}
+
+    deadline = time.monotonic() + 90
+    while len(seen()) < rows and time.monotonic() < deadline:
+        time.sleep(0.5)
+    client.cancel()
+    with pytest.raises(JobExecutionError, match="cancel"):
+        client.get_job_execution_result(60)
+    assert len(killed) >= 2
+    assert seen() == set(range(rows))  # every row at least once (rows after a checkpoint may repeat)
 
 
 class ByIndex:
@@ -206,3 +226,51 @@ def test_simple_string_values_and_a_fixed_topic(spark_slots, kafka_broker):
     env.from_collection(["a", "b", "ü"]).sink_to(sink)
     env.execute("kafka-strings")
     assert [v.decode() for _k, v, _p, _h in read_topic(kafka_broker.bootstrap, topic)] == ["a", "b", "ü"]
+
+
+def test_rescale_3_2_1_aborts_what_old_subtasks_left_open(spark_slots, kafka_broker, tmp_path):
+    """At parallelism 3 the job is cancelled abruptly (its open transactions stay open), restored from
+    its retained checkpoint at parallelism 2, stopped with a savepoint and restored at parallelism 1.
+    Old subtask 2's open transaction is aborted by new subtask 0 (2 % 2), the checkpoint's committables
+    are committed by whichever subtask got them, and the output is one run's, row for row."""
+    bootstrap = kafka_broker.bootstrap
+    source, topic, prefix = unique_topic("in"), unique_topic("out"), unique_topic("rescale")
+    create_topic(bootstrap, source, kafka_counting.PARTITIONS)
+    create_topic(bootstrap, topic)
+    feed = kafka_counting.Feed(bootstrap, source, 800)
+    chk = tmp_path / "chk"
+
+    def job(parallelism: int, restore: str | None = None, rows: int | None = None):
+        conf = {"execution.state-recovery.path": restore} if restore else None
+        return kafka_counting.build(bootstrap, topic, prefix, str(chk), rows, 800, parallelism=parallelism,
+                                    conf=conf, input_topic=source)
+
+    def old_subtask_2() -> list[str]:
+        return [t for t in open_transactions(bootstrap, prefix) if parse_transactional_id(prefix, t)[0] == 2]
+
+    def wait_for(predicate, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    client = job(3).execute_async("p3")
+    assert client.wait_until_running(60)
+    wait_for(lambda: client.job_manager.coordinator.counts["COMPLETED"] >= 2, "2 checkpoints at parallelism 3")
+    wait_for(old_subtask_2, "an open transaction of subtask 2")
+    client.cancel()
+    with pytest.raises(JobExecutionError, match="cancel"):
+        client.get_job_execution_result(60)
+    job_dir = chk / client.job_id
+    latest = max((d for d in job_dir.glob("chk-*") if (d / "_metadata").exists()), key=lambda d: int(d.name[4:]))
+
+    client = job(2, restore=str(latest)).execute_async("p2")
+    assert client.wait_until_running(60)
+    wait_for(lambda: client.job_manager.coordinator.counts["COMPLETED"] >= 2, "2 checkpoints at parallelism 2")
+    assert old_subtask_2() == []  # aborted at the start of parallelism 2, by subtask 0
+    savepoint = client.stop_with_savepoint(False, str(tmp_path / "savepoints"), timeout=120)
+    client.get_job_execution_result(120)
+
+    rows = feed.stop()
+    job(1, restore=savepoint, rows=rows).execute("p1")
+    assert_exactly_once(bootstrap, topic, prefix, rows)

@@ -1,22 +1,80 @@
-"""The counting job of ``counting.py`` writing to Kafka through the exactly-once KafkaSink.
+"""The counting job of ``counting.py`` from Kafka to Kafka: Kafka -> keyed state -> KafkaSink.
 
-Rows come from a replayable source, are counted per key in keyed state (``counting.Count``) and go
-to a topic as JSON. With ``kafka_input`` the rows are read from a topic instead (``KafkaSource``).
-``read_committed_rows`` reads the output as a ``read_committed`` consumer sees it.
+``Feed`` writes row i (``{"key": i % 30, "i": i}``) to partition ``i % 3`` of the input topic at a
+steady rate while the job runs, as a live stream; every key's rows are in one partition, in index
+order, so the running count of every output row is deterministic (``counting.expected_rows``). The
+job reads the topic with the KafkaSource, bounded at the offsets where the feed ends, counts per key
+in keyed state (``counting.Count``) and writes JSON rows with the KafkaSink (exactly-once by
+default). ``read_committed_rows`` reads the output as a ``read_committed`` consumer sees it.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from jobs.counting import Count, row
 from streamjob.runtime import (CheckpointingMode, ExternalizedCheckpointRetention, RestartStrategies,
                                StreamExecutionEnvironment)
-from streamjob.runtime.connectors import (DataGenSource, DeliveryGuarantee, JsonRowSerializationSchema,
-                                          KafkaRecordSerializationSchema, KafkaSink)
+from streamjob.runtime.api.types import Types
+from streamjob.runtime.connectors import (DataGenSource, DeliveryGuarantee, JsonRowDeserializationSchema,
+                                          JsonRowSerializationSchema, KafkaOffsetsInitializer,
+                                          KafkaRecordSerializationSchema, KafkaSink, KafkaSource, KafkaTopicPartition)
+
+PARTITIONS = 3
+ROW_TYPE = Types.ROW_NAMED(["key", "i"], [Types.INT(), Types.LONG()])
+
+
+class Feed:
+    """Writes rows 0, 1, 2... to ``topic`` (PARTITIONS partitions) at ``rate`` rows/s in a thread, until
+    ``rows`` are written or ``stop()`` is called; keeps going through broker restarts (the producer
+    retries)."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, rows: int | None = None):
+        self.bootstrap, self.topic, self.rate, self.rows = bootstrap, topic, rate, rows
+        self.sent = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"feed-{topic}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        started = time.monotonic()
+        while not self._stop.is_set() and (self.rows is None or self.sent < self.rows):
+            due = int((time.monotonic() - started) * self.rate) + 1
+            if self.rows is not None:
+                due = min(due, self.rows)
+            for j in range(self.sent, due):
+                producer.produce(self.topic, json.dumps(row(j)).encode(), str(j % 30).encode(),
+                                 partition=j % PARTITIONS)
+            self.sent = max(self.sent, due)
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(120) == 0
+
+    def stop(self) -> int:
+        """Stop writing; returns how many rows were written."""
+        self._stop.set()
+        self.thread.join(150)
+        return self.sent
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+def kafka_source(bootstrap: str, topic: str, rows: int | None) -> KafkaSource:
+    """The input topic; with ``rows``, bounded where a ``Feed`` of that many rows ends (partition p holds
+    the rows i with i % PARTITIONS == p, at offsets 0, 1, 2...)."""
+    builder = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+               .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+               .set_value_only_deserializer(JsonRowDeserializationSchema.builder().type_info(ROW_TYPE).build()))
+    if rows is not None:
+        ends = {KafkaTopicPartition(topic, p): len(range(p, rows, PARTITIONS)) for p in range(PARTITIONS)}
+        builder.set_bounded(KafkaOffsetsInitializer.offsets(ends))
+    return builder.build()
 
 
 def kafka_sink(bootstrap: str, topic: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
@@ -36,10 +94,14 @@ def kafka_sink(bootstrap: str, topic: str, guarantee: DeliveryGuarantee = Delive
     return builder.build()
 
 
-def build(bootstrap: str, topic: str, prefix: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
+def build(bootstrap: str, topic: str, prefix: str | None, checkpoints: str, rows: int | None, rate: float,
+          interval_ms: int = 300,
           backend: str = "hashmap", unaligned: bool = False, parallelism: int = 3, conf: dict | None = None,
           restarts: int = 40, sink_props: dict | None = None,
-          guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE) -> StreamExecutionEnvironment:
+          guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+          input_topic: str | None = None) -> StreamExecutionEnvironment:
+    """``input_topic``: read the rows from that topic (``Feed`` them at ``rate``; ``rows=None``: unbounded);
+    else from DataGen at ``rate``."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     if conf:
@@ -52,7 +114,10 @@ def build(bootstrap: str, topic: str, prefix: str, checkpoints: str, rows: int, 
     if unaligned:
         config.enable_unaligned_checkpoints()
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 100))
-    source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, "numbers").uid("numbers")
+    if input_topic is not None:
+        source = env.from_source(kafka_source(bootstrap, input_topic, rows), None, "kafka-in").uid("kafka-in")
+    else:
+        source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, "numbers").uid("numbers")
     (source.key_by("key").process(Count()).uid("count")
      .sink_to(kafka_sink(bootstrap, topic, guarantee, prefix, **(sink_props or {})))
      .uid("kafka"))
