@@ -274,3 +274,60 @@ def test_rescale_3_2_1_aborts_what_old_subtasks_left_open(spark_slots, kafka_bro
     rows = feed.stop()
     job(1, restore=savepoint, rows=rows).execute("p1")
     assert_exactly_once(bootstrap, topic, prefix, rows)
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.EXACTLY_ONCE],
+                         ids=["none", "exactly-once"])
+@pytest.mark.parametrize("problem", ["unreachable", "missing-topic"])
+def test_a_wrong_address_or_a_missing_topic_fails_the_job_within_seconds(spark_slots, kafka_broker, tmp_path,
+                                                                         guarantee, problem):
+    import socket
+
+    from streamjob.runtime import RestartStrategies
+
+    if problem == "unreachable":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            bootstrap = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+        topic, expected = "t", f"no Kafka broker of {bootstrap} answered"
+    else:
+        bootstrap, topic = kafka_broker.bootstrap, unique_topic("missing")
+        expected = f"topic '{topic}' is not available on {bootstrap}"
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.enable_checkpointing(500)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    builder = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
+               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                      .set_value_serialization_schema(SimpleStringSchema()).build())
+               .set_delivery_guarantee(guarantee).set_transactional_id_prefix(unique_topic("err"))
+               .set_property("allow.auto.create.topics", False))  # else the broker creates a missing topic
+    env.from_collection(["a"]).sink_to(builder.build())
+    started = time.monotonic()
+    with pytest.raises(JobExecutionError, match=expected):
+        env.execute("kafka-errors")
+    assert time.monotonic() - started < 40  # the check waits 10 s for an answer; the rest is the job's start
+
+
+@pytest.mark.parametrize("case", ["no-checkpointing", "timeout-below-interval"])
+def test_exactly_once_refuses_settings_that_could_not_commit(spark_slots, kafka_broker, tmp_path, case):
+    from streamjob.runtime import RestartStrategies
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    builder = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(unique_topic("never"))
+                                      .set_value_serialization_schema(SimpleStringSchema()).build())
+               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(unique_topic("x")))
+    if case == "no-checkpointing":
+        expected = "enable checkpointing"
+    else:
+        env.enable_checkpointing(2000)
+        env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+        builder.set_property("transaction.timeout.ms", 1000)
+        expected = r"transaction.timeout.ms \(1000 ms\) must be well above the checkpoint interval \(2000 ms\)"
+    env.from_collection(["a"]).sink_to(builder.build())
+    with pytest.raises(JobExecutionError, match=expected):
+        env.execute("kafka-refused")

@@ -55,6 +55,8 @@ from .serialization import JsonRowSerializationSchema, KafkaRecordSerializationS
 log = logging.getLogger("streamjob.kafka")
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
+# How long a writer's start waits for the cluster to answer before failing with the bootstrap address.
+CONNECT_TIMEOUT_S = 10.0
 # Properties of the client that are the sink's to set.
 _RESERVED = ("transactional.id", "bootstrap.servers")
 
@@ -122,6 +124,27 @@ class KafkaSink(Sink):
         if self._client is None:
             self._client = TransactionClient(self.bootstrap_servers, self.properties)
         return self._client
+
+    def check_cluster(self) -> None:
+        """At a writer's start: the cluster answers and a fixed topic exists (or the broker creates it,
+        as a producer's metadata request lets it), so a wrong address or topic fails the job within
+        seconds instead of after librdkafka's ``message.timeout.ms``."""
+        from confluent_kafka import KafkaException, Producer
+
+        conf = {k: v for k, v in self.producer_config().items()
+                if k not in ("transaction.timeout.ms", "enable.idempotence", "partitioner")}
+        producer = Producer(conf)
+        topic = self.record_serializer.topic
+        try:
+            metadata = producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S)
+        except KafkaException as e:
+            raise KafkaSinkError(f"KafkaSink: no Kafka broker of {self.bootstrap_servers} answered within "
+                                 f"{CONNECT_TIMEOUT_S:.0f} s ({e.args[0].str() if e.args else e})") from None
+        if topic is not None:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                why = meta.error.str() if meta is not None and meta.error is not None else "not in the metadata"
+                raise KafkaSinkError(f"KafkaSink: topic {topic!r} is not available on {self.bootstrap_servers}: {why}")
 
     # -- Sink ----------------------------------------------------------------------------------------
     def create_writer(self, ctx: Any) -> SinkWriter:
@@ -276,6 +299,9 @@ class KafkaSinkWriter(_Producing, SinkWriter):
         self._init_producing()
         self.producer = Producer(sink.producer_config())
 
+    def start(self) -> None:
+        self.sink.check_cluster()
+
     def write(self, batch: Any) -> None:
         self._write(self.producer, batch)
 
@@ -312,6 +338,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
     def start(self) -> None:
         """After the restore (or on a fresh start): abort what a failed attempt left open, then get
         the first producer ready."""
+        self.sink.check_cluster()
         client = self.sink.transaction_client()
         try:
             open_ids = [t.transactional_id for t in client.list_transactions(("Ongoing",))]
