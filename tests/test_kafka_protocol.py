@@ -32,6 +32,15 @@ def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> lis
     return [v for _k, v, _p, _h in read_topic(bootstrap, topic, 1, isolation)]
 
 
+def wait_complete(client: TransactionClient, tid: str) -> str:
+    """EndTxn answers once the coordinator logged the decision; the markers follow. Wait for them."""
+    deadline = time.monotonic() + 20
+    while (state := client.describe_transactions([tid])[tid].state).startswith("Prepare"):
+        assert time.monotonic() < deadline, f"{tid} still {state}"
+        time.sleep(0.05)
+    return state
+
+
 @pytest.fixture
 def client(kafka_broker):
     with TransactionClient(kafka_broker.bootstrap, timeout_s=20) as c:
@@ -93,9 +102,7 @@ def test_with_endtxn_v5_a_repeated_commit_is_refused(kafka_broker, client, monke
     producer = begin(kafka_broker.bootstrap, tid, topic, [b"x"])
     d = client.describe_transactions([tid])[tid]
     producer.commit_transaction(30)
-    deadline = time.monotonic() + 10
-    while client.describe_transactions([tid])[tid].state != "CompleteCommit" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_complete(client, tid) == "CompleteCommit"
     with monkeypatch.context() as m, TransactionClient(kafka_broker.bootstrap, timeout_s=10) as v5:
         m.setitem(protocol.SUPPORTED, protocol.END_TXN, (5,))
         with pytest.raises(KafkaProtocolError) as e:
@@ -118,8 +125,10 @@ def test_init_producer_id_fences_and_aborts_an_open_transaction(kafka_broker, cl
         client.end_txn(tid, d.producer_id, d.producer_epoch, commit=True)  # nor can a resume
     assert e.value.name == "PRODUCER_FENCED"
     # The aborted records never show, and they no longer hold back read_committed readers.
-    after = begin(kafka_broker.bootstrap, unique_topic("tx"), topic, [b"later"])
+    later = unique_topic("tx")
+    after = begin(kafka_broker.bootstrap, later, topic, [b"later"])
     after.commit_transaction(30)
+    wait_complete(client, later)
     assert values(kafka_broker.bootstrap, topic) == [b"later"]
     assert values(kafka_broker.bootstrap, topic, "read_uncommitted") == [b"lost", b"later"]
 
@@ -138,3 +147,94 @@ def test_unknown_ids_and_unreachable_brokers_give_clear_errors(kafka_broker, cli
         with pytest.raises(KafkaProtocolError, match=f"no Kafka broker of 127.0.0.1:{port} answers"):
             nowhere.end_txn("t", 1, 0)
     assert time.monotonic() - started < 10
+
+
+@pytest.fixture(scope="module")
+def secured_broker(tmp_path_factory):
+    """A broker of its own with SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256/512) and SSL listeners besides
+    PLAINTEXT; the SSL listener has a self-signed certificate for 127.0.0.1 made here with openssl."""
+    import subprocess
+
+    from streamjob.runtime.connectors.kafka.broker import KafkaBroker, _free_port
+
+    d = tmp_path_factory.mktemp("tls")
+    key, cert, pem = d / "key.pem", d / "cert.pem", d / "keystore.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    pem.write_text(key.read_text() + cert.read_text())  # PKCS#8 key + certificate: Kafka's PEM keystore
+    broker = KafkaBroker()
+    broker.port, broker.controller_port = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    sasl, tls = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    h = "127.0.0.1"
+    broker.overrides = {
+        "listeners": f"PLAINTEXT://{h}:{broker.port},CONTROLLER://{h}:{broker.controller_port},"
+                     f"SASL_PLAINTEXT://{h}:{sasl},SSL://{h}:{tls}",
+        "advertised.listeners": f"PLAINTEXT://{h}:{broker.port},SASL_PLAINTEXT://{h}:{sasl},SSL://{h}:{tls}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "SSL:SSL",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";',
+        "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(pem),
+    }
+    broker.start()
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):  # one per request
+        upsert = UserScramCredentialUpsertion("bob", ScramCredentialInfo(m, 4096), b"bob-secret")
+        for f in admin.alter_user_scram_credentials([upsert]).values():
+            f.result(30)
+    broker.sasl_bootstrap, broker.tls_bootstrap, broker.ca = f"{h}:{sasl}", f"{h}:{tls}", str(cert)
+    yield broker
+    broker.close()
+
+
+@pytest.mark.parametrize("security", ["SASL PLAIN", "SASL SCRAM-SHA-256", "SASL SCRAM-SHA-512", "SSL"])
+def test_the_client_resumes_over_sasl_and_ssl(secured_broker, security):
+    broker = secured_broker
+    if security == "SSL":
+        bootstrap, props = broker.tls_bootstrap, {"security.protocol": "SSL", "ssl.ca.location": broker.ca}
+    else:
+        mechanism = security.split()[1]
+        user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("bob", "bob-secret")
+        bootstrap = broker.sasl_bootstrap
+        props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
+                 "sasl.password": password}
+    topic, tid = unique_topic(), unique_topic("tx")
+    create_topic(broker.bootstrap, topic)
+    producer = begin(broker.bootstrap, tid, topic, [b"secured"])
+    with TransactionClient(bootstrap, props, timeout_s=20) as client:
+        d = client.describe_transactions([tid])[tid]
+        assert tid in [t.transactional_id for t in client.list_transactions()]
+        del producer
+        client.end_txn(tid, d.producer_id, d.producer_epoch, commit=True)
+        assert wait_complete(client, tid) == "CompleteCommit"
+    assert values(broker.bootstrap, topic) == [b"secured"]
+    if security != "SSL":
+        with TransactionClient(bootstrap, {**props, "sasl.password": "wrong"}, timeout_s=5) as client:
+            with pytest.raises(KafkaProtocolError, match="SASL authentication failed"):
+                client.list_transactions()
+
+
+def test_an_exactly_once_job_over_sasl_scram(spark_slots, secured_broker, tmp_path):
+    """The sink's properties reach both clients: librdkafka's producers and the transaction client."""
+    from jobs import kafka_counting
+    from test_kafka_sink import assert_exactly_once
+
+    broker = secured_broker
+    topic, prefix = unique_topic("out"), unique_topic("scram")
+    create_topic(broker.bootstrap, topic)
+    rows = 3000
+    props = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "bob",
+             "sasl_password": "bob-secret"}
+    env = kafka_counting.build(broker.sasl_bootstrap, topic, prefix, str(tmp_path / "chk"), rows, 3000,
+                               sink_props=props)  # DataGen input: only the sink talks to the broker
+    assert env.execute("kafka-scram").restarts == 0
+    assert_exactly_once(broker.bootstrap, topic, prefix, rows)
