@@ -343,7 +343,7 @@ def kafka_dev(port: int, host: str, data_dir: str | None, topics: tuple[str, ...
 
     broker = KafkaBroker(data_dir=data_dir, port=port, host=host, progress=progress)
     # SIGTERM (kill, a container stop) ends it as cleanly as Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         err().print(f"starting Apache Kafka {broker.version} (log: {broker.log_file}) ...")
         try:
@@ -368,6 +368,10 @@ def kafka_dev(port: int, host: str, data_dir: str | None, topics: tuple[str, ...
     finally:
         broker.close()
     click.echo("Kafka broker stopped")
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int) -> None:

@@ -254,10 +254,11 @@ def test_a_missing_topic_and_an_unreachable_bootstrap_address_are_clear_errors(s
     create_topic(kafka_broker.bootstrap, existing, 1)
     for bootstrap, topic, reason in [
         (kafka_broker.bootstrap, "no-such-topic", f"topic(s) no-such-topic do not exist on {kafka_broker.bootstrap}"),
-        ("127.0.0.1:1", existing, "cannot reach the Kafka brokers at 127.0.0.1:1"),
+        ("127.0.0.1:1", existing, "cannot reach the Kafka brokers at 127.0.0.1:1 within 3 s"),
     ]:
         env = StreamExecutionEnvironment.get_execution_environment()
         source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+                  .set_property("streamjob.metadata.timeout.ms", 3000)  # 10 s by default
                   .set_value_only_deserializer(SimpleStringSchema()).build())
         env.from_source(source, None, "kafka").print()
         with pytest.raises(JobExecutionError) as info:

@@ -83,7 +83,9 @@ class JsonRowDeserializationSchema(DeserializationSchema):
         options = self._options if data.count(b"\n") == len(values) - 1 else self._options_nl
         try:
             table = pa_json.read_json(io.BytesIO(data), parse_options=options,
-                                      read_options=pa_json.ReadOptions(block_size=max(1 << 20, len(data) + 1)))
+                                      # one block (one chunk); no threads: each subtask decodes its own
+                                      read_options=pa_json.ReadOptions(block_size=max(1 << 20, len(data) + 1),
+                                                                       use_threads=False))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             self._find_bad(values, where, e)
             raise DeserializationError(f"cannot decode JSON values of {where(0)} .. {where(len(values) - 1)}: {e}") from e

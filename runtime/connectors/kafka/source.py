@@ -216,6 +216,7 @@ class KafkaSourceReader(SourceReader):
         self.next_discovery = 0.0
         self.fatal: str | None = None
         self.commits_in_flight = 0
+        self.one_topic = True  # every split of this reader is of one topic
         self.last_error: str | None = None
 
     # -- opening -----------------------------------------------------------------
@@ -260,6 +261,14 @@ class KafkaSourceReader(SourceReader):
         except (KafkaException, ValueError, TypeError) as e:
             raise KafkaSourceError(f"KafkaSource({self.source.bootstrap_servers}): cannot create the consumer: "
                                    f"{e}") from e
+        try:
+            self._open()
+        except BaseException:
+            consumer, self.consumer = self.consumer, None  # not half open: the next call starts over
+            consumer.close()
+            raise
+
+    def _open(self) -> None:
         topics = self._list_partitions(first=True)
         restored = self.restored or {}
         fresh = self.restored is None
@@ -334,6 +343,8 @@ class KafkaSourceReader(SourceReader):
     def _assign(self, partitions: list[TopicPartitionId]) -> None:
         from confluent_kafka import TopicPartition
 
+        self.one_topic = len({t for t, _ in self.splits}) <= 1
+
         live = [TopicPartition(t, p, self.splits[(t, p)].position) for t, p in partitions
                 if not self.splits[(t, p)].finished]
         if live:
@@ -372,24 +383,29 @@ class KafkaSourceReader(SourceReader):
         return self._next_ready()
 
     def _ingest(self, messages: list) -> None:
-        """Runs of consecutive messages of one partition become one batch each."""
+        """Runs of consecutive messages of one partition become one batch each. (This loop is the
+        only Python per message besides decoding: with one topic it compares partitions only.)"""
+        one_topic = self.one_topic
         start = 0
-        key: TopicPartitionId | None = None
+        key: Any = None
         for i, m in enumerate(messages):
             err = m.error()
             if err is not None:
                 if key is not None:
-                    self._run(key, messages[start:i])
+                    self._run(self._tp(key, messages[start]), messages[start:i])
                 key, start = None, i + 1
                 self._on_message_error(m, err)
                 continue
-            k = (m.topic(), m.partition())
+            k = m.partition() if one_topic else (m.topic(), m.partition())
             if k != key:
                 if key is not None:
-                    self._run(key, messages[start:i])
+                    self._run(self._tp(key, messages[start]), messages[start:i])
                 key, start = k, i
         if key is not None:
-            self._run(key, messages[start:])
+            self._run(self._tp(key, messages[start]), messages[start:])
+
+    def _tp(self, key: Any, first: Any) -> TopicPartitionId:
+        return (first.topic(), key) if self.one_topic else key
 
     def _run(self, tp: TopicPartitionId, run: list) -> None:
         split = self.splits.get(tp)
@@ -423,7 +439,8 @@ class KafkaSourceReader(SourceReader):
             if split is None or split.finished:
                 continue
             if item[0] == "eof":
-                split.position = max(split.position, item[2])
+                end = item[2] if split.stop is None else min(item[2], split.stop)
+                split.position = max(split.position, end)
                 self._check_finished(item[1], split)
                 continue
             _, tp, batch, ts, next_position = item
