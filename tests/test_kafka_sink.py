@@ -331,3 +331,29 @@ def test_exactly_once_refuses_settings_that_could_not_commit(spark_slots, kafka_
     env.from_collection(["a"]).sink_to(builder.build())
     with pytest.raises(JobExecutionError, match=expected):
         env.execute("kafka-refused")
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.EXACTLY_ONCE],
+                         ids=["none", "exactly-once"])
+def test_a_record_the_broker_refuses_fails_the_job_naming_topic_and_partition(spark_slots, kafka_broker, tmp_path,
+                                                                              guarantee):
+    from streamjob.runtime import RestartStrategies
+
+    topic = unique_topic("big")
+    create_topic(kafka_broker.bootstrap, topic)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.enable_checkpointing(500)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    sink = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .set_delivery_guarantee(guarantee).set_transactional_id_prefix(unique_topic("big"))
+            .set_property("message.max.bytes", 5_000_000)  # the client lets it go; the broker (1 MB) refuses
+            .build())
+    env.from_collection(["small", "x" * 2_000_000]).sink_to(sink)
+    with pytest.raises(JobExecutionError, match=rf"could not write records: topic {topic} partition 0: .*too large"):
+        env.execute("kafka-refused-record")
+    if guarantee is DeliveryGuarantee.EXACTLY_ONCE:  # the transaction that held "small" never committed
+        assert read_topic(kafka_broker.bootstrap, topic) == []

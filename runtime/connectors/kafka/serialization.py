@@ -38,6 +38,13 @@ class JsonRowSerializationSchema(SerializationSchema):
 
     def __init__(self, field_names: list[str] | None = None):
         self.field_names = field_names
+        self._encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+
+    def __getstate__(self) -> dict:
+        return {"field_names": self.field_names}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["field_names"])  # type: ignore[misc]
 
     @staticmethod
     def builder() -> "JsonRowSerializationSchemaBuilder":
@@ -50,7 +57,7 @@ class JsonRowSerializationSchema(SerializationSchema):
             else:
                 element = dict(zip(self.field_names, element))
         try:
-            return json.dumps(element, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode()
+            return self._encode(element).encode()
         except (TypeError, ValueError) as e:
             raise ValueError(f"JsonRowSerializationSchema: cannot write {element!r} as JSON: {e}") from None
 
@@ -127,6 +134,19 @@ class KafkaRecordSerializationSchema:
     @property
     def needs_partitions(self) -> bool:
         return self._partition is not None
+
+    @property
+    def is_plain(self) -> bool:
+        """One topic, no partitioner, no headers: records need only a key and a value."""
+        return self._select is None and self._partition is None and self._headers is None
+
+    @property
+    def key_function(self) -> Callable[[Any], bytes | None] | None:
+        return self._key
+
+    @property
+    def value_function(self) -> Callable[[Any], bytes | None]:
+        return self._value
 
     def serialize(self, element: Any, partitions: Callable[[str], list[int]] | None = None
                   ) -> tuple[str, bytes | None, bytes | None, int | None, list | None]:
