@@ -20,8 +20,11 @@
      transaction coordinator (``protocol.py``). The same call commits after a restore, so the hard
      case, a failure after the checkpoint completed but before its commit, is the ordinary path:
      the restored job commits the restored checkpoint's transactions by id, producer id and epoch.
-     ``EndTxn`` is idempotent for a transaction already committed (transaction version 1 rules,
-     which the sink uses on purpose: see ``protocol.py``).
+     The commit is ``EndTxn`` v4, under the transaction version 1 rules, on purpose although Kafka
+     4.x clusters run version 2 (KIP-890): librdkafka writes version 1 transactions (its commit keeps
+     the epoch), and under version 1 committing an already committed transaction with the same
+     identity answers NONE, so the commit is idempotent; under version 2 (``EndTxn`` v5+) the same
+     request is refused. Details and the tests that pin this down: ``protocol.py``.
   4. On start, every subtask aborts the open transactions of this prefix that a failed attempt
      began after the restored checkpoint (``transactions.lingering_to_abort``; ``InitProducerId`` on
      the id fences it and aborts its transaction), so ``read_committed`` readers are held back by a
