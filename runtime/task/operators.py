@@ -994,7 +994,9 @@ class SinkOperator(StreamOperator):
             if restored:
                 self._sink.commit([c for _, c in restored])
             self._writer.restore_state(self.operator_state.get_union_list_state(self.WRITER).get())
-        self._writer.start()
+        start = getattr(self._writer, "start", None)  # writers that do not subclass SinkWriter have none
+        if start is not None:
+            start()
 
     def process(self, batch: Batch, input_index: int) -> None:
         self._writer.write(batch)
