@@ -7,6 +7,8 @@
                           (PyFlink's ``FileSink.for_row_format`` / ``FileSource.for_record_stream_format``:
                           ``file_system.py``)
 ``KafkaSource``           Kafka partitions as splits, offsets in checkpoints (``kafka/``, PyFlink's builder)
+``KafkaSink``             Kafka topics; NONE / AT_LEAST_ONCE / EXACTLY_ONCE (Kafka transactions, 2PC:
+                          ``kafka/sink.py``)
 ``PrintSink``             prints records (to the job manager's console)
 ``DiscardingSink``        drops records
 ========================  =========================================
@@ -36,6 +38,7 @@ from .kafka import (
 )
 from .serialization import DeserializationError, JsonRowDeserializationSchema, SimpleStringSchema
 from .sinks import DiscardingSink, PrintSink
+from .kafka.sink import DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema, KafkaSink
 
 __all__ = [
     "BucketAssigner",
@@ -68,3 +71,4 @@ __all__ = [
     "Source",
     "SourceReader",
 ]
+__all__ += ["DeliveryGuarantee", "JsonRowSerializationSchema", "KafkaRecordSerializationSchema", "KafkaSink"]

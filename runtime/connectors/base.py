@@ -105,6 +105,10 @@ class SinkWriter:
     def restore_state(self, state: list) -> None:
         """After a restore (and after the restored committables were committed)."""
 
+    def start(self) -> None:
+        """Once, before the first record: after ``create_writer`` and, on a restore, after
+        ``restore_state``. A transactional writer cleans up after a failed attempt here."""
+
     def close(self) -> None:
         pass
 

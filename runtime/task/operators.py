@@ -33,6 +33,7 @@ from ..api.functions import OutputTag, RuntimeContext, as_callable
 from ..api.types import Row
 from ..batch import NO_TIMESTAMP, Batch, Stamped, extract_keys, num_rows, to_rows
 from ..network.events import MAX_WATERMARK, MIN_WATERMARK, RuntimeEvent, Watermark, WatermarkStatus
+from .faults import maybe_kill
 from .timers import InternalTimerService, TimeDomain, TimerService, processing_time_ms
 from ..graph.job_graph import OperatorNode
 from ..config import Configuration, Options
@@ -1006,6 +1007,9 @@ class SinkOperator(StreamOperator):
             if restored:
                 self._sink.commit([c for _, c in restored])
             self._writer.restore_state(self.operator_state.get_union_list_state(self.WRITER).get())
+        start = getattr(self._writer, "start", None)  # writers that do not subclass SinkWriter have none
+        if start is not None:
+            start()
 
     def process(self, batch: Batch, input_index: int) -> None:
         self._writer.write(batch)
@@ -1022,7 +1026,9 @@ class SinkOperator(StreamOperator):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [c for n, c in self._pending if n <= checkpoint_id]
         if ready:
+            maybe_kill(self.ctx, "sink-before-commit", ready)
             self._guard(lambda: self._sink.commit(ready))
+            maybe_kill(self.ctx, "sink-after-commit", ready)
             self._pending = [(n, c) for n, c in self._pending if n > checkpoint_id]
 
     def on_finish(self) -> None:

@@ -1,0 +1,44 @@
+"""Fault injection for tests: SIGKILL this task at a named point of its work, once.
+
+Set the job configuration ``streamjob.test.fault`` to ``<point>:<marker path>``. The first task
+that reaches ``<point>`` creates the marker file (atomically: ``O_EXCL``) and kills itself with
+SIGKILL, as Spark kills a task: no ``finally``, no goodbye. A marker path containing ``{subtask}``
+makes it once per subtask instead. Later attempts find the marker and carry on, so the restored
+job gets past the point. Points:
+
+The marker file holds the JSON ``detail`` of the point (for the sink points: the committables).
+
+- ``sink-before-commit``: a checkpoint is complete (its ``_metadata`` is durable) and a two-phase
+  commit sink is about to commit that checkpoint's transactions (Flink's hard case);
+- ``sink-after-commit``: it has just committed them, before anything else happened (a restore then
+  commits the same transactions again: commits must be idempotent).
+
+Nothing happens when the key is unset; jobs never set it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+FAULT = "streamjob.test.fault"
+
+
+def maybe_kill(ctx: Any, point: str, detail: Any = None) -> None:
+    """``detail`` (JSON, e.g. the committables at stake) goes into the marker file for the test to read."""
+    spec = ctx.get_job_parameter(FAULT)
+    if not spec:
+        return
+    where, _, marker = str(spec).partition(":")
+    if where != point or not marker:
+        return
+    marker = marker.replace("{subtask}", str(ctx.get_index_of_this_subtask()))
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        json.dump(detail, f, default=str)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,359 @@
+"""KafkaSink on the real broker and real local Spark.
+
+Exactly-once is checked the way the other fault-tolerance tests check it, on Kafka -> keyed state ->
+Kafka (``jobs/kafka_counting.py``: the input is fed to a topic at a steady rate while the job runs):
+tasks are SIGKILLed at random moments (and at the worst moment on purpose: after a checkpoint
+completed, before its transactions were committed), the broker is restarted under the job, and the
+output topic, read as a ``read_committed`` consumer reads it, is compared row for row with what a
+failure-free run computes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from kafka_util import create_topic, unique_topic
+from jobs import counting, kafka_counting
+from jobs.kafka_counting import read_committed_rows, read_topic
+from streamjob.runtime import StreamExecutionEnvironment
+from streamjob.runtime.cluster.executor import JobExecutionError
+from streamjob.runtime.connectors import (DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema,
+                                          KafkaSink, SimpleStringSchema)
+from streamjob.runtime.connectors.kafka.protocol import TransactionClient
+from streamjob.runtime.connectors.kafka.transactions import parse_transactional_id
+from streamjob.runtime.task.faults import FAULT
+from test_checkpointing import kill_tasks_at_random
+
+
+def open_transactions(bootstrap: str, prefix: str) -> list[str]:
+    with TransactionClient(bootstrap) as client:
+        return [t.transactional_id for t in client.list_transactions(("Ongoing", "PrepareCommit", "PrepareAbort"))
+                if parse_transactional_id(prefix, t.transactional_id) is not None]
+
+
+def kafka_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, **kw):
+    """A Kafka -> count -> KafkaSink job, its input being fed (``rows=None``: until ``Feed.stop()``, and the
+    job's input is unbounded): (env, output topic, prefix, feed)."""
+    source, topic, prefix = unique_topic("in"), unique_topic("out"), unique_topic(name)
+    create_topic(bootstrap, source, kafka_counting.PARTITIONS)
+    create_topic(bootstrap, topic)
+    env = kafka_counting.build(bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate, input_topic=source, **kw)
+    return env, topic, prefix, kafka_counting.Feed(bootstrap, source, rate, rows)
+
+
+def stop_when_all_committed(client, bootstrap: str, topic: str, rows: int, savepoints: str) -> None:
+    """Wait until ``rows`` rows are visible to read_committed readers, then stop the (unbounded) job
+    with a savepoint: its last transactions commit, nothing stays open."""
+    deadline = time.monotonic() + 90
+    while len(read_topic(bootstrap, topic)) < rows and time.monotonic() < deadline:
+        time.sleep(0.5)
+    client.stop_with_savepoint(False, savepoints, timeout=120)
+    client.get_job_execution_result(120)
+
+
+def assert_exactly_once(bootstrap: str, topic: str, prefix: str, rows: int) -> None:
+    # A commit returns once the coordinator has logged it (PrepareCommit); read_committed readers see
+    # the records once it has also written the commit markers. Wait for that, and for nothing of this
+    # sink to be left open: an open transaction would hold back read_committed readers.
+    deadline = time.monotonic() + 30
+    while open_transactions(bootstrap, prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert open_transactions(bootstrap, prefix) == []
+    got = read_committed_rows(bootstrap, topic)
+    expected = counting.expected_rows(rows)
+    if len(got) != len(expected):
+        written = len(read_topic(bootstrap, topic, 1, "read_uncommitted"))
+        raise AssertionError(f"{len(got)} rows committed, {len(expected)} expected ({written} written in all)")
+    assert got == expected
+
+
+# A restart of the whole barrier stage takes 4-5 s on a 2-core machine (as for the FileSink jobs of
+# test_checkpointing.py), more under load, so 10 kills in one job take a minute or more: each variant
+# kills 4 tasks, 12 random kills per run, besides the kills the fault hook places at the worst
+# moments below. The input is written while the job runs until the kills are done, so the job
+# cannot finish before them.
+KILLS = 4
+
+
+@pytest.mark.parametrize("backend, unaligned", [("hashmap", False), ("rocksdb", False), ("hashmap", True)],
+                         ids=["hashmap", "rocksdb", "unaligned"])
+def test_exactly_once_under_random_task_kills(spark_slots, kafka_broker, tmp_path, backend, unaligned):
+    """Kafka -> keyed state -> KafkaSink while the input is being written; tasks SIGKILLed at random
+    moments; the output read with read_committed equals a failure-free run's, row for row."""
+    rng = random.Random(int(time.time()))
+    env, topic, prefix, feed = kafka_job(kafka_broker.bootstrap, tmp_path, "eo", None, 1000,
+                                         interval_ms=rng.randint(200, 400), backend=backend, unaligned=unaligned)
+    client = env.execute_async("kafka-eo")
+    killed = kill_tasks_at_random(client, KILLS, rng)
+    rows = feed.stop()
+    stop_when_all_committed(client, kafka_broker.bootstrap, topic, rows, str(tmp_path / "savepoints"))
+    assert len(killed) >= KILLS
+    assert sum(c["status"] == "COMPLETED" for c in client.get_job_execution_result(1).checkpoints) > 0
+    assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
+
+
+@pytest.mark.parametrize("marker", ["marker", "marker-{subtask}"], ids=["one-subtask", "every-subtask"])
+def test_a_kill_between_checkpoint_completion_and_commit_loses_and_duplicates_nothing(spark_slots, kafka_broker,
+                                                                                      tmp_path, marker):
+    """Flink's hard case: the checkpoint is complete (its _metadata durable), the sink has not committed
+    its transactions yet, and the task dies. The restored job must commit exactly those transactions
+    by resuming them (transactional id, producer id, epoch): nothing lost, nothing twice."""
+    rows = 6000
+    fault = str(tmp_path / marker)
+    env, topic, prefix, _ = kafka_job(kafka_broker.bootstrap, tmp_path, "hard", rows, 1500,
+                                      conf={FAULT: f"sink-before-commit:{fault}"})
+    result = env.execute("kafka-hard-case")
+    assert result.restarts >= 1
+    markers = sorted(tmp_path.glob("marker*"))
+    assert markers and (len(markers) == 3 if "{subtask}" in marker else len(markers) == 1)
+    stranded = [c for m in markers for c in json.loads(m.read_text())]
+    assert stranded, "the task died without a prepared transaction at stake"
+    assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
+    # Each stranded transaction was committed after its task died, with the identity it was prepared
+    # under: the restored job resumed it (version 1 rules: committing keeps the epoch).
+    with TransactionClient(kafka_broker.bootstrap) as client:
+        now = client.describe_transactions([c["transactional_id"] for c in stranded])
+    for c in stranded:
+        d = now[c["transactional_id"]]
+        assert (d.state, d.producer_id, d.producer_epoch) == ("CompleteCommit", c["producer_id"], c["epoch"])
+
+
+def test_a_kill_right_after_the_commit_commits_again_idempotently(spark_slots, kafka_broker, tmp_path):
+    """The task dies just after committing: the restored checkpoint still lists those transactions,
+    and committing them again must neither fail nor add anything."""
+    rows = 6000
+    env, topic, prefix, _ = kafka_job(kafka_broker.bootstrap, tmp_path, "again", rows, 1500,
+                                      conf={FAULT: f"sink-after-commit:{tmp_path / 'marker'}"})
+    result = env.execute("kafka-commit-again")
+    assert result.restarts >= 1 and json.loads((tmp_path / "marker").read_text())
+    assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["stop-start", "kill-start"])
+def test_the_broker_restarted_mid_job_recovers_exactly_once(spark_slots, kafka_broker_private, tmp_path, hard):
+    broker = kafka_broker_private
+    rows = 12_000
+    env, topic, prefix, feeder = kafka_job(broker.bootstrap, tmp_path, "restart", rows, 1500)
+    client = env.execute_async("kafka-broker-restart")
+    assert client.wait_until_running(60)
+    jm = client.job_manager
+    deadline = time.monotonic() + 30
+    while jm.coordinator.counts["COMPLETED"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert jm.coordinator.counts["COMPLETED"] >= 3
+    broker.restart(hard=hard)
+    client.get_job_execution_result(120)
+    feeder.join(30)
+    assert_exactly_once(broker.bootstrap, topic, prefix, rows)
+
+
+def test_at_least_once_under_task_kills_loses_nothing(spark_slots, kafka_broker, tmp_path):
+    rng = random.Random(int(time.time()))
+    env, topic, _, feed = kafka_job(kafka_broker.bootstrap, tmp_path, "alo", None, 1000,
+                                    guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
+    client = env.execute_async("kafka-alo")
+    killed = kill_tasks_at_random(client, 2, rng)
+    rows = feed.stop()
+
+    def seen() -> set[int]:
+        return {json.loads(v)["i"] for _k, v, _p, _h in read_topic(kafka_broker.bootstrap, topic)}
+
+    deadline = time.monotonic() + 90
+    while len(seen()) < rows and time.monotonic() < deadline:
+        time.sleep(0.5)
+    client.cancel()
+    with pytest.raises(JobExecutionError, match="cancel"):
+        client.get_job_execution_result(60)
+    assert len(killed) >= 2
+    assert seen() == set(range(rows))  # every row at least once (rows after a checkpoint may repeat)
+
+
+class ByIndex:
+    """A FlinkKafkaPartitioner: record i goes to partition i % n."""
+
+    def partition(self, record, key, value, target_topic, partitions):
+        return partitions[record["i"] % len(partitions)]
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.AT_LEAST_ONCE],
+                         ids=["none", "at-least-once"])
+def test_records_go_out_with_topic_key_partition_and_headers(spark_slots, kafka_broker, guarantee):
+    even, odd = unique_topic("even"), unique_topic("odd")
+    create_topic(kafka_broker.bootstrap, even, 3)
+    create_topic(kafka_broker.bootstrap, odd, 3)
+    rows = [{"i": i, "word": f"w{i % 7}"} for i in range(300)]
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    if guarantee is DeliveryGuarantee.AT_LEAST_ONCE:
+        env.enable_checkpointing(200)
+    sink = (KafkaSink.builder()
+            .set_bootstrap_servers(kafka_broker.bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder()
+                                   .set_topic_selector(lambda r: even if r["i"] % 2 == 0 else odd)
+                                   .set_key_serialization_schema(lambda r: r["word"].encode())
+                                   .set_value_serialization_schema(JsonRowSerializationSchema.builder().build())
+                                   .set_partitioner(ByIndex())
+                                   .set_header_provider(lambda r: {"i": str(r["i"]), "src": b"test"})
+                                   .build())
+            .set_delivery_guarantee(guarantee)
+            .build())
+    env.from_collection(rows).sink_to(sink)
+    env.execute("kafka-plain")
+    seen = []
+    for topic in (even, odd):
+        for key, value, partition, headers in read_topic(kafka_broker.bootstrap, topic, 3, "read_uncommitted"):
+            r = json.loads(value)
+            assert topic == (even if r["i"] % 2 == 0 else odd)
+            assert key == r["word"].encode() and partition == r["i"] % 3
+            assert dict(headers) == {"i": str(r["i"]).encode(), "src": b"test"}
+            seen.append(r)
+    assert sorted(seen, key=lambda r: r["i"]) == rows
+
+
+def test_simple_string_values_and_a_fixed_topic(spark_slots, kafka_broker):
+    topic = unique_topic("str")
+    create_topic(kafka_broker.bootstrap, topic)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    sink = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .build())  # DeliveryGuarantee.NONE by default, as in Flink
+    env.from_collection(["a", "b", "ü"]).sink_to(sink)
+    env.execute("kafka-strings")
+    assert [v.decode() for _k, v, _p, _h in read_topic(kafka_broker.bootstrap, topic)] == ["a", "b", "ü"]
+
+
+def test_rescale_3_2_1_aborts_what_old_subtasks_left_open(spark_slots, kafka_broker, tmp_path):
+    """At parallelism 3 the job is cancelled abruptly (its open transactions stay open), restored from
+    its retained checkpoint at parallelism 2, stopped with a savepoint and restored at parallelism 1.
+    Old subtask 2's open transaction is aborted by new subtask 0 (2 % 2), the checkpoint's committables
+    are committed by whichever subtask got them, and the output is one run's, row for row."""
+    bootstrap = kafka_broker.bootstrap
+    source, topic, prefix = unique_topic("in"), unique_topic("out"), unique_topic("rescale")
+    create_topic(bootstrap, source, kafka_counting.PARTITIONS)
+    create_topic(bootstrap, topic)
+    feed = kafka_counting.Feed(bootstrap, source, 800)
+    chk = tmp_path / "chk"
+
+    def job(parallelism: int, restore: str | None = None, rows: int | None = None):
+        conf = {"execution.state-recovery.path": restore} if restore else None
+        return kafka_counting.build(bootstrap, topic, prefix, str(chk), rows, 800, parallelism=parallelism,
+                                    conf=conf, input_topic=source)
+
+    def old_subtask_2() -> list[str]:
+        return [t for t in open_transactions(bootstrap, prefix) if parse_transactional_id(prefix, t)[0] == 2]
+
+    def wait_for(predicate, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    client = job(3).execute_async("p3")
+    assert client.wait_until_running(60)
+    wait_for(lambda: client.job_manager.coordinator.counts["COMPLETED"] >= 2, "2 checkpoints at parallelism 3")
+    wait_for(old_subtask_2, "an open transaction of subtask 2")
+    client.cancel()
+    with pytest.raises(JobExecutionError, match="cancel"):
+        client.get_job_execution_result(60)
+    job_dir = chk / client.job_id
+    latest = max((d for d in job_dir.glob("chk-*") if (d / "_metadata").exists()), key=lambda d: int(d.name[4:]))
+
+    client = job(2, restore=str(latest)).execute_async("p2")
+    assert client.wait_until_running(60)
+    wait_for(lambda: client.job_manager.coordinator.counts["COMPLETED"] >= 2, "2 checkpoints at parallelism 2")
+    assert old_subtask_2() == []  # aborted at the start of parallelism 2, by subtask 0
+    savepoint = client.stop_with_savepoint(False, str(tmp_path / "savepoints"), timeout=120)
+    client.get_job_execution_result(120)
+
+    rows = feed.stop()
+    job(1, restore=savepoint, rows=rows).execute("p1")
+    assert_exactly_once(bootstrap, topic, prefix, rows)
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.EXACTLY_ONCE],
+                         ids=["none", "exactly-once"])
+@pytest.mark.parametrize("problem", ["unreachable", "missing-topic"])
+def test_a_wrong_address_or_a_missing_topic_fails_the_job_within_seconds(spark_slots, kafka_broker, tmp_path,
+                                                                         guarantee, problem):
+    import socket
+
+    from streamjob.runtime import RestartStrategies
+
+    if problem == "unreachable":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            bootstrap = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+        topic, expected = "t", f"no Kafka broker of {bootstrap} answered"
+    else:
+        bootstrap, topic = kafka_broker.bootstrap, unique_topic("missing")
+        expected = f"topic '{topic}' is not available on {bootstrap}"
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.enable_checkpointing(500)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    builder = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
+               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                      .set_value_serialization_schema(SimpleStringSchema()).build())
+               .set_delivery_guarantee(guarantee).set_transactional_id_prefix(unique_topic("err"))
+               .set_property("allow.auto.create.topics", False))  # else the broker creates a missing topic
+    env.from_collection(["a"]).sink_to(builder.build())
+    started = time.monotonic()
+    with pytest.raises(JobExecutionError, match=expected):
+        env.execute("kafka-errors")
+    assert time.monotonic() - started < 40  # the check waits 10 s for an answer; the rest is the job's start
+
+
+@pytest.mark.parametrize("case", ["no-checkpointing", "timeout-below-interval"])
+def test_exactly_once_refuses_settings_that_could_not_commit(spark_slots, kafka_broker, tmp_path, case):
+    from streamjob.runtime import RestartStrategies
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    builder = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(unique_topic("never"))
+                                      .set_value_serialization_schema(SimpleStringSchema()).build())
+               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(unique_topic("x")))
+    if case == "no-checkpointing":
+        expected = "enable checkpointing"
+    else:
+        env.enable_checkpointing(2000)
+        env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+        builder.set_property("transaction.timeout.ms", 1000)
+        expected = r"transaction.timeout.ms \(1000 ms\) must be well above the checkpoint interval \(2000 ms\)"
+    env.from_collection(["a"]).sink_to(builder.build())
+    with pytest.raises(JobExecutionError, match=expected):
+        env.execute("kafka-refused")
+
+
+@pytest.mark.parametrize("guarantee", [DeliveryGuarantee.NONE, DeliveryGuarantee.EXACTLY_ONCE],
+                         ids=["none", "exactly-once"])
+def test_a_record_the_broker_refuses_fails_the_job_naming_topic_and_partition(spark_slots, kafka_broker, tmp_path,
+                                                                              guarantee):
+    from streamjob.runtime import RestartStrategies
+
+    topic = unique_topic("big")
+    create_topic(kafka_broker.bootstrap, topic)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.enable_checkpointing(500)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    sink = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .set_delivery_guarantee(guarantee).set_transactional_id_prefix(unique_topic("big"))
+            .set_property("message.max.bytes", 5_000_000)  # the client lets it go; the broker (1 MB) refuses
+            .build())
+    env.from_collection(["small", "x" * 2_000_000]).sink_to(sink)
+    with pytest.raises(JobExecutionError, match=rf"could not write records: topic {topic} partition 0: .*too large"):
+        env.execute("kafka-refused-record")
+    if guarantee is DeliveryGuarantee.EXACTLY_ONCE:  # the transaction that held "small" never committed
+        assert read_topic(kafka_broker.bootstrap, topic) == []

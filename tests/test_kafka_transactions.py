@@ -1,0 +1,122 @@
+"""The exactly-once Kafka sink's decisions, without a broker: ids, restored counters, which open
+transactions a starting subtask aborts (at any old or new parallelism), failed-commit messages,
+the wire encodings, and the builder's checks."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from streamjob.runtime.connectors import (DeliveryGuarantee, JsonRowSerializationSchema, KafkaRecordSerializationSchema,
+                                          KafkaSink, SimpleStringSchema)
+from streamjob.runtime.connectors.kafka import transactions as txn
+from streamjob.runtime.connectors.kafka.protocol import Reader, Writer, _parse_servers
+from streamjob.runtime import Row, Types
+
+
+def test_ids_name_prefix_subtask_and_number_and_parse_back_only_for_that_prefix():
+    assert txn.transactional_id("job-a", 2, 17) == "job-a-2-17"
+    assert txn.parse_transactional_id("job-a", "job-a-2-17") == (2, 17)
+    assert txn.parse_transactional_id("job", "job-a-2-17") is None  # another sink's prefix
+    assert txn.parse_transactional_id("job-a", "job-a-1-2-17") is None  # prefix "job-a-1"
+    assert txn.parse_transactional_id("job-a", "job-a-2-x") is None
+    with pytest.raises(ValueError, match="set_transactional_id_prefix"):
+        txn.validate_prefix(None)
+    with pytest.raises(ValueError, match="letters, digits"):
+        txn.validate_prefix("has space")
+
+
+def test_a_restored_subtask_numbers_above_every_old_subtask():
+    states = [txn.writer_state("p", 0, 5), txn.writer_state("p", 1, 9), txn.writer_state("other", 2, 99)]
+    counters = txn.restored_counters("p", states)
+    assert counters == {0: 5, 1: 9}
+    assert txn.first_number(counters) == 9
+    assert txn.first_number({}) == 0
+
+
+def test_lingering_transactions_of_a_failed_attempt_are_aborted_by_exactly_one_subtask():
+    counters = {0: 5, 1: 9, 2: 7}  # restored from a checkpoint taken at parallelism 3
+    open_ids = ["p-0-4",  # a committable of the restored checkpoint: its holder commits it
+                "p-0-9", "p-0-10",  # begun by the failed attempt after the checkpoint
+                "p-1-9",
+                "p-2-6", "p-2-7",
+                "p-5-0",  # from an attempt at parallelism 6
+                "q-0-50", "p-x-1"]  # not this sink's
+    for p in (1, 2, 3, 4):
+        aborted = [txn.lingering_to_abort(open_ids, "p", i, p, counters) for i in range(p)]
+        flat = sorted(t for a in aborted for t in a)
+        assert flat == ["p-0-10", "p-0-9", "p-1-9", "p-2-7", "p-5-0"]  # each once, whatever the parallelism
+        assert "p-0-4" not in flat and "p-2-6" not in flat
+    assert txn.lingering_to_abort(open_ids, "p", 0, 3, counters) == ["p-0-9", "p-0-10"]  # in number order
+    # A fresh start (no checkpoint) aborts every open transaction of the prefix.
+    assert txn.lingering_to_abort(["p-0-0", "p-1-3"], "p", 0, 1, {}) == ["p-0-0", "p-1-3"]
+
+
+def test_a_failed_commit_is_explained():
+    c = txn.committable("p-0-3", 7, 2)
+    timed_out = txn.explain_failed_commit(c, "PRODUCER_FENCED", {"state": "CompleteAbort", "producer_id": 7,
+                                                                 "producer_epoch": 3})
+    assert "transaction.timeout.ms" in timed_out and "p-0-3" in timed_out and "lost" in timed_out
+    reused = txn.explain_failed_commit(c, "PRODUCER_FENCED", {"state": "Empty", "producer_id": 7, "producer_epoch": 9})
+    assert "older checkpoint" in reused
+    assert "no longer knows" in txn.explain_failed_commit(c, "INVALID_PRODUCER_ID_MAPPING", None)
+
+
+def test_flexible_and_classic_encodings_round_trip():
+    w = Writer(True).string("héllo").string(None).int16(-2).int32(70000).int64(-5).array([1, 2], Writer.int32).tags()
+    r = Reader(w.build(), True)
+    assert (r.string(), r.string(), r.int16(), r.int32(), r.int64(), r.array(Reader.int32), r.tags()) == \
+        ("héllo", None, -2, 70000, -5, [1, 2], {})
+    w = Writer(False).string("abc").bytes_(b"\x00\x01").array(["x"], Writer.string)
+    r = Reader(w.build(), False)
+    assert (r.string(), r.bytes_(), r.array(Reader.string)) == ("abc", b"\x00\x01", ["x"])
+    big = Writer(True).string("x" * 300).build()  # a length that needs two varint bytes
+    assert Reader(big, True).string() == "x" * 300
+    assert _parse_servers("SASL_SSL://a:9092, b:9093") == [("a", 9092), ("b", 9093)]
+    with pytest.raises(ValueError, match="host:port"):
+        _parse_servers("nohost")
+
+
+def _schema(**kw):
+    b = KafkaRecordSerializationSchema.builder().set_topic("t").set_value_serialization_schema(
+        kw.pop("value", JsonRowSerializationSchema.builder().build()))
+    for k, v in kw.items():
+        getattr(b, k)(v)
+    return b.build()
+
+
+def test_the_record_serialization_schema_survives_pickling_and_names_bad_input():
+    schema = pickle.loads(pickle.dumps(_schema(set_key_serialization_schema=SimpleStringSchema())))
+    topic, key, value, partition, headers = schema.serialize({"a": 1})
+    assert (topic, key, value, partition, headers) == ("t", b"{'a': 1}", b'{"a":1}', None, None)
+    named = JsonRowSerializationSchema.builder().with_type_info(Types.ROW_NAMED(["x", "y"], [Types.INT(), Types.STRING()])).build()
+    assert named.serialize((1, "b")) == b'{"x":1,"y":"b"}'
+    assert named.serialize(Row(x=2, y="c")) == b'{"x":2,"y":"c"}'
+    with pytest.raises(ValueError, match="cannot write"):
+        JsonRowSerializationSchema().serialize({"s": {1, 2}})
+    with pytest.raises(ValueError, match="exactly one of set_topic"):
+        KafkaRecordSerializationSchema.builder().set_value_serialization_schema(SimpleStringSchema()).build()
+    with pytest.raises(ValueError, match="set_value_serialization_schema"):
+        KafkaRecordSerializationSchema.builder().set_topic("t").build()
+    selector = KafkaRecordSerializationSchema.builder().set_topic_selector(lambda r: None) \
+        .set_value_serialization_schema(SimpleStringSchema()).build()
+    with pytest.raises(ValueError, match="topic selector returned None"):
+        selector.serialize("x")
+
+
+def test_the_sink_builder_checks_what_it_is_given():
+    schema = _schema()
+    with pytest.raises(ValueError, match="set_transactional_id_prefix"):
+        KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).build()
+    with pytest.raises(ValueError, match="transactional.id"):
+        KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+            .set_property("transactional.id", "x").build()
+    with pytest.raises(ValueError, match="set_bootstrap_servers"):
+        KafkaSink.builder().set_record_serializer(schema).build()
+    sink = (KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema)
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix("app")
+            .set_property("transaction.timeout.ms", 60000).build())
+    assert sink.exactly_once and sink.transaction_timeout_ms() == 60000
+    assert pickle.loads(pickle.dumps(sink)).producer_config()["transaction.timeout.ms"] == 60000
