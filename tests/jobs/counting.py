@@ -81,9 +81,10 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
           restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
-          slow_ms: float = 0.0, event_time: bool = False) -> StreamExecutionEnvironment:
+          slow_ms: float = 0.0, event_time: bool = False, sink: str = "jsonl") -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
-    still come in index order: DataGen's splits are residue classes that keep their key."""
+    still come in index order: DataGen's splits are residue classes that keep their key.
+    ``sink``: the FileSink's format, jsonl or parquet."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     if restore:
@@ -101,7 +102,7 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
-    source.key_by("key").process(Count(ballast, slow_ms)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast, slow_ms)).uid(count_uid).sink_to(getattr(FileSink, sink)(out)).uid("files")
     return env
 
 
