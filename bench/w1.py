@@ -36,6 +36,9 @@ own process tree (``streamjob run`` on the embedded local Spark), started from h
 * peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once,
   sampled every 50 ms;
 * checkpoint cost = 1 - events/s with checkpoints / events/s without, same run and sink;
+* events/CPU-s = rows / the CPU seconds (user + system) the whole process tree used between the
+  first and the last record, and the checkpoint cost in those terms: on a machine shared with
+  other work, wall-clock rates follow the load, what the job itself spent does much less;
 * sink wrote = rows, bytes and files in the output directory after the run (read back: the
   rows must be N, and no in-progress file may be left).
 
@@ -142,8 +145,12 @@ def sink_output(files: Path, sink: str) -> dict:
 
 
 # -- one case as a process tree -------------------------------------------------------------
-def _peak_rss(proc: subprocess.Popen, result: dict) -> None:
+def _sample_tree(proc: subprocess.Popen, result: dict) -> None:
+    """Every 50 ms: the tree's memory (its peak is reported) and the CPU time all its processes
+    used so far (user + system; a process that exited keeps its last reading)."""
     peak = 0
+    cpu_by_pid: dict = {}
+    cpu = []  # (wall time, CPU seconds of the tree so far)
     try:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
@@ -151,16 +158,29 @@ def _peak_rss(proc: subprocess.Popen, result: dict) -> None:
             try:
                 for p in [root, *root.children(recursive=True)]:
                     try:
-                        total += p.memory_info().rss
+                        with p.oneshot():
+                            total += p.memory_info().rss
+                            t = p.cpu_times()
+                        cpu_by_pid[p.pid] = t.user + t.system
                     except psutil.Error:
                         pass
             except psutil.Error:
                 pass
             peak = max(peak, total)
+            cpu.append((time.time(), sum(cpu_by_pid.values())))
             time.sleep(0.05)
     except psutil.Error:
         pass
     result["peak_rss"] = peak
+    result["cpu"] = cpu
+
+
+def _cpu_between(samples: list, first: float, last: float) -> float:
+    """CPU seconds the tree used from ``first`` to ``last`` (interpolated between samples)."""
+    if len(samples) < 2:
+        return float("nan")
+    t, c = np.array(samples).T
+    return float(np.interp(last, t, c) - np.interp(first, t, c))
 
 
 def run_case(engine: str, checkpoint: bool, sink: str, data: Path, rows: int) -> dict:
@@ -187,7 +207,7 @@ def run_case(engine: str, checkpoint: bool, sink: str, data: Path, rows: int) ->
         started = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         sampled: dict = {}
-        sampler = threading.Thread(target=_peak_rss, args=(proc, sampled), daemon=True)
+        sampler = threading.Thread(target=_sample_tree, args=(proc, sampled), daemon=True)
         sampler.start()
         stdout, stderr = proc.communicate(timeout=1800)
         sampler.join()
@@ -206,7 +226,8 @@ def run_case(engine: str, checkpoint: bool, sink: str, data: Path, rows: int) ->
         case = {"engine": engine, "checkpoint": checkpoint, "sink": sink, "wrote": wrote,
                 "events_per_s": rows / (last - first),
                 "first_record_s": first - started, "total_s": time.time() - started,
-                "peak_rss_mb": sampled["peak_rss"] / 2**20}
+                "peak_rss_mb": sampled["peak_rss"] / 2**20,
+                "events_per_cpu_s": rows / _cpu_between(sampled["cpu"], first, last)}
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if lines:
             case["job"] = json.loads(lines[-1])
@@ -268,7 +289,8 @@ def main() -> None:
             print(f"run {r + 1}/{args.repeat}: {c[0]}, checkpoints {'1 s' if c[1] else 'off'}, sink {c[2]}",
                   file=sys.stderr, flush=True)
             runs[c].append(run_case(c[0], c[1], c[2], data, args.rows))
-    med = {c: {k: statistics.median(x[k] for x in v) for k in ("events_per_s", "first_record_s", "peak_rss_mb")}
+    med = {c: {k: statistics.median(x[k] for x in v)
+               for k in ("events_per_s", "events_per_cpu_s", "first_record_s", "peak_rss_mb")}
            for c, v in runs.items()}
     for c, v in runs.items():
         med[c]["wrote"] = {k: statistics.median(x["wrote"][k] for x in v) for k in ("rows", "bytes", "files")}
@@ -276,16 +298,18 @@ def main() -> None:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = (f"W1: {args.rows:,} rows, 100k keys, parallelism 2, Parquet source; {when}; {os.cpu_count()} cores "
              f"({platform.processor() or platform.machine()}), Python {platform.python_version()}; median of {args.repeat}")
-    header = ["case", "sink", "checkpoints", "M events/s", "vs loop", "ckpt cost", "sink wrote", "first record",
-              "peak RSS"]
+    header = ["case", "sink", "checkpoints", "M events/s", "vs loop", "ckpt cost", "M events/CPU-s", "ckpt cost (CPU)",
+              "sink wrote", "first record", "peak RSS"]
     table = []
     for c in cases:
         engine, checkpoint, sink = c
         m = med[c]
         base = med[("plain", False, sink)]["events_per_s"]
-        cost = ""
+        cost = cpu_cost = ""
         if checkpoint and (engine, False, sink) in med:
-            cost = f"{(1 - m['events_per_s'] / med[(engine, False, sink)]['events_per_s']) * 100:.0f}%"
+            off = med[(engine, False, sink)]
+            cost = f"{(1 - m['events_per_s'] / off['events_per_s']) * 100:.0f}%"
+            cpu_cost = f"{(1 - m['events_per_cpu_s'] / off['events_per_cpu_s']) * 100:.0f}%"
         if not checkpoint:
             mode = "off"
         elif engine == "bytewax":
@@ -294,6 +318,7 @@ def main() -> None:
             mode = f"1 s exactly-once ({m['checkpoints']:.0f})"
         table.append([LABELS[engine], SINK_LABELS.get((engine, sink), SINK_LABELS[sink]), mode,
                       f"{m['events_per_s'] / 1e6:.2f}", f"{m['events_per_s'] / base:.2f}x", cost,
+                      f"{m['events_per_cpu_s'] / 1e6:.2f}", cpu_cost,
                       _wrote(m["wrote"], sink), f"{m['first_record_s']:.1f} s", f"{m['peak_rss_mb']:.0f} MB"])
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
     lines = [title, "", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
