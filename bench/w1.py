@@ -1,27 +1,46 @@
-"""W1: what the engine sustains on a keyed running sum, beside a plain Python loop and Bytewax.
+"""W1: what the engine sustains on a keyed running sum, beside a plain Python loop and Bytewax,
+into a sink that only notes its records and into real sinks that write them.
 
-    python bench/w1.py [--rows 5000000] [--repeat 1] [--only plain,columnar,per_record,bytewax]
+    python bench/w1.py [--rows 20000000] [--repeat 1] [--only plain,columnar,per_record,bytewax]
+                       [--sinks note,parquet,jsonl]
 
 W1 = rows i in [0, N): key = (i * 2654435761) % 100000, value = i % 1000, written once to
 Parquet files (cached in bench/.data/, gitignored) that every case reads, so the source is
-not the bottleneck. A keyed running sum at parallelism 2 (each input comes out with its key's
-sum so far), into a sink that only notes when its first and last records came:
+not the bottleneck. A keyed running sum at parallelism 2: each input comes out with its key's
+sum so far (the per-key update stream, N rows), into one of three sinks:
 
-* plain loop: one Python process reads the same files (``to_pylist`` per batch) and keeps the
-  sums in a dict: the 1.00x every ratio is against;
+* note: a sink that only notes when its first and last records came (what the engine sustains);
+* parquet: the exactly-once ``FileSink.parquet`` writing the update stream (part files, committed
+  when a checkpoint completes; without checkpoints when a file rolls or the input ends);
+* jsonl: the exactly-once ``FileSink.jsonl``, the same as JSON lines.
+
+The cases:
+
+* plain loop: one Python process reads the same files (``to_pylist`` per batch), keeps the sums
+  in a dict and, for the real sinks, writes its updates itself into one file: per batch
+  ``pa.RecordBatch.from_pylist(rows, schema)`` into ``pq.ParquetWriter`` (pyarrow's defaults), or
+  ``json.dumps`` per row. It is the 1.00x of every ratio, with the same sink;
 * streamjob columnar: ``key_by("key").sum("value")`` (Arrow batches, numpy kernels);
 * streamjob per-record: a ``KeyedProcessFunction`` keeping the sum in ``ValueState``;
-* Bytewax (optional: ``pip install 'streamjob[bench]'``): ``key_on`` + ``stateful_map``, 2 processes;
+* Bytewax (optional: ``pip install 'streamjob[bench]'``; note sink only): ``key_on`` +
+  ``stateful_map``, 2 processes;
 
 each streamjob and Bytewax case with checkpoints off and every 1 s (streamjob exactly-once to
 file:// storage; Bytewax snapshots into its SQLite recovery partitions). Every case runs as its
 own process tree (``streamjob run`` on the embedded local Spark), started from here, so:
 
-* events/s = rows / (last record at the sink - first record at the sink): what the engine sustains;
+* events/s = rows / (last record - first record at the sink): what the engine sustains; for a
+  real sink the end is when its last part file was committed (the final checkpoint), and for the
+  loop when its file was closed: from the first record to all output readable;
 * first record = from starting the command to the first record at the sink (JVM, Spark, tasks);
 * peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once,
   sampled every 50 ms;
-* checkpoint cost = 1 - events/s with checkpoints / events/s without, same run.
+* checkpoint cost = 1 - events/s with checkpoints / events/s without, same run and sink;
+* events/CPU-s = rows / the CPU seconds (user + system) the whole process tree used between the
+  first and the last record, and the checkpoint cost in those terms: on a machine shared with
+  other work, wall-clock rates follow the load, what the job itself spent does much less;
+* sink wrote = rows, bytes and files in the output directory after the run (read back: the
+  rows must be N, and no in-progress file may be left).
 
 Timings on a shared machine are noisy: compare the ratios of one run, and use --repeat (the
 median of the repeats is reported).
@@ -75,26 +94,63 @@ def ensure_data(rows: int, root: Path | None = None) -> Path:
 
 
 # -- the plain loop (run in a child too, so its RSS and start are measured the same way) ------
-def plain_loop(data: Path, out: Path) -> None:
+def plain_loop(data: Path, out: Path, sink: str = "note") -> None:
     sums: dict = {}
     first = None
     count = 0
+    files = out / "files"
+    files.mkdir()
+    writer = None
+    text = open(files / "part-0.jsonl", "w") if sink == "jsonl" else None
     for f in sorted(data.glob("*.parquet")):
         for batch in pq.ParquetFile(f).iter_batches(batch_size=BATCH):
             if first is None:
                 first = time.time()
-            for row in batch.to_pylist():
+            rows = batch.to_pylist()
+            for row in rows:
                 key = row["key"]
                 total = sums.get(key, 0) + row["value"]
                 sums[key] = total
                 row["value"] = total
+            if sink == "parquet":
+                if writer is None:
+                    writer = pq.ParquetWriter(files / "part-0.parquet", batch.schema)
+                writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=batch.schema))
+            elif text is not None:
+                text.write("".join(json.dumps(r) + "\n" for r in rows))
             count += batch.num_rows
+    if writer is not None:
+        writer.close()
+    if text is not None:
+        text.close()
     (out / "sink-0.json").write_text(json.dumps({"first": first, "last": time.time(), "count": count}))
 
 
+def sink_output(files: Path, sink: str) -> dict:
+    """What a sink left in its directory: rows, bytes, files (part files only; none may be in progress)."""
+    if sink == "note":
+        return {"rows": 0, "bytes": 0, "files": 0}
+    parts = sorted(p for p in files.rglob("*") if p.is_file())
+    hidden = [p.name for p in parts if p.name.startswith((".", "_"))]
+    if hidden:
+        raise RuntimeError(f"{len(hidden)} files left in progress in {files}: {hidden[:5]}")
+    rows = 0
+    for p in parts:
+        if sink == "parquet":
+            rows += pq.ParquetFile(p).metadata.num_rows
+        else:
+            with open(p, "rb") as f:
+                rows += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    return {"rows": rows, "bytes": sum(p.stat().st_size for p in parts), "files": len(parts)}
+
+
 # -- one case as a process tree -------------------------------------------------------------
-def _peak_rss(proc: subprocess.Popen, result: dict) -> None:
+def _sample_tree(proc: subprocess.Popen, result: dict) -> None:
+    """Every 50 ms: the tree's memory (its peak is reported) and the CPU time all its processes
+    used so far (user + system; a process that exited keeps its last reading)."""
     peak = 0
+    cpu_by_pid: dict = {}
+    cpu = []  # (wall time, CPU seconds of the tree so far)
     try:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
@@ -102,25 +158,38 @@ def _peak_rss(proc: subprocess.Popen, result: dict) -> None:
             try:
                 for p in [root, *root.children(recursive=True)]:
                     try:
-                        total += p.memory_info().rss
+                        with p.oneshot():
+                            total += p.memory_info().rss
+                            t = p.cpu_times()
+                        cpu_by_pid[p.pid] = t.user + t.system
                     except psutil.Error:
                         pass
             except psutil.Error:
                 pass
             peak = max(peak, total)
+            cpu.append((time.time(), sum(cpu_by_pid.values())))
             time.sleep(0.05)
     except psutil.Error:
         pass
     result["peak_rss"] = peak
+    result["cpu"] = cpu
 
 
-def run_case(engine: str, checkpoint: bool, data: Path, rows: int) -> dict:
+def _cpu_between(samples: list, first: float, last: float) -> float:
+    """CPU seconds the tree used from ``first`` to ``last`` (interpolated between samples)."""
+    if len(samples) < 2:
+        return float("nan")
+    t, c = np.array(samples).T
+    return float(np.interp(last, t, c) - np.interp(first, t, c))
+
+
+def run_case(engine: str, checkpoint: bool, sink: str, data: Path, rows: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="w1-") as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
-        env = {**os.environ, "W1_DATA": str(data), "W1_OUT": str(out), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "W1_DATA": str(data), "W1_OUT": str(out), "W1_SINK": sink, "PYTHONUNBUFFERED": "1"}
         if engine == "plain":
-            cmd = [sys.executable, str(HERE / "w1.py"), "--plain-child", str(data), str(out)]
+            cmd = [sys.executable, str(HERE / "w1.py"), "--plain-child", str(data), str(out), sink]
         elif engine in ("columnar", "per_record"):
             env["W1_PATH"] = engine
             if checkpoint:
@@ -138,75 +207,119 @@ def run_case(engine: str, checkpoint: bool, data: Path, rows: int) -> dict:
         started = time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         sampled: dict = {}
-        sampler = threading.Thread(target=_peak_rss, args=(proc, sampled), daemon=True)
+        sampler = threading.Thread(target=_sample_tree, args=(proc, sampled), daemon=True)
         sampler.start()
         stdout, stderr = proc.communicate(timeout=1800)
         sampler.join()
         if proc.returncode != 0:
-            raise RuntimeError(f"{engine} (checkpoints {'on' if checkpoint else 'off'}) failed "
+            raise RuntimeError(f"{engine} (checkpoints {'on' if checkpoint else 'off'}, sink {sink}) failed "
                                f"({proc.returncode}):\n{stderr[-3000:]}")
         sinks = [json.loads(p.read_text()) for p in out.glob("sink-*.json")]
         sinks = [s for s in sinks if s["first"] is not None]
         count = sum(s["count"] for s in sinks)
         if count != rows:
             raise RuntimeError(f"{engine}: the sink saw {count} records, expected {rows}")
+        wrote = sink_output(out / "files", sink)
+        if sink != "note" and wrote["rows"] != rows:
+            raise RuntimeError(f"{engine} ({sink}): the sink wrote {wrote['rows']} rows, expected {rows}")
         first, last = min(s["first"] for s in sinks), max(s["last"] for s in sinks)
-        case = {"engine": engine, "checkpoint": checkpoint, "events_per_s": rows / (last - first),
+        case = {"engine": engine, "checkpoint": checkpoint, "sink": sink, "wrote": wrote,
+                "events_per_s": rows / (last - first),
                 "first_record_s": first - started, "total_s": time.time() - started,
-                "peak_rss_mb": sampled["peak_rss"] / 2**20}
+                "peak_rss_mb": sampled["peak_rss"] / 2**20,
+                "events_per_cpu_s": rows / _cpu_between(sampled["cpu"], first, last)}
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if lines:
             case["job"] = json.loads(lines[-1])
         return case
 
 
-CASES = [("plain", False), ("columnar", False), ("columnar", True), ("per_record", False), ("per_record", True),
-         ("bytewax", False), ("bytewax", True)]
+ENGINES = ["plain", "columnar", "per_record", "bytewax"]
+SINKS = ["note", "parquet", "jsonl"]
 LABELS = {"plain": "plain Python dict loop (1 process)", "columnar": "streamjob columnar (key_by.sum)",
           "per_record": "streamjob per-record (KeyedProcessFunction + ValueState)", "bytewax": "Bytewax 2 processes (stateful_map)"}
+SINK_LABELS = {("plain", "parquet"): "pq.ParquetWriter", ("plain", "jsonl"): "json.dumps lines",
+               "note": "notes first/last", "parquet": "FileSink.parquet", "jsonl": "FileSink.jsonl"}
+
+
+def cases_for(engines: set, sinks: list) -> list:
+    """(engine, checkpoint, sink) in table order: per sink, the loop, then each engine off and 1 s."""
+    out = []
+    for sink in sinks:
+        for engine in ENGINES:
+            if engine not in engines or engine == "bytewax" and sink != "note":
+                continue
+            out += [(engine, False, sink)] if engine == "plain" else [(engine, False, sink), (engine, True, sink)]
+    return out
+
+
+def _wrote(w: dict, sink: str) -> str:
+    if sink == "note":
+        return "nothing (noted)"
+    return f"{w['rows'] / 1e6:.1f}M rows, {w['bytes'] / 1e6:.0f} MB, {w['files']:.0f} files"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--rows", type=int, default=20_000_000)
     ap.add_argument("--repeat", type=int, default=1, help="runs of every case; the median is reported")
     ap.add_argument("--only", default="", help="comma-separated engines: plain,columnar,per_record,bytewax")
-    ap.add_argument("--plain-child", nargs=2, metavar=("DATA", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--sinks", default=",".join(SINKS), help="comma-separated sinks: note,parquet,jsonl")
+    ap.add_argument("--plain-child", nargs=3, metavar=("DATA", "OUT", "SINK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plain_child:
-        plain_loop(Path(args.plain_child[0]), Path(args.plain_child[1]))
+        plain_loop(Path(args.plain_child[0]), Path(args.plain_child[1]), args.plain_child[2])
         return
+    sinks = [s for s in SINKS if s in set(filter(None, args.sinks.split(",")))]
+    if not sinks:
+        ap.error(f"--sinks: choose from {','.join(SINKS)}")
     data = ensure_data(args.rows)
-    only = set(filter(None, args.only.split(","))) or {e for e, _ in CASES}
+    only = set(filter(None, args.only.split(","))) or set(ENGINES)
     try:
         import bytewax  # noqa: F401
     except ImportError:
-        if "bytewax" in only:
+        if "bytewax" in only and "note" in sinks:
             print("Bytewax is not installed (pip install 'streamjob[bench]'): its rows are left out", file=sys.stderr)
         only.discard("bytewax")
     only.add("plain")  # the baseline of every ratio
-    cases = [c for c in CASES if c[0] in only]
+    cases = cases_for(only, sinks)
     runs: dict = {c: [] for c in cases}
     for r in range(args.repeat):
         for c in cases:  # interleaved: load from elsewhere on the machine hits every case alike
-            print(f"run {r + 1}/{args.repeat}: {c[0]}, checkpoints {'1 s' if c[1] else 'off'}", file=sys.stderr, flush=True)
-            runs[c].append(run_case(c[0], c[1], data, args.rows))
-    med = {c: {k: statistics.median(x[k] for x in v) for k in ("events_per_s", "first_record_s", "peak_rss_mb")}
+            print(f"run {r + 1}/{args.repeat}: {c[0]}, checkpoints {'1 s' if c[1] else 'off'}, sink {c[2]}",
+                  file=sys.stderr, flush=True)
+            runs[c].append(run_case(c[0], c[1], c[2], data, args.rows))
+    med = {c: {k: statistics.median(x[k] for x in v)
+               for k in ("events_per_s", "events_per_cpu_s", "first_record_s", "peak_rss_mb")}
            for c, v in runs.items()}
-    base = med[("plain", False)]["events_per_s"]
+    for c, v in runs.items():
+        med[c]["wrote"] = {k: statistics.median(x["wrote"][k] for x in v) for k in ("rows", "bytes", "files")}
+        med[c]["checkpoints"] = statistics.median(x.get("job", {}).get("checkpoints", 0) for x in v)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = (f"W1: {args.rows:,} rows, 100k keys, parallelism 2, Parquet source; {when}; {os.cpu_count()} cores "
              f"({platform.processor() or platform.machine()}), Python {platform.python_version()}; median of {args.repeat}")
-    header = ["case", "checkpoints", "M events/s", "vs loop", "ckpt cost", "first record", "peak RSS"]
+    header = ["case", "sink", "checkpoints", "M events/s", "vs loop", "ckpt cost", "M events/CPU-s", "ckpt cost (CPU)",
+              "sink wrote", "first record", "peak RSS"]
     table = []
     for c in cases:
+        engine, checkpoint, sink = c
         m = med[c]
-        cost = ""
-        if c[1] and (c[0], False) in med:
-            cost = f"{(1 - m['events_per_s'] / med[(c[0], False)]['events_per_s']) * 100:.0f}%"
-        table.append([LABELS[c[0]], "1 s exactly-once" if c[1] and c[0] != "bytewax" else ("1 s snapshots" if c[1] else "off"),
+        base = med[("plain", False, sink)]["events_per_s"]
+        cost = cpu_cost = ""
+        if checkpoint and (engine, False, sink) in med:
+            off = med[(engine, False, sink)]
+            cost = f"{(1 - m['events_per_s'] / off['events_per_s']) * 100:.0f}%"
+            cpu_cost = f"{(1 - m['events_per_cpu_s'] / off['events_per_cpu_s']) * 100:.0f}%"
+        if not checkpoint:
+            mode = "off"
+        elif engine == "bytewax":
+            mode = "1 s snapshots"
+        else:
+            mode = f"1 s exactly-once ({m['checkpoints']:.0f})"
+        table.append([LABELS[engine], SINK_LABELS.get((engine, sink), SINK_LABELS[sink]), mode,
                       f"{m['events_per_s'] / 1e6:.2f}", f"{m['events_per_s'] / base:.2f}x", cost,
-                      f"{m['first_record_s']:.1f} s", f"{m['peak_rss_mb']:.0f} MB"])
+                      f"{m['events_per_cpu_s'] / 1e6:.2f}", cpu_cost,
+                      _wrote(m["wrote"], sink), f"{m['first_record_s']:.1f} s", f"{m['peak_rss_mb']:.0f} MB"])
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
     lines = [title, "", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from types import SimpleNamespace
 
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_cli
@@ -32,6 +33,9 @@ HERE = os.path.dirname(__file__)
 def committed_rows(out: str) -> list[tuple]:
     rows = []
     for path in glob.glob(os.path.join(out, "*")):  # glob skips the hidden in-progress / pending files
+        if path.endswith(".parquet"):
+            rows += [tuple(r[k] for k in ("key", "i", "count", "prev")) for r in pq.read_table(path).to_pylist()]
+            continue
         with open(path) as f:
             rows += [tuple(json.loads(line)[k] for k in ("key", "i", "count", "prev")) for line in f]
     return sorted(rows)
@@ -66,18 +70,20 @@ def kill_tasks_at_random(client, kills: int, rng: random.Random, pause: tuple[fl
     return killed_at
 
 
-@pytest.mark.parametrize("mode, backend, incremental", [
-    (CheckpointingMode.EXACTLY_ONCE, "hashmap", False),
-    (CheckpointingMode.AT_LEAST_ONCE, "hashmap", False),
-    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", False),
-    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", True),
-], ids=["exactly-once-hashmap", "at-least-once-hashmap", "exactly-once-rocksdb-full", "exactly-once-rocksdb-incremental"])
-def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode, backend, incremental):
+@pytest.mark.parametrize("mode, backend, incremental, sink", [
+    (CheckpointingMode.EXACTLY_ONCE, "hashmap", False, "jsonl"),
+    (CheckpointingMode.AT_LEAST_ONCE, "hashmap", False, "jsonl"),
+    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", False, "jsonl"),
+    (CheckpointingMode.EXACTLY_ONCE, "rocksdb", True, "jsonl"),
+    (CheckpointingMode.EXACTLY_ONCE, "hashmap", False, "parquet"),
+], ids=["exactly-once-hashmap", "at-least-once-hashmap", "exactly-once-rocksdb-full", "exactly-once-rocksdb-incremental",
+        "exactly-once-hashmap-parquet"])
+def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode, backend, incremental, sink):
     rng = random.Random(int(time.time()))
     rows = 60_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     env = counting.build(out, checkpoints, rows, rate=6000, interval_ms=rng.randint(200, 500), mode=mode,
-                         backend=backend, incremental=incremental)
+                         backend=backend, incremental=incremental, sink=sink)
     client = env.execute_async("counting")
     killed = kill_tasks_at_random(client, 5, rng)
     result = client.get_job_execution_result(300)

@@ -82,3 +82,81 @@ def test_datagen_splits_indices_across_subtasks_and_limits_rate():
     elapsed = time.monotonic() - started
     assert got == list(range(len(got)))
     assert len(got) <= 100 * elapsed + 2  # never ahead of the rate
+
+
+def test_parquet_sink_buffers_rows_into_row_groups_and_keeps_types_across_parts(tmp_path):
+    import pyarrow.parquet as pq
+
+    writer = FileSink.parquet(str(tmp_path), row_group_size=1000).create_writer(ctx())
+    for start in range(0, 2500, 300):  # Python rows and Arrow batches, mixed
+        rows = [{"k": i, "v": float(i) if i % 2 else None} for i in range(start, min(start + 300, 2500))]
+        writer.write(rows if start % 600 else pa.RecordBatch.from_pylist(rows))
+    FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
+    meta = pq.ParquetFile(tmp_path / "part-0-0.parquet").metadata
+    # Row groups fill up to row_group_size; the rest goes out when the part closes.
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1000, 1000, 500]
+    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == \
+        [{"k": i, "v": float(i) if i % 2 else None} for i in range(2500)]
+    # The next part converts with the last part's schema: a first batch of all-None values stays double.
+    writer.write([{"k": 1, "v": None}])
+    writer.write([{"k": 2, "v": 3}])  # an int into the double column
+    FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
+    table = pq.read_table(tmp_path / "part-0-1.parquet")
+    assert table.schema.field("v").type == pa.float64() and table.to_pylist() == [{"k": 1, "v": None}, {"k": 2, "v": 3.0}]
+    # A new part whose records no longer fit the old types gets its own schema, as any first part does.
+    writer.write([{"k": "a", "v": 1.5}])
+    FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
+    assert pq.read_table(tmp_path / "part-0-2.parquet").schema.field("k").type == pa.string()
+
+
+def test_parquet_sink_refuses_records_it_would_write_wrongly_naming_file_and_field(tmp_path):
+    writer = FileSink.parquet(str(tmp_path)).create_writer(ctx())
+    writer.write([{"k": 1, "v": 1}, {"k": 2}])  # a missing field is null
+    with pytest.raises(FileFormatError, match=r"part-0-0.parquet.*field\(s\) \['extra'\].*'extra': 3"):
+        writer.write([{"k": 3, "v": 3, "extra": 3}])  # it would be dropped
+    with pytest.raises(FileFormatError, match=r"part-0-0.parquet.*field 'v'.*'x'"):
+        writer.write([{"k": 4, "v": "x"}])
+    FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == [{"k": 1, "v": 1}, {"k": 2, "v": None}]
+
+
+def test_parquet_sink_writer_options_reach_the_file_and_bad_ones_fail_where_the_job_is_built(tmp_path):
+    import pyarrow.parquet as pq
+
+    sink = FileSink.parquet(str(tmp_path), compression="zstd", use_dictionary=False)
+    writer = sink.create_writer(ctx())
+    writer.write([{"k": i} for i in range(10)])
+    sink.commit(writer.prepare_commit())
+    column = pq.ParquetFile(tmp_path / "part-0-0.parquet").metadata.row_group(0).column(0)
+    assert column.compression == "ZSTD" and "RLE_DICTIONARY" not in column.encodings
+    with pytest.raises(ValueError, match="bad writer option"):
+        FileSink.parquet(str(tmp_path), compression="nonsense")
+    with pytest.raises(ValueError, match="bad writer option"):
+        FileSink.parquet(str(tmp_path), no_such_option=1)
+    with pytest.raises(ValueError, match="row_group_size"):
+        FileSink.parquet(str(tmp_path), row_group_size=0)
+
+
+def test_jsonl_sink_writes_arrow_batches_as_json_dumps_would(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    chars = ['a', '"', '\\', ' ', '~', 'é', '\n', '\x7f', '\x01', '😀']
+    batches = []
+    for n in range(0, 60, 3):
+        text = ["".join(rng.choice(chars if n % 2 else chars[:5]) for _ in range(rng.randint(0, 4))) for _ in range(n)]
+        batches.append(pa.RecordBatch.from_pydict({
+            "i": pa.array([rng.choice([None, -2**63, 2**63 - 1, rng.randint(-9, 9)]) for _ in range(n)], pa.int64()),
+            "u": pa.array([rng.randint(0, 2**64 - 1) for _ in range(n)], pa.uint64()),
+            "b": [rng.choice([None, True, False]) for _ in range(n)],
+            'quo"te': [rng.choice([None, t]) for t in text],
+            "f": [rng.choice([None, 0.1, 1.0, 1e20, float("nan")]) for _ in range(n)] if n % 3 else [None] * n,
+        }).slice(n // 3))  # sliced batches (an offset into their buffers) too
+    writer = FileSink.jsonl(str(tmp_path)).create_writer(ctx())
+    for b in batches:
+        writer.write(b)
+    FileSink.jsonl(str(tmp_path)).commit(writer.prepare_commit())
+    expected = "".join(json.dumps(r, default=str) + "\n" for b in batches for r in b.to_pylist())
+    assert (tmp_path / "part-0-0.jsonl").read_text() == expected

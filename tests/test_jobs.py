@@ -137,6 +137,71 @@ def test_failing_function_fails_the_job_naming_the_operator(spark_slots):
     assert info.value.operator == "explode"
 
 
+class CountingCommitSink(Sink):
+    """Two-phase commit of record counts, committed in the background; each commit leaves a file
+    saying which thread ran it and what it committed. With ``refuse`` every commit fails."""
+
+    exactly_once = True
+    commit_in_background = True
+
+    def __init__(self, out, refuse=False):
+        self.out = out
+        self.refuse = refuse
+
+    def create_writer(self, ctx):
+        return CountingCommitWriter()
+
+    def commit(self, committables):
+        import threading
+        import uuid
+
+        if self.refuse:
+            raise OSError("the store refused the commit")
+        with open(os.path.join(self.out, f"commit-{uuid.uuid4().hex}.json"), "w") as f:
+            json.dump({"thread": threading.current_thread().name, "counts": committables}, f)
+
+
+class CountingCommitWriter(SinkWriter):
+    def __init__(self):
+        self.uncommitted = 0
+
+    def write(self, batch):
+        self.uncommitted += len(batch)
+
+    def prepare_commit(self):
+        n, self.uncommitted = self.uncommitted, 0
+        return [n] if n else []
+
+
+def test_a_sink_committing_in_the_background_commits_everything_once_off_the_task_thread(spark_slots, tmp_path):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "checkpoints"))
+    env.from_source(DataGenSource(lambda i: i, count=20_000, rows_per_second=20_000)) \
+        .sink_to(CountingCommitSink(str(tmp_path))).name("counts")
+    result = env.execute("background commits")
+    commits = [json.loads(p.read_text()) for p in tmp_path.glob("commit-*.json")]
+    assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 2 and len(commits) > 4
+    assert {c["thread"] for c in commits} == {"committer-Sink: counts-0", "committer-Sink: counts-1"}
+    assert sum(n for c in commits for n in c["counts"]) == 20_000  # the last commit finished before the job did
+
+
+def test_a_failing_background_commit_fails_the_job_naming_the_sink(spark_slots, tmp_path):
+    from streamjob.runtime import RestartStrategies
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.enable_checkpointing(100)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "checkpoints"))
+    env.set_restart_strategy(RestartStrategies.no_restart())
+    env.from_source(DataGenSource(lambda i: i, count=100_000, rows_per_second=20_000)) \
+        .sink_to(CountingCommitSink(str(tmp_path), refuse=True)).name("counts")
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("refused commits")
+    assert "operator 'Sink: counts'" in str(info.value) and "OSError: the store refused the commit" in str(info.value)
+
+
 def test_a_job_needing_more_slots_than_the_master_has_fails_fast(spark_slots):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(spark_slots + 1)

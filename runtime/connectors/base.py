@@ -83,6 +83,9 @@ class SourceReader:
 class Sink:
     default_name = "Sink"
     exactly_once = False  # True for two-phase-commit sinks
+    # True: ``commit`` runs in a thread of its own, while the task goes on writing (it must not share
+    # unsynchronised objects with the writer); committables count as pending until it returns.
+    commit_in_background = False
 
     def create_writer(self, ctx: RuntimeContext) -> "SinkWriter":
         raise NotImplementedError

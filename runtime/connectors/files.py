@@ -11,20 +11,28 @@ import datetime as _dt
 import io
 import json
 import posixpath
+import re
 import time
 import zlib
 from typing import Any, Iterator
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..batch import num_rows, to_rows, try_columnar
+from ..batch import num_rows, to_rows
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 
 FORMATS = ("parquet", "csv", "jsonl", "text")  # text: lines as strings (StreamFormat.text_line_format)
+# A Parquet part file's row groups, as pq.write_table makes them: rows are buffered (as Arrow) until
+# one is full or the part closes. Batches of a few thousand rows as row groups of their own make files
+# that are slow to write (every row group restarts dictionary encoding) and to read.
+ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_BYTES = 64 << 20
 
 
 class FileFormatError(ValueError):
@@ -240,16 +248,27 @@ class FileSink(Sink):
     """
 
     exactly_once = True
+    commit_in_background = True  # renames are I/O (on S3 a copy each): off the task thread
 
     def __init__(self, path: str, fmt: str, max_rows_per_file: int | None = None, *, encoder: Any = None,
                  part_prefix: str = "part", part_suffix: str | None = None, rolling_policy: Any = None,
-                 bucket_assigner: Any = None, check_interval_ms: int = 60_000):
+                 bucket_assigner: Any = None, check_interval_ms: int = 60_000,
+                 row_group_size: int = ROW_GROUP_ROWS, parquet_options: dict | None = None):
         if fmt not in ("parquet", "jsonl", "row"):
             raise ValueError(f"FileSink format must be parquet or jsonl, got {fmt!r}")
         if fmt == "row" and encoder is None:
             raise ValueError("a row-format FileSink needs an encoder: FileSink.for_row_format(path, Encoder...)")
         if max_rows_per_file is not None and max_rows_per_file < 1:
             raise ValueError("max_rows_per_file must be >= 1")
+        if not isinstance(row_group_size, int) or isinstance(row_group_size, bool) or row_group_size < 1:
+            raise ValueError(f"row_group_size must be a positive int, got {row_group_size!r}")
+        self.parquet_options = dict(parquet_options or {})
+        if self.parquet_options:
+            try:  # an unknown option or value fails where the job is built, not in every task
+                pq.ParquetWriter(pa.BufferOutputStream(), pa.schema([("x", pa.int64())]), **self.parquet_options).close()
+            except (TypeError, ValueError, pa.ArrowException) as e:
+                raise ValueError(f"FileSink.parquet: bad writer option in {self.parquet_options}: {e}") from e
+        self.row_group_size = row_group_size
         self.path = str(path)
         self.format = fmt
         self.max_rows_per_file = max_rows_per_file
@@ -262,8 +281,12 @@ class FileSink(Sink):
         self.default_name = f"FileSink({fmt})"
 
     @staticmethod
-    def parquet(path: str, max_rows_per_file: int | None = None) -> "FileSink":
-        return FileSink(path, "parquet", max_rows_per_file)
+    def parquet(path: str, max_rows_per_file: int | None = None, *, row_group_size: int = ROW_GROUP_ROWS,
+                **writer_options: Any) -> "FileSink":
+        """``writer_options`` go to ``pyarrow.parquet.ParquetWriter`` (``compression``, ``use_dictionary``,
+        ...); its defaults otherwise. A row group holds at most ``row_group_size`` rows (and about 64 MiB)."""
+        return FileSink(path, "parquet", max_rows_per_file, row_group_size=row_group_size,
+                        parquet_options=writer_options)
 
     @staticmethod
     def jsonl(path: str, max_rows_per_file: int | None = None) -> "FileSink":
@@ -293,9 +316,12 @@ class FileSink(Sink):
         fs, _ = fsspec.core.url_to_fs(self.path)
         for c in committables:
             tmp, final = c["pending"], c["final"]
-            if fs.exists(tmp):
+            try:
                 fs.mv(tmp, final)
-            elif not fs.exists(final):
+                continue
+            except FileNotFoundError:
+                pass
+            if not fs.exists(final):  # else committed before (commits repeat after a restore)
                 raise FileFormatError(
                     f"FileSink({self.path}): cannot commit {final}: its pending file {tmp} is gone "
                     "(deleted by someone else?); the records in it are lost"
@@ -313,6 +339,9 @@ class FileSinkWriter(SinkWriter):
         self.parts: dict[str, _PartFile] = {}  # bucket (directory under the root; "" the root) -> open part file
         self.prepared: list[dict] = []  # closed part files (rolled) waiting for the next prepare_commit
         self.next_check = 0.0  # when open part files are next checked against the rolling policy's time limits
+        # The schema of the last Parquet part: the next part converts Python rows with it (no inference)
+        # and so keeps the same column types.
+        self.schema: pa.Schema | None = None
 
     @property
     def part(self) -> "_PartFile | None":
@@ -338,7 +367,7 @@ class FileSinkWriter(SinkWriter):
             if bucket:
                 self.fs.makedirs(directory, exist_ok=True)
             part = self.parts[bucket] = _PartFile(self.fs, directory, self._next_name(directory), self.sink.format,
-                                                  self.sink.encoder, now)
+                                                  self.sink.encoder, now, self.sink, self.schema)
         part.write(batch, now)
         limit = self.sink.max_rows_per_file
         policy = self.sink.rolling_policy
@@ -354,6 +383,8 @@ class FileSinkWriter(SinkWriter):
         part = self.parts.pop(bucket, None)
         if part is not None:
             committable = part.close()
+            if part.schema is not None:
+                self.schema = part.schema
             if self.two_phase:
                 self.prepared.append(committable)
             else:
@@ -392,7 +423,8 @@ class FileSinkWriter(SinkWriter):
 
 
 class _PartFile:
-    def __init__(self, fs: Any, root: str, name: str, fmt: str, encoder: Any = None, now: float | None = None):
+    def __init__(self, fs: Any, root: str, name: str, fmt: str, encoder: Any = None, now: float | None = None,
+                 sink: FileSink | None = None, schema: pa.Schema | None = None):
         self.fs = fs
         self.final = posixpath.join(root, name)
         self.tmp = posixpath.join(root, f".{name}.inprogress")
@@ -403,43 +435,86 @@ class _PartFile:
         self.created = self.last_write = now if now is not None else time.time()
         self.file = fs.open(self.tmp, "wb")
         self.writer: pq.ParquetWriter | None = None
+        self.hint = schema  # the previous part's schema, to convert Python rows without inference
+        self.schema: pa.Schema | None = None  # this part's, set by its first batch
+        self.row_group_size = sink.row_group_size if sink is not None else ROW_GROUP_ROWS
+        self.options = sink.parquet_options if sink is not None else {}
+        self.buffered: list[pa.RecordBatch] = []  # the row group being filled
+        self.buffered_rows = 0
+        self.buffered_bytes = 0
 
     def write(self, batch, now: float | None = None) -> None:
         self.last_write = now if now is not None else time.time()
-        if self.format in ("jsonl", "row"):
+        if self.format == "jsonl":
+            data = _json_lines(batch)
+            self.file.write(data)
+            self.rows += num_rows(batch)
+            self.size += len(data)
+            return
+        if self.format == "row":
             rows = to_rows(batch)
-            data = (self.encoder.encode(rows) if self.format == "row"
-                    else "".join(json.dumps(r, default=str) + "\n" for r in rows).encode())
+            data = self.encoder.encode(rows)
             self.file.write(data)
             self.rows += len(rows)
             self.size += len(data)
             return
         if not isinstance(batch, pa.RecordBatch):
-            converted = try_columnar(batch)
+            batch = self._from_rows(batch)
+        if self.schema is None:
+            self.schema = batch.schema
+        elif not batch.schema.equals(self.schema):
             try:
-                batch = converted if converted is not None else pa.RecordBatch.from_pylist(batch)
-            except (pa.ArrowException, TypeError) as e:
-                raise FileFormatError(f"FileSink({self.final}): records cannot be written as parquet: {e}") from e
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.file, batch.schema)
-        elif not batch.schema.equals(self.writer.schema):
-            try:
-                batch = batch.cast(self.writer.schema)
+                batch = batch.cast(self.schema)
             except (pa.ArrowException, ValueError) as e:
                 raise FileFormatError(
-                    f"FileSink({self.final}): records changed schema from {self.writer.schema} to {batch.schema}"
+                    f"FileSink({self.final}): records changed schema from {self.schema} to {batch.schema}"
                 ) from e
-        self.writer.write_batch(batch)
+        self.buffered.append(batch)
+        self.buffered_rows += batch.num_rows
+        self.buffered_bytes += batch.nbytes
         self.rows += batch.num_rows
+        if self.buffered_rows >= self.row_group_size or self.buffered_bytes >= ROW_GROUP_BYTES:
+            self._flush(everything=False)
+
+    def _from_rows(self, rows: list) -> pa.RecordBatch:
+        """Python rows as Arrow, a column at a time (one pyarrow call per column, not per row)."""
+        schema = self.schema or self.hint
+        try:
+            return rows_to_batch(rows, schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            if schema is not None and self.schema is None:
+                try:  # a new part whose records no longer fit the previous part's types: its own schema
+                    return rows_to_batch(rows, None)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    pass
+            raise FileFormatError(f"FileSink({self.final}): records cannot be written as parquet: {e}") from e
+
+    def _flush(self, everything: bool = True) -> None:
+        """Write the buffered rows as row groups of ``row_group_size`` rows; all of them, or (while the
+        part is open) only full ones, keeping the rest buffered."""
+        if not self.buffered:
+            return
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.file, self.schema, **self.options)
+        table = pa.Table.from_batches(self.buffered, self.schema)
+        size = self.row_group_size
+        keep = 0 if everything or self.buffered_bytes >= ROW_GROUP_BYTES else table.num_rows % size
+        rest = table.slice(table.num_rows - keep)
+        self.writer.write_table(table.slice(0, table.num_rows - keep), row_group_size=size)
+        self.buffered = rest.to_batches() if keep else []
+        self.buffered_rows = keep
+        self.buffered_bytes = rest.nbytes if keep else 0
 
     def close(self) -> dict:
         """Pre-commit: complete the file, still hidden; the committable says how to publish it."""
+        self._flush()
         if self.writer is not None:
             self.writer.close()
         self.file.close()
         return {"pending": self.tmp, "final": self.final}
 
     def abort(self) -> None:
+        self.buffered = []
         try:
             if self.writer is not None:
                 self.writer.close()
@@ -447,3 +522,88 @@ class _PartFile:
         finally:
             if self.fs.exists(self.tmp):
                 self.fs.rm(self.tmp)
+
+
+def rows_to_batch(rows: list, schema: pa.Schema | None) -> pa.RecordBatch:
+    """Dict rows as a RecordBatch with ``schema`` (None: the first row's fields, types inferred).
+
+    A column at a time: one ``pa.array`` call per column, with its type when known,
+    instead of Arrow's per-row conversion of dicts. A row lacking a field gives null
+    there; a row with a field the others lack is refused (writing it would drop it).
+    Rows that are not dicts go through ``pa.RecordBatch.from_pylist``.
+    """
+    if not rows or set(map(type, rows)) != {dict}:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    names = schema.names if schema is not None else list(rows[0])
+    columns = None
+    if sum(map(len, rows)) == len(names) * len(rows):  # every row has as many fields: the usual case
+        try:
+            columns = [[r[k] for r in rows] for k in names]
+        except KeyError:
+            pass
+    if columns is None:
+        known = set(names)
+        for r in rows:
+            extra = r.keys() - known
+            if extra:
+                raise ValueError(f"a record has field(s) {sorted(extra)} beyond {names}: {r!r}")
+        columns = [[r.get(k) for r in rows] for k in names]
+    arrays = []
+    for i, (name, column) in enumerate(zip(names, columns)):
+        try:
+            arrays.append(pa.array(column) if schema is None else pa.array(column, type=schema.field(i).type))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+            raise ValueError(f"field {name!r}: {e}") from e
+    if schema is None:
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_JSON = json.JSONEncoder(default=str)  # what json.dumps(r, default=str) makes, without a new encoder per row
+
+
+def _json_lines(batch) -> bytes:
+    if isinstance(batch, pa.RecordBatch):
+        data = _arrow_json_lines(batch)
+        if data is not None:
+            return data
+    encode = _JSON.encode
+    return "".join([encode(r) + "\n" for r in to_rows(batch)]).encode()
+
+
+_PLAIN = re.compile(r"[^\x20-\x7e]")  # characters json.dumps (ensure_ascii) escapes besides \\ and "
+
+
+def _arrow_json_lines(batch: pa.RecordBatch) -> bytes | None:
+    """The JSON lines json.dumps gives for the batch's rows, built column-wise by Arrow kernels.
+
+    Only for integer, boolean and string columns, the types whose text Arrow writes exactly
+    as Python's json does (floats are written differently); strings only when they hold no
+    character json.dumps escapes except \\ and ". None: use the Python encoder.
+    """
+    if batch.num_rows == 0 or batch.num_columns == 0:
+        return b"{}\n" * batch.num_rows
+    parts: list = []
+    for i, field in enumerate(batch.schema):
+        t = field.type
+        col = batch.column(i)
+        if pa.types.is_integer(t):
+            text = pc.cast(col, pa.string())
+        elif pa.types.is_boolean(t):
+            text = pc.if_else(col, "true", "false")
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            if pc.any(pc.match_substring_regex(col, _PLAIN.pattern)).as_py():
+                return None
+            text = pc.replace_substring(pc.replace_substring(col, "\\", "\\\\"), '"', '\\"')
+            text = pc.binary_join_element_wise('"', text, '"', "")
+        else:
+            return None
+        parts.append(("{" if i == 0 else ", ") + json.dumps(field.name) + ": ")
+        parts.append(pc.fill_null(text, "null") if col.null_count else text)
+    parts.append("}\n")
+    lines = pc.binary_join_element_wise(*parts, "")
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if pa.types.is_large_string(lines.type) else np.int32)
+    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
+    return lines.buffers()[2].slice(int(start), int(end - start)).to_pybytes()

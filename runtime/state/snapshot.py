@@ -236,6 +236,11 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
         if kind == "accumulators" and hasattr(frozen, "layout_source"):
             _write_accumulators(builder, name, frozen, max_parallelism, seen)
             continue
+        grouped = getattr(frozen, "grouped", None)
+        if kind != "accumulators" and grouped is not None:  # heap tables: grouped without Python per key
+            for kg, chunk in grouped(max_parallelism):
+                builder.add_keyed(name, kind, kg, chunk)
+            continue
         keys = frozen.keys()
         for kg, positions in _group_positions(keys, max_parallelism):
             if kind == "accumulators":

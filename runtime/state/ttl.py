@@ -161,6 +161,11 @@ class FrozenTtlView:
         data = self._data()
         return {k: data[k] for k in keys}
 
+    def grouped(self, max_parallelism: int) -> Any:
+        from .tables import group_entries
+
+        return group_entries(self._data(), max_parallelism)
+
 
 class IncrementalCleanup:
     """Flink's incremental cleanup for the heap backend: a cursor over the table's keys checks

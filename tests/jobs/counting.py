@@ -90,9 +90,10 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
           restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
           slow_ms: float = 0.0, event_time: bool = False, stall_file: str | None = None,
-          retention: str = "RETAIN_ON_CANCELLATION") -> StreamExecutionEnvironment:
+          retention: str = "RETAIN_ON_CANCELLATION", sink: str = "jsonl") -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
-    still come in index order: DataGen's splits are residue classes that keep their key."""
+    still come in index order: DataGen's splits are residue classes that keep their key.
+    ``sink``: the FileSink's format, jsonl or parquet."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     if restore:
@@ -110,7 +111,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
-    source.key_by("key").process(Count(ballast, slow_ms, stall_file)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast, slow_ms, stall_file)).uid(count_uid) \
+        .sink_to(getattr(FileSink, sink)(out)).uid("files")
     return env
 
 
