@@ -49,3 +49,12 @@ __all__ = [
     "Source",
     "SourceReader",
 ]
+
+from .number_seq import NumberSequenceSource  # noqa: E402
+
+__all__ += ["NumberSequenceSource"]
+
+from ..api.unsupported import name_lookup as _name_lookup  # noqa: E402
+
+# A PyFlink connector or format streamjob does not have says so, and what to use instead.
+__getattr__ = _name_lookup(__name__)
