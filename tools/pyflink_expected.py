@@ -32,6 +32,7 @@ def main() -> None:
     env["PATH"] = os.path.dirname(os.path.abspath(args.python)) + os.pathsep + env.get("PATH", "")  # Beam workers
     for program in args.programs or sorted(glob.glob(os.path.join(PROGRAMS, "*.py"))):
         name = os.path.splitext(os.path.basename(program))[0]
+        program = os.path.abspath(program)
         r = subprocess.run([args.python, program], capture_output=True, text=True, env=env, cwd=PROGRAMS, timeout=900)
         if r.returncode != 0:
             sys.exit(f"{name}: PyFlink {version} failed:\n{r.stderr[-4000:]}")

@@ -83,6 +83,7 @@ class JobClient:
         self._finished = threading.Event()
         self._attached = threading.Event()
         self._result_read = False  # the program saw the outcome, so `streamjob run` need not report it
+        self._collect_iterator = False  # execute_and_collect's job: canceled if the program ends without reading it all
 
     def get_job_id(self) -> str:
         return self.job_id
@@ -159,6 +160,10 @@ class _ExecutionContext:
         Raises the first failure the program did not see itself (``get_job_execution_result``).
         Ctrl-C stops them gracefully (sources end, everything drains), a second one cancels."""
         interrupts = 0
+        for client in self.clients:
+            if client._collect_iterator and not client._finished.is_set():
+                client._result_read = True  # nobody can read its records any more: an unbounded one would
+                client.cancel()             # keep the program waiting forever
         for client in self.clients:
             while not client._finished.is_set():
                 try:

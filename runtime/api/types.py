@@ -1,8 +1,9 @@
 """Rows and type information, as PyFlink names them (``pyflink.common``).
 
-``Row`` behaves as PyFlink's: positional or named fields (named ones sorted by name, as PyFlink
-does), ``row.name``, ``row[0]``, ``row["name"]``, ``as_dict``, a ``RowKind``, equality that
-includes the kind, and the same ``repr``.
+``Row`` behaves as PyFlink's: positional or named fields (in the order given: PyFlink's
+docstring says named fields are sorted, its code keeps them as given, and so does this),
+``row.name``, ``row[0]``, ``row["name"]``, ``as_dict``, a ``RowKind``, equality that includes
+the kind (named rows compare by name, whatever the order), and the same ``repr``.
 
 ``print()`` shows what a PyFlink job's ``print()`` shows (``print_string``): a stream with no
 declared type holds pickled Python objects, printed as ``str(value)`` (a Row as its repr); a
@@ -50,7 +51,7 @@ def _make_row(fields: list | None, values: Sequence, kind: RowKind) -> "Row":
 
 
 class Row:
-    """``Row(1, "a")``, ``Row(name="Alice", age=11)`` (fields sorted by name), or a row "class":
+    """``Row(1, "a")``, ``Row(name="Alice", age=11)``, or a row "class":
     ``Person = Row("name", "age"); Person("Alice", 11)``."""
 
     __slots__ = _SLOTS
@@ -59,7 +60,7 @@ class Row:
         if args and kwargs:
             raise ValueError("a Row takes positional values or named values, not both")
         if kwargs:
-            names = sorted(kwargs)
+            names = list(kwargs)
             object.__setattr__(self, "_fields", names)
             object.__setattr__(self, "_values", [kwargs[n] for n in names])
         else:
@@ -146,11 +147,18 @@ class Row:
         return len(self._values)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Row) and self._fields == other._fields and self._row_kind == other._row_kind
-                and self._values == other._values)
+        if not isinstance(other, Row) or self._row_kind != other._row_kind:
+            return False
+        if self._fields is None or other._fields is None:
+            return self._fields is other._fields and self._values == other._values
+        if self._fields == other._fields:
+            return self._values == other._values
+        return sorted(self._fields) == sorted(other._fields) and all(self[n] == other[n] for n in self._fields)
 
     def __hash__(self) -> int:
-        return hash(tuple(self._values))
+        if self._fields is None:
+            return hash(tuple(self._values))
+        return hash(tuple(v for _, v in sorted(zip(self._fields, self._values), key=lambda f: f[0])))
 
     def __reduce__(self) -> tuple:
         return _make_row, (self._fields, tuple(self._values), self._row_kind)

@@ -977,6 +977,10 @@ class SinkOperator(StreamOperator):
     def process(self, batch: Batch, input_index: int) -> None:
         self._writer.write(batch)
 
+    def is_available(self) -> bool:
+        """Whether the writer takes more now (a sink with ``throttles``: the collect sink)."""
+        return self._writer.is_available()
+
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         ready = self._unassigned + self._writer.prepare_commit()
         self._unassigned = []

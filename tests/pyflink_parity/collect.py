@@ -15,7 +15,7 @@ with sales.map(lambda r: (r.k, r.v * 10)).execute_and_collect("collect-job") as 
         print("iterated:", r)
 print("keyed:", sorted(str(r) for r in sales.key_by(lambda r: r.k).sum("v").execute_and_collect()))
 # (PyFlink's KeyedStream.execute_and_collect() returns its internal (pickled key, value) rows, so
-# none is collected straight from key_by here; streamjob returns the records.)
+# none is collected straight from key_by here.)
 numbers = env.from_source(NumberSequenceSource(1, 5), WatermarkStrategy.no_watermarks(), "numbers")
 print("numbers:", list(numbers.execute_and_collect()))
 print("first of many:", numbers.map(lambda n: n * n).execute_and_collect(limit=1))
