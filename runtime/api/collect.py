@@ -22,8 +22,9 @@ _CANCEL_WAIT = 60.0  # s close() waits for a canceled job to end
 class CloseableIterator:
     """The records of ``execute_and_collect()``, in the order the job manager got them."""
 
-    def __init__(self, client: Any, sink: Any):
+    def __init__(self, client: Any, sink: Any, type_info: Any = None):
         self._client = client
+        self._type = type_info  # records of a row type come back as Rows of its field names, as PyFlink's
         self._sink_id, self._key = sink.sink_id, sink.key
         self._rows: list = []
         self._next = 0
@@ -45,7 +46,7 @@ class CloseableIterator:
     def next(self) -> Any:
         while self._next >= len(self._rows):
             if self._closed:
-                raise StopIteration("the iterator is closed")
+                raise StopIteration("no more data")
             self._rows, self._next = self._fetch(), 0
         row = self._rows[self._next]
         self._next += 1
@@ -79,10 +80,16 @@ class CloseableIterator:
         if not hmac.compare_digest(expected, mac):  # never unpickle what this job's tasks did not send
             raise RuntimeError(f"execute_and_collect: a result message (subtask {slot + 1}, #{seq}) does not "
                                f"carry this job's signature; refused")
-        return pickle.loads(payload)
+        rows = pickle.loads(payload)
+        if self._type is not None:
+            from .types import to_declared_type
+
+            rows = [to_declared_type(r, self._type) for r in rows]
+        return rows
 
     def close(self) -> None:
         """Cancel the job if it is still running (and wait for it to end); the records not read are dropped."""
+        self._rows, self._next = [], 0
         if self._closed:
             return
         self._closed = True
@@ -110,7 +117,7 @@ def execute_and_collect(stream: Any, job_execution_name: str | None, limit: int 
     sink = CollectSink()
     stream.sink_to(sink).name("Collect Sink")
     client = stream._env.execute_async(job_execution_name)
-    iterator = CloseableIterator(client, sink)
+    iterator = CloseableIterator(client, sink, stream._type)
     if limit is None:
         return iterator
     out: list = []

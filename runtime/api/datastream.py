@@ -119,6 +119,7 @@ class DataStream:
 
         if not isinstance(window_assigner, WindowAssigner):
             raise TypeError(f"window_all needs a window assigner, got {window_assigner!r}")
+        _check_merging(window_assigner)
         return AllWindowedStream(self.key_by(_all_key), window_assigner, all_windows=True)
 
     def count_window_all(self, size: int, slide: int = 0) -> "AllWindowedStream":
@@ -290,6 +291,7 @@ class KeyedStream(DataStream):
         if not isinstance(window_assigner, WindowAssigner):
             raise TypeError("window needs a window assigner (e.g. TumblingEventTimeWindows.of(Time.seconds(5))), "
                             f"got {window_assigner!r}")
+        _check_merging(window_assigner)
         return WindowedStream(self, window_assigner)
 
     def count_window(self, size: int, slide: int = 0) -> "WindowedStream":
@@ -365,6 +367,17 @@ class KeyedStream(DataStream):
         return self._no_repartition("partition_custom")
 
     __getattr__ = unsupported.lookup("KeyedStream", unsupported.KEYED_STREAM)
+
+
+def _check_merging(assigner: Any) -> None:
+    from .windowing import MergingWindowAssigner
+
+    if isinstance(assigner, MergingWindowAssigner) and \
+            type(assigner).merge_windows is not MergingWindowAssigner.merge_windows:
+        raise unsupported.PyFlinkNotSupported(
+            f"{type(assigner).__name__}.merge_windows()",
+            "windows merge here when they overlap (session windows: EventTimeSessionWindows, "
+            "ProcessingTimeSessionWindows, with a fixed or dynamic gap); a merging rule of your own is not applied")
 
 
 def _check_by_field(how: str, field: Any) -> None:

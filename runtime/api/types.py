@@ -80,8 +80,25 @@ class Row:
     def set_field_names(self, field_names: Sequence[str]) -> None:
         object.__setattr__(self, "_fields", list(field_names))
 
-    def get_fields_by_names(self) -> list[str] | None:
+    def get_fields_by_names(self, names: Sequence[str]) -> list:
+        """The values of fields ``names``, in that order (PyFlink's; a row without names: its values)."""
+        names = list(names)
+        if self._fields is None or names == self._fields:
+            return list(self._values)
+        missing = [n for n in names if n not in self._fields]
+        if missing:
+            raise KeyError(f"fields {missing} are not in the Row; fields: {self._fields}")
+        return [self._values[self._fields.index(n)] for n in names]
+
+    def field_names(self) -> list[str] | None:
+        """The field names (None: a positional row)."""
         return None if self._fields is None else list(self._fields)
+
+    @staticmethod
+    def of_kind(row_kind: RowKind, *args: Any, **kwargs: Any) -> "Row":
+        row = Row(*args, **kwargs)
+        row.set_row_kind(row_kind)
+        return row
 
     def as_dict(self, recursive: bool = False) -> dict:
         if self._fields is None:
@@ -383,16 +400,20 @@ def print_string(value: Any, type_info: TypeInformation | None) -> str:
     if type_info is None or type_info._name == "PickledByteArray":
         return value if isinstance(value, str) else str(value)
     if isinstance(type_info, RowTypeInfo):
-        # PyFlink formats rows itself, in Python: str() of each field, joined by ',' without spaces
-        if isinstance(value, Row):
-            kind, values = value.get_row_kind(), value._values
-        elif isinstance(value, dict):
-            kind, values = RowKind.INSERT, [value.get(n) for n in type_info.field_names]
-        else:
-            kind, values = RowKind.INSERT, list(value)
-        values = [_through_java(v, t) for v, t in zip(values, type_info.field_types)] + values[len(type_info.field_types):]
-        return f"{kind.short_string()}[{','.join(str(v) for v in values)}]"
+        # PyFlink formats rows itself, in Python, after the round trip through Java's row type (a named
+        # Row's fields are taken by the type's names): str() of each field, joined by ',' without spaces
+        row = as_row(value, type_info, "printed")
+        values = [_through_java(v, t) for v, t in zip(row._values, type_info.field_types)]
+        return f"{row.get_row_kind().short_string()}[{','.join(str(v) for v in values)}]"
     return _java_to_string(value, type_info)
+
+
+def to_declared_type(value: Any, type_info: TypeInformation | None) -> Any:
+    """``value`` as PyFlink hands a record of a stream of ``type_info`` back to Python (what
+    ``execute_and_collect`` gives): a row type makes a Row with the type's field names."""
+    if isinstance(type_info, RowTypeInfo):
+        return as_row(value, type_info, "collected")
+    return value
 
 
 def _through_java(value: Any, t: TypeInformation) -> Any:
@@ -510,4 +531,4 @@ def _hash_map_order(m: dict) -> list:
     return [items[i] for i in order]
 
 
-__all__ = ["Row", "RowKind", "RowTypeInfo", "TypeInformation", "Types", "print_string"]
+__all__ = ["Row", "RowKind", "RowTypeInfo", "TypeInformation", "Types", "print_string", "to_declared_type"]

@@ -40,8 +40,6 @@ _CHAINING = ("streamjob chains every forward edge and has no slot sharing groups
 _PYTHON_DEPS = ("the job's own folder is shipped to the tasks with the job; install other packages in the image "
                 "(or the virtualenv) the job runs in, then remove the call")
 _NO_JAVA = "streamjob runs no Java: its connectors are Python (streamjob.runtime.connectors); remove the call"
-_NO_COLLECT = ("results do not come back to the program; write them with sink_to(FileSink...) and read the files, "
-               "or print() them")
 _UID_HASH = "use .uid(name): state is matched to operators by uid on restore"
 
 ENVIRONMENT: dict[str, str] = {
@@ -82,8 +80,6 @@ _STREAM_COMMON: dict[str, str] = {
 
 DATA_STREAM: dict[str, str] = {
     **_STREAM_COMMON,
-    "get_type": "streams carry Python objects and have no declared type; keep the output_type you passed",
-    "execute_and_collect": _NO_COLLECT,
     "cache": "cached intermediate results exist only in Flink's batch mode; write them with a FileSink and read "
              "them back with a FileSource",
 }

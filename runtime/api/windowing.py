@@ -586,9 +586,30 @@ class SessionWindowTimeGapExtractor:
 
 
 class MergingWindowAssigner(WindowAssigner):
-    """An assigner whose windows merge (session windows)."""
+    """An assigner whose windows merge: here, time windows that overlap merge into the window
+    covering them (session windows); the window operator does it. A subclass cannot change that
+    rule (``merge_windows`` of its own is refused where the window is defined)."""
 
     merging = True
+
+    class MergeCallback(Subscriptable):
+        def merge(self, to_be_merged: Iterable[Window], merge_result: Window) -> None: ...
+
+    def merge_windows(self, windows: Iterable[Window], callback: "MergingWindowAssigner.MergeCallback") -> None:
+        """Overlapping time windows merge into the window covering them."""
+        pending = sorted(w for w in windows if isinstance(w, TimeWindow))
+        groups: list[list[TimeWindow]] = []
+        for w in pending:
+            if groups and groups[-1][-1].intersects(w):
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        for group in groups:
+            if len(group) > 1:
+                cover = group[0]
+                for w in group[1:]:
+                    cover = cover.cover(w)
+                callback.merge(group, cover)
 
 
 class _Session(MergingWindowAssigner):
