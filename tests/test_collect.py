@@ -109,11 +109,14 @@ def test_streamjob_run_ends_a_program_that_leaves_an_unbounded_collect_open(tmp_
         "env = StreamExecutionEnvironment.get_execution_environment()\n"
         "numbers = env.from_source(DataGenSource(lambda i: i), name='numbers')\n"
         "print('limited', len(numbers.execute_and_collect(limit=5)))\n"
+        "bounded = env.from_source(DataGenSource(lambda i: i, count=9), name='nine')\n"
+        "print('keyed', sorted(bounded.key_by(lambda i: i % 3).execute_and_collect()))\n"
         "left_open = env.from_source(DataGenSource(lambda i: -i), name='more').execute_and_collect()\n"
         "print('first', next(left_open))\n")
     r = run_cli("run", str(job), "--parallelism", "2", "--no-progress", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "limited 5" in r.stdout and "first " in r.stdout
+    assert "keyed [0, 1, 2, 3, 4, 5, 6, 7, 8]" in r.stdout  # a KeyedStream's records, not PyFlink's key/value pairs
 
 
 # -- the job manager's buffer, without Spark -----------------------------------------------------
