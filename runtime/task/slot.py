@@ -33,7 +33,7 @@ from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
-from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
+from .operators import OperatorFailure, OperatorSnapshot, SinkOperator, SourceOperator, StreamOperator, create_operator
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
@@ -103,7 +103,7 @@ class Task:
         self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
         # Sinks whose writer can hold the task's input too (execute_and_collect's, while the program
         # does not read): empty for every other job.
-        self.throttled = [op for op in operators if getattr(op.node.fn, "throttles", False)]
+        self.throttled = [op for op in operators if isinstance(op, SinkOperator) and getattr(op.node.fn, "throttles", False)]
         if gate is not None:
             for ch in gate.channels:
                 self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
