@@ -330,7 +330,10 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
 _STARTUP_ERRORS = (("could not start Spark", "spark"), ("slots (parallelism", "spec.executor"),
                    ("no such job file", "spec.job.file"), ("no such module", "spec.job.module"),
                    ("--from-savepoint", "spec.initialSavepointPath"), ("--from-checkpoint", "status.deployment.restorePath"),
-                   ("cannot be restored", "status.deployment.restorePath"))
+                   ("cannot be restored", "status.deployment.restorePath"),
+                   # a damaged checkpoint or savepoint (runtime/checkpoint/recovery.py)
+                   ("cannot restore savepoint", "spec.initialSavepointPath"),
+                   ("cannot restore checkpoint", "status.deployment.restorePath"))
 
 
 def startup_failure(st: StreamJobStatus, obs: Observation) -> tuple[str, str] | None:

@@ -49,6 +49,9 @@ class Options:
     STATE_CACHE_MEMORY = "python.state.cache-memory"  # ... and their estimated bytes per state
     RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
     ALLOW_NON_RESTORED_STATE = "execution.state-recovery.ignore-unclaimed-state"  # skip state of removed operators
+    # restore an older checkpoint when the newest completed one cannot be read, accepting that the
+    # output the newest one committed is written again (checkpoint/recovery.py)
+    ALLOW_OLDER_CHECKPOINT = "execution.state-recovery.allow-older-checkpoint"
     SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"  # default target directory of savepoints
     REST_ADDRESS = "rest.address"  # HOST:PORT of the job manager's REST API (port 0: a free one)
     REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
@@ -138,6 +141,7 @@ DEFAULTS: dict[str, Any] = {
     Options.INCREMENTAL_CHECKPOINTS: False,
     Options.CLAIM_MODE: "NO_CLAIM",
     Options.ALLOW_NON_RESTORED_STATE: False,
+    Options.ALLOW_OLDER_CHECKPOINT: False,
     Options.SAVEPOINT_DIR: "",
     Options.REST_ADDRESS: "127.0.0.1:0",
     Options.REST_TOKEN: "",

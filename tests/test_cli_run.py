@@ -110,3 +110,15 @@ def test_user_text_is_never_read_as_markup(tmp_path):
     assert f'  File "{job}", line 5, in parse\n    raise RuntimeError(' in out, out[-3000:]
     r = run_cli("run", str(job), "--master", "local[x]")
     assert r.returncode != 0 and "local[x]" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+
+
+def test_no_progress_still_prints_the_summary(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import DiscardingSink\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection([1, 2, 3]).name('numbers').sink_to(DiscardingSink())\n"
+                   "env.execute('quiet')\n")
+    r = run_cli("run", str(job), "--no-progress")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Job 'quiet' finished" in r.stderr and "numbers" in r.stderr, r.stderr[-2000:]

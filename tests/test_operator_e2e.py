@@ -206,6 +206,32 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
     assert len(committed) < rows  # stopped by the deletion, before the input ended
 
 
+def test_spark_jvm_killed_in_the_driver_pod_is_replaced_in_place_without_a_redeploy(kube_api, tmp_path):
+    """The JVM of a local-mode driver pod dies (SIGKILL, as the OOM killer would): the job manager in the
+    pod starts a new one and restores its latest checkpoint; the operator sees a restart of the same
+    deployment (status jobStatus.restarts), not a lost driver, and the output is exactly once."""
+    import psutil
+
+    rows, rate = 12_000, 800
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
+        kube_api.objects.create("sj", streamjob("jvm", tmp_path, rows, rate), namespace=NS)
+        wait_for(lambda: job_state(kube_api, "jvm") == "RUNNING"
+                 and (status(kube_api, "jvm").get("lastCheckpoint") or {}).get("id", 0) >= 2,
+                 timeout=120, message="the job runs and checkpoints")
+        driver = psutil.Process(kubelet.pid(NS, "jvm-driver-1"))
+        [java] = [p for p in driver.children(recursive=True) if p.name() == "java"]
+        java.kill()
+        wait_for(lambda: status(kube_api, "jvm").get("jobStatus", {}).get("restarts") == 1
+                 and job_state(kube_api, "jvm") == "RUNNING", timeout=90,
+                 message=lambda: f"restarted in the pod; status: {status(kube_api, 'jvm')}")
+        wait_for(lambda: job_state(kube_api, "jvm") == "FINISHED", timeout=120, message="the input ends")
+        st = status(kube_api, "jvm")
+        assert st["deployment"]["number"] == 1 and st.get("redeploys", 0) == 0, st
+        assert not {"DriverLost", "JobFailed", "Redeploying"} & set(reasons(kube_api, "jvm"))
+        assert "the Spark JVM exited (killed by signal 9); starting a new one" in kubelet.logs(NS, "jvm-driver-1")
+    assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
+
+
 def test_upgrades_that_cannot_start_roll_back_and_lose_no_state(kube_api, tmp_path):
     """Bad input the API server cannot refuse, on a running job (upgradeMode savepoint): an image
     that cannot be pulled, then a job file that is not in the image. Each upgrade stops the job

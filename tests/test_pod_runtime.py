@@ -367,6 +367,9 @@ def test_linger_ends_when_the_result_was_read():
         assert request(jm.rest.url + "/v1/job")[1]["state"] == "RUNNING"  # a read before the end does not count
         jm.finish("FAILED", "boom")
         assert not jm.result_was_read()
+        # a watcher (the dashboard) peeks: the final word stays for the client that waits for it
+        status, peeked = request(jm.rest.url + "/v1/job?peek=true")
+        assert status == 200 and peeked["state"] == "FAILED" and not jm.result_was_read()
         seen = []
         reader = threading.Timer(0.5, lambda: seen.append(request(jm.rest.url + "/v1/job")))
         reader.start()
@@ -595,7 +598,7 @@ def test_job_manager_reads_control_messages_larger_than_asyncio_s_default_line_l
     host, port = jm.start()
     try:
         with socket.create_connection((host, port), timeout=5) as s:
-            s.sendall(C.encode({"type": C.REGISTER, "slot": 0}))
+            s.sendall(C.encode({"type": C.REGISTER, "slot": 0, "attempt": 0}))
             big = {"op": [1, 2, "x" * (1 << 20)]}
             s.sendall(C.encode({"type": C.METRICS, "slot": 0, "ops": big}) +
                       C.encode({"type": C.METRICS, "slot": 0, "ops": {"op": [3, 4, None]}}))

@@ -517,6 +517,28 @@ def test_lost_driver_is_redeployed_from_the_latest_checkpoint_with_backoff_then_
     assert len(w.deploys) == 3 and "gave up after 2 redeploys" in w.status.error
 
 
+def test_driver_failed_by_its_spark_jvm_s_death_is_redeployed_from_the_latest_checkpoint_saying_why():
+    """On a cluster master the driver's JVM cannot be replaced in the pod: the job fails fast, its
+    termination message names the JVM's death, and the operator redeploys from the latest checkpoint
+    (the runtime's side: tests/test_jvm_failover.py)."""
+    w = World()
+    w.running()
+    w.checkpoint(7)
+    w.tick()
+    job_id = w.job()["id"]
+    error = (f"Job 'wc' ({job_id}) failed: the Spark JVM exited (killed by signal 9); it cannot be replaced on "
+             f"master k8s://https://kubernetes.default.svc: that JVM is the Spark driver")
+    w.pods["wc-driver-1"].update({"exited": True, "error": error})
+    w.job()["state"] = "FAILED"
+    w.tick()
+    assert w.status.job_status.state == "FAILED" and "the Spark JVM exited (killed by signal 9)" in w.status.error
+    [event] = [e for e in w.events if e.reason.value == "JobFailed"]
+    assert "the Spark JVM exited (killed by signal 9)" in event.message and "redeploying" in event.message
+    w.run_until(lambda: len(w.deploys) == 2, seconds=5)
+    assert w.deploys[1].restore == R.Restore("checkpoint", f"s3://b/chk/{job_id}")
+    w.run_until(lambda: w.status.job_status.state == "RUNNING")
+
+
 def test_finished_job_is_not_redeployed():
     w = World()
     w.running()

@@ -92,6 +92,52 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     assert cps["latest"]["completed"]["status"] == "COMPLETED" and cps["history"][0]["id"] >= cps["history"][-1]["id"]
     status, job = request(f"{url}/v1/job")
     assert job["latest_checkpoint"]["id"] >= 1
+    status, limited = request(f"{url}/v1/checkpoints?limit=1")
+    assert status == 200 and len(limited["history"]) == 1 and limited["history"][0]["id"] >= cps["history"][0]["id"]
+    conforms(limited, openapi, "Checkpoints")
+
+    # -- the job graph: tasks (chains), operators with records, rates and watermarks, edges ------
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # rates need two metric reports of the tasks (one each 500 ms)
+        status, job = request(f"{url}/v1/job")
+        if all(op["records_in_per_second"] > 0 for op in job["vertices"][1]["operators"]):
+            break
+        time.sleep(0.1)
+    conforms(job, openapi, "Job")
+    vertices = job["vertices"]
+    assert [[op["name"] for op in v["operators"]] for v in vertices] == [
+        ["Source: numbers"], ["KeyedProcess", "Sink: FileSink(jsonl)"]]
+    assert [v["name"] for v in vertices] == ["Source: numbers", "KeyedProcess -> Sink: FileSink(jsonl)"]
+    ops = {op["name"]: op for v in vertices for op in v["operators"]}
+    assert ops["KeyedProcess"]["uid"] == "count" and ops["KeyedProcess"]["kind"] == "keyed_process"
+    assert ops["KeyedProcess"]["records_in"] > 0 and ops["KeyedProcess"]["records_in_per_second"] > 0
+    assert ops["Source: numbers"]["records_out_per_second"] > 0 and ops["Sink: FileSink(jsonl)"]["records_out"] == 0
+    assert {(e["source_vertex"], e["target_vertex"], e["partitioner"], e["key"], e["chained"]) for e in job["edges"]} \
+        == {(1, 2, "HASH", "'key'", False), (2, 2, "FORWARD", None, True)}
+    assert all(v["backpressure"]["level"] in ("OK", "LOW", "HIGH") and len(v["backpressure"]["subtasks"]) == 2
+               for v in vertices)
+    for name in ("peek=maybe", "peek=2"):
+        status, doc = request(f"{url}/v1/job?{name}")
+        assert status == 400 and "'peek'" in doc["error"], doc
+    status, doc = request(f"{url}/v1/checkpoints?limit=0")
+    assert status == 400 and "'limit'" in doc["error"]
+    status, doc = request(f"{url}/v1/exceptions")
+    assert status == 200 and doc == {"total": 0, "truncated": False, "history": []}
+    conforms(doc, openapi, "Exceptions")
+
+    # -- the dashboard's files: no token needed (they hold no job data), locked down ------------
+    with urllib.request.urlopen(f"{url}/", timeout=10) as resp:
+        page = resp.read().decode()
+        assert resp.headers["Content-Type"].startswith("text/html")
+        assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+        assert resp.headers["X-Frame-Options"] == "DENY"
+    assert '<script src="dashboard/app.js"' in page
+    status, script = request(f"{url}/dashboard/app.js", token=None)
+    assert status == 200 and "v1/job?peek=true" in script
+    status, doc = request(f"{url}/dashboard/../rest.py", token=None)
+    assert status == 404
+    status, doc = request(f"{url}/dashboard/nope.js", token=None)
+    assert status == 404 and "nope.js" in doc["error"]
 
     # -- bad requests: 4xx with a message that says what is wrong --------------------------------
     bad = [
@@ -139,6 +185,9 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     conforms(sp, openapi, "Savepoint")
     assert sp["status"] == "COMPLETED" and sp["error"] is None
     assert load_checkpoint(sp["path"])[1].kind == "savepoint"
+    status, listed = request(f"{url}/v1/savepoints")
+    conforms(listed, openapi, "Savepoints")
+    assert status == 200 and listed["savepoints"] == [sp]
 
     # -- the CLI against the same job ----------------------------------------------------------
     env = {"STREAMJOB_ADDRESS": url, "STREAMJOB_TOKEN": TOKEN}

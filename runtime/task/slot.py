@@ -27,8 +27,9 @@ from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
 from ..connectors.collect import CollectChannel
 from ..checkpoint import filesystems
+from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
-from ..state.snapshot import serialize
+from ..state.snapshot import SnapshotFormatError, serialize
 from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
@@ -43,7 +44,8 @@ IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking c
 
 class RestoreError(RuntimeError):
     """A checkpoint could not be restored. Unless the cause was ``transient`` (storage unreachable:
-    the same checkpoint is tried again after the restart), the job manager falls back to the one before it."""
+    the same checkpoint is tried again after the restart), the job manager decides whether an older one
+    may be restored (``checkpoint.recovery``)."""
 
     def __init__(self, message: str, transient: bool = False):
         super().__init__(message)
@@ -391,6 +393,8 @@ class SlotRuntime:
             if entry is not None:
                 try:
                     op.initialize_state(entry["subtasks"], location, restore.get("id"))
+                except (CheckpointFormatError, SnapshotFormatError) as e:
+                    raise RestoreError(str(e), _transient(e)) from e  # names the file, operator and key group
                 except Exception as e:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
