@@ -28,6 +28,13 @@ _NAMES = {
     "EmbeddedRocksDBStateBackend": ".api.backends",
     "HashMapStateBackend": ".api.backends",
     "StateBackend": ".api.backends",
+    "MemoryStateBackend": ".api.backends",
+    "FsStateBackend": ".api.backends",
+    "RocksDBStateBackend": ".api.backends",
+    "CheckpointStorage": ".api.backends",
+    "JobManagerCheckpointStorage": ".api.backends",
+    "FileSystemCheckpointStorage": ".api.backends",
+    "CloseableIterator": ".api.collect",
     "CheckpointConfig": ".api.checkpointing",
     "CheckpointingMode": ".api.checkpointing",
     "ExternalizedCheckpointCleanup": ".api.checkpointing",
@@ -35,9 +42,11 @@ _NAMES = {
     "ExecutionConfig": ".api.execution_config",
     "JobClient": ".api.environment",
     "JobExecutionResult": ".api.environment",
+    "JobStatus": ".api.environment",
     "RuntimeExecutionMode": ".api.environment",
     "StreamExecutionEnvironment": ".api.environment",
     "AggregateFunction": ".api.functions",
+    "BaseBroadcastProcessFunction": ".api.functions",
     "BroadcastProcessFunction": ".api.functions",
     "CoFlatMapFunction": ".api.functions",
     "CoMapFunction": ".api.functions",
@@ -63,8 +72,17 @@ _NAMES = {
     "StateDescriptor": ".api.state",
     "StateTtlConfig": ".api.state",
     "ValueStateDescriptor": ".api.state",
+    "AggregatingState": ".api.state",
+    "ListState": ".api.state",
+    "MapState": ".api.state",
+    "ReducingState": ".api.state",
+    "ValueState": ".api.state",
+    "BroadcastState": ".state.operator_state",
+    "ReadOnlyBroadcastState": ".state.operator_state",
     "Duration": ".api.time",
     "Time": ".api.time",
+    "Instant": ".api.time",
+    "TimeCharacteristic": ".api.time",
     "PyFlinkNotSupported": ".api.unsupported",
     "Row": ".api.types",
     "RowKind": ".api.types",
@@ -98,6 +116,15 @@ _NAMES = {
     "TumblingProcessingTimeWindows": ".api.windowing",
     "WindowAssigner": ".api.windowing",
     "WindowFunction": ".api.windowing",
+    "Window": ".api.windowing",
+    "MergingWindowAssigner": ".api.windowing",
+    "NeverTrigger": ".api.windowing",
+    "ContinuousEventTimeTrigger": ".api.windowing",
+    "ContinuousProcessingTimeTrigger": ".api.windowing",
+    "CountTumblingWindowAssigner": ".api.windowing",
+    "CountSlidingWindowAssigner": ".api.windowing",
+    "DynamicEventTimeSessionWindows": ".api.windowing",
+    "DynamicProcessingTimeSessionWindows": ".api.windowing",
     "TimeDomain": ".task.timers",
     "TimerService": ".task.timers",
     "CheckpointFormatError": ".checkpoint.metadata",
@@ -107,6 +134,7 @@ _NAMES = {
     "Encoder": ".connectors",
     "FileSink": ".connectors",
     "FileSource": ".connectors",
+    "NumberSequenceSource": ".connectors",
     "PrintSink": ".connectors",
     "JobDefinitionError": ".graph.job_graph",
 }
@@ -123,7 +151,18 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         WindowedStream,
     )
     from .api.aggregations import Aggregations, Avg, Count, First, Max, Min, Sum
-    from .api.backends import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
+    from .api.backends import (
+        CheckpointStorage,
+        EmbeddedRocksDBStateBackend,
+        FileSystemCheckpointStorage,
+        FsStateBackend,
+        HashMapStateBackend,
+        JobManagerCheckpointStorage,
+        MemoryStateBackend,
+        RocksDBStateBackend,
+        StateBackend,
+    )
+    from .api.collect import CloseableIterator
     from .api.checkpointing import (
         CheckpointConfig,
         CheckpointingMode,
@@ -131,9 +170,16 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         ExternalizedCheckpointRetention,
     )
     from .api.execution_config import ExecutionConfig
-    from .api.environment import JobClient, JobExecutionResult, StreamExecutionEnvironment, RuntimeExecutionMode
+    from .api.environment import (
+        JobClient,
+        JobExecutionResult,
+        JobStatus,
+        RuntimeExecutionMode,
+        StreamExecutionEnvironment,
+    )
     from .api.functions import (
         AggregateFunction,
+        BaseBroadcastProcessFunction,
         BroadcastProcessFunction,
         CoFlatMapFunction,
         CoMapFunction,
@@ -153,7 +199,12 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
     )
     from .api.restart import RestartStrategies, RestartStrategyConfiguration
     from .api.state import (
+        AggregatingState,
         AggregatingStateDescriptor,
+        ListState,
+        MapState,
+        ReducingState,
+        ValueState,
         ListStateDescriptor,
         MapStateDescriptor,
         ReducingStateDescriptor,
@@ -161,12 +212,21 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         StateTtlConfig,
         ValueStateDescriptor,
     )
-    from .api.time import Duration, Time
+    from .api.time import Duration, Instant, Time, TimeCharacteristic
     from .api.unsupported import PyFlinkNotSupported
     from .api.types import Row, RowKind, RowTypeInfo, TypeInformation, Types
     from .api.watermarks import TimestampAssigner, WatermarkStrategy
     from .api.windowing import (
         AllWindowFunction,
+        ContinuousEventTimeTrigger,
+        ContinuousProcessingTimeTrigger,
+        CountSlidingWindowAssigner,
+        CountTumblingWindowAssigner,
+        DynamicEventTimeSessionWindows,
+        DynamicProcessingTimeSessionWindows,
+        MergingWindowAssigner,
+        NeverTrigger,
+        Window,
         CountEvictor,
         CountTrigger,
         CountWindow,
@@ -195,10 +255,39 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
     from .task.timers import TimeDomain, TimerService
     from .checkpoint.metadata import CheckpointFormatError
     from .config import Configuration
-    from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSource, PrintSink
+    from .connectors import DataGenSource, DiscardingSink, Encoder, FileSink, FileSource, NumberSequenceSource, PrintSink
+    from .state.operator_state import BroadcastState, ReadOnlyBroadcastState
     from .graph.job_graph import JobDefinitionError
 
 __all__ = [
+    "AggregatingState",
+    "BaseBroadcastProcessFunction",
+    "BroadcastState",
+    "CheckpointStorage",
+    "CloseableIterator",
+    "ContinuousEventTimeTrigger",
+    "ContinuousProcessingTimeTrigger",
+    "CountSlidingWindowAssigner",
+    "CountTumblingWindowAssigner",
+    "DynamicEventTimeSessionWindows",
+    "DynamicProcessingTimeSessionWindows",
+    "FileSystemCheckpointStorage",
+    "FsStateBackend",
+    "Instant",
+    "JobManagerCheckpointStorage",
+    "JobStatus",
+    "ListState",
+    "MapState",
+    "MemoryStateBackend",
+    "MergingWindowAssigner",
+    "NeverTrigger",
+    "NumberSequenceSource",
+    "ReadOnlyBroadcastState",
+    "ReducingState",
+    "RocksDBStateBackend",
+    "TimeCharacteristic",
+    "ValueState",
+    "Window",
     "RuntimeExecutionMode",
     "AllWindowFunction",
     "CountEvictor",
@@ -301,13 +390,29 @@ __all__ = [
 ]
 
 
+# PyFlink's pyflink.common has the serialization schemas, which are the connectors' business here:
+# they are looked up in streamjob.runtime.connectors.
+_CONNECTOR_SIDE = frozenset({"SerializationSchema", "DeserializationSchema", "SimpleStringSchema", "ByteArraySchema",
+                             "RowFieldExtractorSchema", "BulkWriterFactory"})
+
+
 def __getattr__(name: str) -> Any:
     module = _NAMES.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if name in _CONNECTOR_SIDE:
+            module = ".connectors"
+        else:  # a PyFlink name streamjob does not have says so (api/unsupported.py); else AttributeError
+            from .api.unsupported import name_lookup
+
+            return name_lookup(__name__)(name)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value  # later look-ups skip this function
     return value
+
+
+from .api.pyflink_import import install as _install_pyflink_import_hook  # noqa: E402
+
+_install_pyflink_import_hook()  # `import pyflink...` without PyFlink installed says how to port the line
 
 
 def __dir__() -> list[str]:

@@ -161,9 +161,16 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except BaseException as e:  # an error in the job file itself
+        from .api.pyflink_import import PyFlinkImportError
+        from .api.unsupported import PyFlinkNotSupported
+
         tb = traceback.extract_tb(e.__traceback__)
         user = [f for f in tb if source and os.path.abspath(f.filename) == source]
         where = f" (line {user[-1].lineno})" if user else ""
+        if isinstance(e, PyFlinkImportError):  # says which line and what to write instead: no traceback
+            _fail(f"{what}: {e}", conf=conf)
+        if isinstance(e, PyFlinkNotSupported):
+            _fail(f"{what}{where}: {e}", conf=conf)
         detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         _fail(f"{what}{where}: {type(e).__name__}: {e}\n\n{detail}", conf=conf)
     executed = [env for env in execution_context.environments if env._executed]

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from . import transformations as T
 from .functions import (
     BroadcastProcessFunction,
+    KeyedCoFlatMap,
+    KeyedCoMap,
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
@@ -31,9 +33,12 @@ def _all_key(value: Any) -> int:
 
 
 class DataStream:
-    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation):
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation, type_info: Any = None):
         self._env = env
         self._t = transformation
+        # The declared type of the records (output_type / type_info), as PyFlink keeps it: None is
+        # PyFlink's pickled Python objects. Only print() looks at it (what PyFlink prints depends on it).
+        self._type = type_info
 
     # -- naming -------------------------------------------------------------
     def name(self, name: str) -> "DataStream":
@@ -48,6 +53,12 @@ class DataStream:
 
     def get_name(self) -> str:
         return self._t.name
+
+    def get_type(self) -> Any:
+        """The declared type of the records (``Types.PICKLED_BYTE_ARRAY()`` when none was, as PyFlink)."""
+        from .types import Types
+
+        return self._type if self._type is not None else Types.PICKLED_BYTE_ARRAY()
 
     def get_execution_config(self) -> Any:
         """The job's ExecutionConfig (the same object as ``env.get_config()``), as in PyFlink."""
@@ -66,15 +77,15 @@ class DataStream:
 
     def map(self, func: Any, output_type: Any = None) -> "DataStream":
         as_callable(func, "map", "map")
-        return DataStream(self._env, self._one_input(T.MAP, "Map", func))
+        return DataStream(self._env, self._one_input(T.MAP, "Map", func), output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> "DataStream":
         as_callable(func, "flat_map", "flat_map")
-        return DataStream(self._env, self._one_input(T.FLAT_MAP, "FlatMap", func))
+        return DataStream(self._env, self._one_input(T.FLAT_MAP, "FlatMap", func), output_type)
 
     def filter(self, func: Any) -> "DataStream":
         as_callable(func, "filter", "filter")
-        return DataStream(self._env, self._one_input(T.FILTER, "Filter", func))
+        return DataStream(self._env, self._one_input(T.FILTER, "Filter", func), self._type)
 
     def project(self, *fields: str | int) -> "DataStream":
         """Keep only ``fields``: column names of dict records (columnar, no Python per
@@ -89,7 +100,7 @@ class DataStream:
         if isinstance(func, KeyedProcessFunction):
             raise TypeError("a KeyedProcessFunction needs a keyed stream: call key_by(...) first")
         as_callable(func, "process_element", "process")
-        return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+        return DataStream(self._env, self._one_input(T.PROCESS, "Process", func), output_type)
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
         """Event time from here on: each record gets its timestamp from the strategy's assigner, and
@@ -100,7 +111,7 @@ class DataStream:
             raise TypeError("assign_timestamps_and_watermarks needs a WatermarkStrategy "
                             f"(e.g. WatermarkStrategy.for_monotonous_timestamps()), got {watermark_strategy!r}")
         return DataStream(self._env, self._one_input(T.TIMESTAMPS, f"Timestamps/Watermarks({watermark_strategy.describe()})",
-                                                     None, strategy=watermark_strategy))
+                                                     None, strategy=watermark_strategy), self._type)
 
     def window_all(self, window_assigner: Any) -> "AllWindowedStream":
         """Windows over all records (not per key), computed in one subtask."""
@@ -108,13 +119,13 @@ class DataStream:
 
         if not isinstance(window_assigner, WindowAssigner):
             raise TypeError(f"window_all needs a window assigner, got {window_assigner!r}")
+        _check_merging(window_assigner)
         return AllWindowedStream(self.key_by(_all_key), window_assigner, all_windows=True)
 
-    def count_window_all(self, size: int, slide: int | None = None) -> "AllWindowedStream":
+    def count_window_all(self, size: int, slide: int = 0) -> "AllWindowedStream":
+        """Count windows over all records (not per key), as ``count_window`` (full windows only)."""
         ws = self.key_by(_all_key).count_window(size, slide)
-        out = AllWindowedStream(ws._keyed, ws._params["assigner"], all_windows=True)
-        out._params.update(trigger=ws._params["trigger"], evictor=ws._params["evictor"])
-        return out
+        return AllWindowedStream(ws._keyed, ws._params["assigner"], all_windows=True)
 
     def get_side_output(self, output_tag: OutputTag) -> "DataStream":
         """The values this stream's process function sent to ``output_tag`` (``yield tag, value`` or
@@ -126,18 +137,19 @@ class DataStream:
                              f"(stream.process(...)), not the output of {self._t.name!r}")
         t = self._env._add(Transformation(T.SIDE_OUTPUT, f"SideOutput({output_tag.tag_id!r})", [self._t],
                                           params={"tag": output_tag.tag_id}))
-        return DataStream(self._env, t)
+        return DataStream(self._env, t, output_tag.type_info)
 
-    def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+    def key_by(self, key_selector: Any, key_type: Any = None, key_type_info: Any = None) -> "KeyedStream":
+        """``key_type`` (``key_type_info`` in PyFlink before 1.13) is accepted: keys are Python values."""
         spec = KeySpec.of(key_selector)
         t = self._env._add(
             Transformation(T.PARTITION, f"KeyBy({spec.describe()})", [self._t], params={"partitioner": T.HASH, "key": spec})
         )
-        return KeyedStream(self._env, t, spec)
+        return KeyedStream(self._env, t, spec, self._type)
 
     def _partition(self, name: str, partitioner: str) -> "DataStream":
         t = self._env._add(Transformation(T.PARTITION, name, [self._t], params={"partitioner": partitioner}))
-        return DataStream(self._env, t)
+        return DataStream(self._env, t, self._type)
 
     def rebalance(self) -> "DataStream":
         """Round-robin batches over all subtasks of the next operator."""
@@ -171,7 +183,7 @@ class DataStream:
             if s._env is not self._env:
                 raise ValueError("union needs streams of the same StreamExecutionEnvironment")
         t = self._env._add(Transformation(T.UNION, "Union", [self._t] + [s._t for s in streams]))
-        return DataStream(self._env, t)
+        return DataStream(self._env, t, self._type)
 
     def connect(self, other: "DataStream | BroadcastStream") -> "ConnectedStreams | BroadcastConnectedStream":
         if other._env is not self._env:
@@ -189,9 +201,20 @@ class DataStream:
         return DataStreamSink(self._env, t)
 
     def print(self, sink_identifier: str | None = None) -> "DataStreamSink":
+        """Each record on the job's standard output as PyFlink prints it for this stream's type:
+        ``str(value)`` without a declared type, ``+I[a,1]`` for a row type, else Java's form of the
+        declared type (``true``, ``1.0E7``, ``(a,1)``); ``<identifier>:<subtask>> `` before it when parallel."""
         from ..connectors import PrintSink
 
-        return self.sink_to(PrintSink(sink_identifier))
+        return self.sink_to(PrintSink(sink_identifier, type_info=self._type))
+
+    def execute_and_collect(self, job_execution_name: str | None = None, limit: int | None = None) -> Any:
+        """Run the job (everything defined since the last execute) and give its records back to this
+        program: a ``CloseableIterator`` (close it, or use ``with``, to cancel a job still running), or
+        with ``limit`` a list of at most that many (the job is canceled once they are in)."""
+        from .collect import execute_and_collect
+
+        return execute_and_collect(self, job_execution_name, limit)
 
     # -- more of PyFlink's DataStream (issue 14, item 6) ----------------------
     def partition_custom(self, partitioner: Any, key_selector: Any) -> "DataStream":
@@ -204,7 +227,7 @@ class DataStream:
         key = CustomPartitionKey(spec.column, spec.position, spec.fn, partitioner=partitioner)
         t = self._env._add(Transformation(T.PARTITION, f"PartitionCustom({spec.describe()})", [self._t],
                                           params={"partitioner": T.CUSTOM, "key": key}))
-        return DataStream(self._env, t)
+        return DataStream(self._env, t, self._type)
 
     def add_sink(self, sink_func: Any) -> "DataStreamSink":
         """PyFlink's older way to add a sink: works with a sink of streamjob.runtime.connectors."""
@@ -227,8 +250,9 @@ class DataStream:
 
 
 class KeyedStream(DataStream):
-    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation, key: KeySpec):
-        super().__init__(env, transformation)
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: Transformation, key: KeySpec,
+                 type_info: Any = None):
+        super().__init__(env, transformation, type_info)
         self._key = key
 
     def _keyed(self, kind: str, name: str, fn: Any = None, **params: Any) -> Transformation:
@@ -237,7 +261,8 @@ class KeyedStream(DataStream):
     def _aggregate(self, how: str, field: Any) -> DataStream:
         if not isinstance(field, (str, int)) or isinstance(field, bool):
             raise TypeError(f"{how}() needs a column name or a tuple position, got {field!r}")
-        return DataStream(self._env, self._keyed(T.KEYED_AGGREGATE, f"{how.capitalize()}({field!r})", how=how, field=field))
+        return DataStream(self._env, self._keyed(T.KEYED_AGGREGATE, f"{how.capitalize()}({field!r})", how=how, field=field),
+                          self._type)
 
     def sum(self, field: str | int = 0) -> DataStream:
         """Rolling sum: each input is emitted with ``field`` replaced by its key's running sum."""
@@ -251,13 +276,13 @@ class KeyedStream(DataStream):
 
     def reduce(self, func: Any) -> DataStream:
         as_callable(func, "reduce", "reduce")
-        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, "Reduce", func))
+        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, "Reduce", func), self._type)
 
     def process(self, func: KeyedProcessFunction, output_type: Any = None) -> DataStream:  # type: ignore[override]
         if isinstance(func, ProcessFunction):
-            return DataStream(self._env, self._one_input(T.PROCESS, "Process", func))
+            return DataStream(self._env, self._one_input(T.PROCESS, "Process", func), output_type)
         as_callable(func, "process_element", "process")
-        return DataStream(self._env, self._keyed(T.KEYED_PROCESS, "KeyedProcess", func))
+        return DataStream(self._env, self._keyed(T.KEYED_PROCESS, "KeyedProcess", func), output_type)
 
     def window(self, window_assigner: Any) -> "WindowedStream":
         """Group each key's records into windows (tumbling, sliding, session, global)."""
@@ -266,18 +291,23 @@ class KeyedStream(DataStream):
         if not isinstance(window_assigner, WindowAssigner):
             raise TypeError("window needs a window assigner (e.g. TumblingEventTimeWindows.of(Time.seconds(5))), "
                             f"got {window_assigner!r}")
+        _check_merging(window_assigner)
         return WindowedStream(self, window_assigner)
 
-    def count_window(self, size: int, slide: int | None = None) -> "WindowedStream":
-        """Windows of ``size`` records per key, every ``slide`` records (default: tumbling)."""
-        from .windowing import CountEvictor, CountTrigger, GlobalWindows, PurgingTrigger
+    def count_window(self, size: int, slide: int = 0) -> "WindowedStream":
+        """Windows of ``size`` records per key, a new one every ``slide`` records (0: tumbling), as
+        PyFlink's: window n holds a key's records n*slide .. n*slide+size-1 (``CountWindow(n)``) and
+        fires once, when full. Unlike Java Flink's sliding count windows (an evictor over a global
+        window) it never fires with fewer than ``size`` records."""
+        from .windowing import CountSlidingWindowAssigner, CountTumblingWindowAssigner
 
-        if not isinstance(size, int) or size < 1 or (slide is not None and (not isinstance(slide, int) or slide < 1)):
-            raise ValueError(f"count_window needs positive record counts, got size={size!r}, slide={slide!r}")
-        ws = WindowedStream(self, GlobalWindows.create())
-        if slide is None or slide == size:
-            return ws.trigger(PurgingTrigger.of(CountTrigger.of(size)))
-        return ws.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
+        for what, n in (("size", size), ("slide", slide)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < (1 if what == "size" else 0):
+                raise ValueError(f"count_window needs a positive size and a slide >= 0 (0: tumbling), "
+                                 f"got size={size!r}, slide={slide!r}")
+        if not slide:
+            return WindowedStream(self, CountTumblingWindowAssigner(size))
+        return WindowedStream(self, CountSlidingWindowAssigner(size, slide))
 
     def name(self, name: str) -> "KeyedStream":
         raise ValueError("key_by creates no operator: name the operator before or after it")
@@ -288,15 +318,15 @@ class KeyedStream(DataStream):
     # Functions on a keyed stream reach keyed state through their runtime context (open), as in Flink.
     def map(self, func: Any, output_type: Any = None) -> DataStream:
         as_callable(func, "map", "map")
-        return DataStream(self._env, self._keyed(T.MAP, "Map", func))
+        return DataStream(self._env, self._keyed(T.MAP, "Map", func), output_type)
 
     def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
         as_callable(func, "flat_map", "flat_map")
-        return DataStream(self._env, self._keyed(T.FLAT_MAP, "FlatMap", func))
+        return DataStream(self._env, self._keyed(T.FLAT_MAP, "FlatMap", func), output_type)
 
     def filter(self, func: Any) -> DataStream:
         as_callable(func, "filter", "filter")
-        return DataStream(self._env, self._keyed(T.FILTER, "Filter", func))
+        return DataStream(self._env, self._keyed(T.FILTER, "Filter", func), self._type)
 
     def min_by(self, position_to_min_by: str | int = 0) -> DataStream:
         """Rolling: each input is answered with the record of its key whose field is smallest so far
@@ -309,7 +339,7 @@ class KeyedStream(DataStream):
     def _by(self, how: str, field: Any) -> DataStream:
         _check_by_field(how, field)
         name = f"{how.capitalize()}By({field!r})"
-        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, name, _ByReducer(how, field)))
+        return DataStream(self._env, self._keyed(T.KEYED_REDUCE, name, _ByReducer(how, field)), self._type)
 
     # As in PyFlink: a keyed stream's records go to the subtask that owns their key; repartitioning it
     # would silently take the keyed state away from the functions after it.
@@ -337,6 +367,17 @@ class KeyedStream(DataStream):
         return self._no_repartition("partition_custom")
 
     __getattr__ = unsupported.lookup("KeyedStream", unsupported.KEYED_STREAM)
+
+
+def _check_merging(assigner: Any) -> None:
+    from .windowing import MergingWindowAssigner
+
+    if isinstance(assigner, MergingWindowAssigner) and \
+            type(assigner).merge_windows is not MergingWindowAssigner.merge_windows:
+        raise unsupported.PyFlinkNotSupported(
+            f"{type(assigner).__name__}.merge_windows()",
+            "windows merge here when they overlap (session windows: EventTimeSessionWindows, "
+            "ProcessingTimeSessionWindows, with a fixed or dynamic gap); a merging rule of your own is not applied")
 
 
 def _check_by_field(how: str, field: Any) -> None:
@@ -408,14 +449,20 @@ class WindowedStream:
         self._params["late_tag"] = output_tag
         return self
 
-    def _build(self, name: str, **params: Any) -> DataStream:
+    def _build(self, name: str, type_info: Any = None, **params: Any) -> DataStream:
         p = dict(self._params, **params)
         label = f"{'WindowAll' if p['all_windows'] else 'Window'}({p['assigner'].describe()}, {name})"
-        return DataStream(self._env, self._keyed._keyed(T.WINDOW, label, None, **p))
+        return DataStream(self._env, self._keyed._keyed(T.WINDOW, label, None, **p), type_info)
+
+    def get_input_type(self) -> Any:
+        return self._keyed.get_type()
 
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> DataStream:
         as_callable(reduce_function, "reduce", "reduce")
-        return self._build("Reduce", mode="reduce", reduce=reduce_function, window_function=window_function)
+        if window_function is None and output_type is None:
+            output_type = self._keyed._type  # the reduced records are the input's type, as in PyFlink
+        return self._build("Reduce", output_type, mode="reduce", reduce=reduce_function,
+                           window_function=window_function)
 
     def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None,
                   output_type: Any = None) -> DataStream:
@@ -432,8 +479,9 @@ class WindowedStream:
             label = f"Window({p['assigner'].describe()}, {aggregate_function!r})"
             t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how="aggregate",
                                    field=None, outputs=aggregate_function.specs(), late_tag=p["late_tag"])
-            return DataStream(self._env, t)
-        return self._build("Aggregate", mode="aggregate", aggregate=aggregate_function, window_function=window_function)
+            return DataStream(self._env, t, output_type)
+        return self._build("Aggregate", output_type, mode="aggregate", aggregate=aggregate_function,
+                           window_function=window_function)
 
     def _columnar(self) -> bool:
         """Whether the columnar window operator can take this window: keyed by a column, tumbling or
@@ -446,12 +494,12 @@ class WindowedStream:
                 and p["trigger"] is None and p["evictor"] is None and p["allowed_lateness"] == 0)
 
     def apply(self, window_function: Any, output_type: Any = None) -> DataStream:
-        return self._build("Apply", mode="elements", window_function=window_function)
+        return self._build("Apply", output_type, mode="elements", window_function=window_function)
 
     def process(self, process_window_function: Any, output_type: Any = None) -> DataStream:
         if not callable(getattr(process_window_function, "process", None)):
             raise TypeError(f"process needs a ProcessWindowFunction, got {process_window_function!r}")
-        return self._build("Process", mode="elements", window_function=process_window_function)
+        return self._build("Process", output_type, mode="elements", window_function=process_window_function)
 
     def _field_aggregate(self, how: str, field: Any) -> DataStream:
         if not isinstance(field, (str, int)) or isinstance(field, bool):
@@ -462,9 +510,9 @@ class WindowedStream:
             label = f"Window({p['assigner'].describe()}, {how.capitalize()}({field!r}))"
             t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=how, field=field,
                                    late_tag=p["late_tag"])
-            return DataStream(self._env, t)
-        return self._build(f"{how.capitalize()}({field!r})", mode="reduce", reduce=_FieldReduce(how, field),
-                           window_function=None)
+            return DataStream(self._env, t, self._keyed._type)
+        return self._build(f"{how.capitalize()}({field!r})", self._keyed._type, mode="reduce",
+                           reduce=_FieldReduce(how, field), window_function=None)
 
     def sum(self, field: str | int = 0) -> DataStream:
         """Per window, the first record with ``field`` replaced by the sum over the window."""
@@ -490,9 +538,9 @@ class WindowedStream:
             label = f"Window({p['assigner'].describe()}, {how.capitalize()}By({field!r}))"
             t = self._keyed._keyed(T.WINDOW_AGGREGATE, label, None, assigner=p["assigner"], how=f"{how}_by",
                                    field=field, late_tag=p["late_tag"])
-            return DataStream(self._env, t)
-        return self._build(f"{how.capitalize()}By({field!r})", mode="reduce", reduce=_ByReducer(how, field),
-                           window_function=None)
+            return DataStream(self._env, t, self._keyed._type)
+        return self._build(f"{how.capitalize()}By({field!r})", self._keyed._type, mode="reduce",
+                           reduce=_ByReducer(how, field), window_function=None)
 
 
 class _FieldReduce:
@@ -522,11 +570,12 @@ class ConnectedStreams:
         self._second = second
         self._env = first._env
 
-    def _two_input(self, kind: str, name: str, fn: Any, **params: Any) -> DataStream:
+    def _two_input(self, kind: str, name: str, fn: Any, output_type: Any = None, **params: Any) -> DataStream:
         t = Transformation(kind, name, [self._first._t, self._second._t], fn=fn, params=params)
-        return DataStream(self._env, self._env._add(t))
+        return DataStream(self._env, self._env._add(t), output_type)
 
-    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None) -> "ConnectedStreams":
+    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None,
+               key_type_info: Any = None) -> "ConnectedStreams":
         """Both inputs keyed (records with equal keys meet in one subtask), as PyFlink's
         ``ConnectedStreams.key_by``."""
         return ConnectedStreams(self._first.key_by(key_selector1), self._second.key_by(key_selector2))
@@ -545,18 +594,24 @@ class ConnectedStreams:
             if keys is None:
                 raise TypeError("a KeyedCoProcessFunction needs two keyed streams: connect two key_by(...) streams, "
                                 "or call connected.key_by(key1, key2) first")
-            return self._two_input(T.KEYED_CO_PROCESS, "KeyedCoProcess", func, keys=keys)
-        return self._two_input(T.CO_PROCESS, "CoProcess", func)
+            return self._two_input(T.KEYED_CO_PROCESS, "KeyedCoProcess", func, output_type, keys=keys)
+        return self._two_input(T.CO_PROCESS, "CoProcess", func, output_type)
 
     def map(self, func: CoMapFunction, output_type: Any = None) -> DataStream:
         for m in ("map1", "map2"):
             as_callable(func, m, "map on connected streams")
-        return self._two_input(T.CO_MAP, "CoMap", func)
+        keys = self._keys()
+        if keys is not None:  # keyed connected streams: the function's open() gets keyed state, shared by both
+            return self._two_input(T.KEYED_CO_PROCESS, "CoMap", KeyedCoMap(func), output_type, keys=keys)
+        return self._two_input(T.CO_MAP, "CoMap", func, output_type)
 
     def flat_map(self, func: CoFlatMapFunction, output_type: Any = None) -> DataStream:
         for m in ("flat_map1", "flat_map2"):
             as_callable(func, m, "flat_map on connected streams")
-        return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func)
+        keys = self._keys()
+        if keys is not None:
+            return self._two_input(T.KEYED_CO_PROCESS, "CoFlatMap", KeyedCoFlatMap(func), output_type, keys=keys)
+        return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func, output_type)
 
     __getattr__ = unsupported.lookup("ConnectedStreams", unsupported.CONNECTED_STREAMS)
 
@@ -612,7 +667,7 @@ class BroadcastConnectedStream:
         else:
             kind, name = T.BROADCAST_PROCESS, "BroadcastProcess"
         t = Transformation(kind, name, [self._stream._t, self._broadcast._transformation()], fn=func, params=params)
-        return DataStream(self._env, self._env._add(t))
+        return DataStream(self._env, self._env._add(t), output_type)
 
 
 class DataStreamSink:

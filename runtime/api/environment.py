@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Configuration, Options
+from .time import TimeCharacteristic
 from . import backends
 from .backends import StateBackend
 from .checkpointing import CheckpointConfig, CheckpointingMode
@@ -43,6 +44,31 @@ class JobExecutionResult:
         return self.net_runtime_ms
 
 
+class JobStatus(str, Enum):
+    """A job's state, as PyFlink's JobStatus (and equal to its name: ``JobStatus.RUNNING == "RUNNING"``)."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    FAILING = "FAILING"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+    FINISHED = "FINISHED"
+    RESTARTING = "RESTARTING"
+    SUSPENDED = "SUSPENDED"
+    RECONCILING = "RECONCILING"
+
+    def is_globally_terminal_state(self) -> bool:
+        """The job ended for good: failed, canceled or finished."""
+        return self in (JobStatus.FAILED, JobStatus.CANCELED, JobStatus.FINISHED)
+
+    def is_terminal_state(self) -> bool:
+        return self.is_globally_terminal_state() or self is JobStatus.SUSPENDED
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class JobClient:
     """A job started with ``execute_async``: its id, status, cancellation and result."""
 
@@ -57,15 +83,16 @@ class JobClient:
         self._finished = threading.Event()
         self._attached = threading.Event()
         self._result_read = False  # the program saw the outcome, so `streamjob run` need not report it
+        self._collect_iterator = False  # execute_and_collect's job: canceled if the program ends without reading it all
 
     def get_job_id(self) -> str:
         return self.job_id
 
-    def get_job_status(self) -> str:
+    def get_job_status(self) -> JobStatus:
         if self._finished.is_set():
-            return self._state
+            return JobStatus(self._state)
         jm = self.job_manager
-        return jm.status.state if jm is not None else self._state
+        return JobStatus(jm.status.state if jm is not None else self._state)
 
     def cancel(self) -> None:
         """Cancel the job (no final checkpoint; retained checkpoints follow the retention setting)."""
@@ -135,6 +162,10 @@ class _ExecutionContext:
         Ctrl-C stops them gracefully (sources end, everything drains), a second one cancels."""
         interrupts = 0
         for client in self.clients:
+            if client._collect_iterator and not client._finished.is_set():
+                client._result_read = True  # nobody can read its records any more: an unbounded one would
+                client.cancel()             # keep the program waiting forever
+        for client in self.clients:
             while not client._finished.is_set():
                 try:
                     client._finished.wait(0.25)
@@ -167,6 +198,7 @@ class StreamExecutionEnvironment:
         self._config = ExecutionConfig(execution_context.configuration.to_dict())
         if configuration is not None:
             self._config.update(configuration)
+        self._time_characteristic = TimeCharacteristic.EventTime  # Flink's default since 1.12
         self._transformations: list[Transformation] = []
         self._uids: dict[str, Transformation] = {}
         self._executed = False
@@ -244,6 +276,20 @@ class StreamExecutionEnvironment:
     def get_default_savepoint_directory(self) -> str | None:
         return self._config.get_string(Options.SAVEPOINT_DIR) or None
 
+    def set_stream_time_characteristic(self, characteristic: TimeCharacteristic) -> "StreamExecutionEnvironment":
+        """Flink 1.x's call (deprecated since 1.12, gone in 2.0). As there, it only sets the periodic
+        watermark interval: ``ProcessingTime`` turns periodic watermarks off, the others set 200 ms.
+        Windows name their time domain (``TumblingEventTimeWindows``, ``TumblingProcessingTimeWindows``)."""
+        if not isinstance(characteristic, TimeCharacteristic):
+            raise TypeError(f"set_stream_time_characteristic needs a TimeCharacteristic "
+                            f"(TimeCharacteristic.EventTime, ...), got {characteristic!r}")
+        self._time_characteristic = characteristic
+        self._config.set_auto_watermark_interval(0 if characteristic is TimeCharacteristic.ProcessingTime else 200)
+        return self
+
+    def get_stream_time_characteristic(self) -> TimeCharacteristic:
+        return self._time_characteristic
+
     def is_chaining_enabled(self) -> bool:
         return True  # forward edges are always chained
 
@@ -264,8 +310,11 @@ class StreamExecutionEnvironment:
 
     # -- sources ------------------------------------------------------------
     def from_source(
-        self, source: Any, watermark_strategy: Any = None, source_name: str | None = None, name: str | None = None
+        self, source: Any, watermark_strategy: Any = None, source_name: str | None = None, type_info: Any = None,
+        name: str | None = None,
     ) -> DataStream:
+        """``type_info`` declares the records' type (what ``print()`` shows depends on it); without
+        it a source that knows its type gives it (NumberSequenceSource: ``Types.LONG()``)."""
         if not hasattr(source, "create_reader"):
             raise TypeError(f"from_source needs a source from streamjob.runtime.connectors, got {source!r}")
         from .watermarks import WatermarkStrategy
@@ -273,8 +322,11 @@ class StreamExecutionEnvironment:
         if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
             raise TypeError("from_source: the second argument is a WatermarkStrategy (e.g. "
                             f"WatermarkStrategy.no_watermarks()), got {watermark_strategy!r}")
+        if source_name is not None and not isinstance(source_name, str):
+            raise TypeError(f"from_source: the third argument is the source's name, got {source_name!r}")
         label = name or source_name or getattr(source, "default_name", type(source).__name__)
-        stream = DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)))
+        stream = DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)),
+                            type_info if type_info is not None else getattr(source, "produced_type", None))
         if watermark_strategy is not None and (watermark_strategy.kind != WatermarkStrategy.NONE
                                                or watermark_strategy.assigner is not None):
             # Flink generates watermarks inside the source operator; chained right after it, the same.
@@ -288,7 +340,7 @@ class StreamExecutionEnvironment:
                 f"StreamExecutionEnvironment.add_source({type(source_func).__name__})",
                 "only sources of streamjob.runtime.connectors run here (DataGenSource, FileSource, ...), with "
                 "env.from_source(source, watermark_strategy, name) or env.add_source(source)")
-        return self.from_source(source_func, None, source_name)
+        return self.from_source(source_func, None, source_name, type_info)
 
     def read_text_file(self, file_path: str, charset_name: str = "UTF-8") -> DataStream:
         """The lines of a text file (or of every file of a directory), as strings."""
@@ -306,7 +358,7 @@ class StreamExecutionEnvironment:
         items = list(collection)
         if isinstance(type_info, RowTypeInfo):
             items = [as_row(x, type_info, i) for i, x in enumerate(items)]
-        return self.from_source(CollectionSource(items), name="Collection")
+        return self.from_source(CollectionSource(items), type_info=type_info, name="Collection")
 
     # -- execution ----------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:

@@ -121,12 +121,18 @@ class OutputTag:
         return OutputTag, (self.tag_id, self.type_info)
 
 
-class Function:
+class Subscriptable:
+    """PyFlink's functions, their contexts, triggers and assigners are generic
+    (``ProcessWindowFunction[tuple, tuple, str, TimeWindow]``, ``ProcessWindowFunction.Context[TimeWindow]``
+    in annotations): the subscript documents types and changes nothing."""
+
+    __slots__ = ()
+
     def __class_getitem__(cls, params: Any) -> type:
-        """PyFlink's functions are generic (``ProcessWindowFunction[tuple, tuple, str, TimeWindow]``):
-        the subscript documents types and changes nothing."""
         return cls
 
+
+class Function(Subscriptable):
     def open(self, runtime_context: RuntimeContext) -> None:
         pass
 
@@ -169,7 +175,7 @@ class KeySelector(Function):
 class ProcessFunction(Function):
     """``process_element(value, ctx)`` yields zero or more output records."""
 
-    class Context:
+    class Context(Subscriptable):
         def timestamp(self) -> int | None:
             return None
 
@@ -185,7 +191,7 @@ class KeyedProcessFunction(Function):
     """Like ``ProcessFunction`` on a keyed stream: ``ctx.get_current_key()``, keyed state, and
     timers (``ctx.timer_service().register_event_time_timer(t)``) that call ``on_timer``."""
 
-    class Context:
+    class Context(Subscriptable):
         def get_current_key(self) -> Any:
             raise NotImplementedError
 
@@ -216,7 +222,7 @@ class KeyedProcessFunction(Function):
 class CoProcessFunction(Function):
     """Two inputs: ``process_element1`` for the first, ``process_element2`` for the second."""
 
-    class Context:
+    class Context(Subscriptable):
         def timestamp(self) -> int | None:
             return None
 
@@ -256,7 +262,7 @@ class BaseBroadcastProcessFunction(Function):
     change the broadcast state: it must change it the same way in every subtask (depend on
     the broadcast record only), so that all copies stay equal, as in Flink."""
 
-    class BaseContext:
+    class BaseContext(Subscriptable):
         def timestamp(self) -> int | None:
             """The record's event timestamp (ms), None without event time."""
             return None
@@ -341,6 +347,51 @@ class CoFlatMapFunction(Function):
 
     def flat_map2(self, value: Any) -> Iterable[Any]:
         raise NotImplementedError
+
+
+class _KeyedCoAdapter(KeyedCoProcessFunction):
+    """A CoMapFunction / CoFlatMapFunction on keyed connected streams (``connect(...).key_by(k1, k2)``),
+    run by the keyed two-input operator: its ``open(runtime_context)`` gets keyed state, scoped to the
+    key of the record in hand and shared by both inputs, as in PyFlink (which has no timers there)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        if callable(getattr(self.fn, "open", None)):
+            self.fn.open(runtime_context)
+
+    def close(self) -> None:
+        if callable(getattr(self.fn, "close", None)):
+            self.fn.close()
+
+    def on_timer(self, timestamp: int, ctx: Any) -> None:
+        return None
+
+
+class KeyedCoMap(_KeyedCoAdapter):
+    def __init__(self, fn: Any):
+        super().__init__(fn)
+        self._first, self._second = as_callable(fn, "map1", "map"), as_callable(fn, "map2", "map")
+
+    def process_element1(self, value: Any, ctx: Any) -> tuple:
+        return (self._first(value),)
+
+    def process_element2(self, value: Any, ctx: Any) -> tuple:
+        return (self._second(value),)
+
+
+class KeyedCoFlatMap(_KeyedCoAdapter):
+    def __init__(self, fn: Any):
+        super().__init__(fn)
+        self._first = as_callable(fn, "flat_map1", "flat_map")
+        self._second = as_callable(fn, "flat_map2", "flat_map")
+
+    def process_element1(self, value: Any, ctx: Any) -> Iterable[Any]:
+        return self._first(value)
+
+    def process_element2(self, value: Any, ctx: Any) -> Iterable[Any]:
+        return self._second(value)
 
 
 def as_callable(fn: Any, method: str, what: str) -> Callable:

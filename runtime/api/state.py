@@ -7,8 +7,9 @@ descriptors with one name but different kinds are a job definition error.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, Generic, Iterable, TypeVar
 
 
 class StateDescriptor:
@@ -327,7 +328,97 @@ class StateTtlConfig:
             return self._strategies.get(S.Strategies.ROCKSDB_COMPACTION_FILTER, default)
 
 
+# -- the state interfaces (PyFlink's pyflink.datastream.state) -----------------------------------------
+# What get_state / get_list_state / ... return. Programs use these names in annotations and casts
+# (``self.count: ValueState = None``, ``cast(ReducingState, ...)``); each backend's classes (heap,
+# RocksDB, TTL) are registered as their implementations, so isinstance works on every backend.
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+
+class State(ABC):
+    @abstractmethod
+    def clear(self) -> None:
+        """Remove the value of the current key."""
+
+
+class ValueState(State, Generic[T]):
+    @abstractmethod
+    def value(self) -> T: ...
+
+    @abstractmethod
+    def update(self, value: T) -> None: ...
+
+
+class AppendingState(State, Generic[IN, OUT]):
+    @abstractmethod
+    def get(self) -> OUT: ...
+
+    @abstractmethod
+    def add(self, value: IN) -> None: ...
+
+
+class MergingState(AppendingState[IN, OUT]):
+    pass
+
+
+class ReducingState(MergingState[T, T]):
+    """``add`` folds the value in with the descriptor's reduce function; ``get`` is the result."""
+
+
+class AggregatingState(MergingState[IN, OUT]):
+    """``add`` feeds the descriptor's AggregateFunction; ``get`` is its ``get_result``."""
+
+
+class ListState(MergingState[T, Iterable[T]]):
+    @abstractmethod
+    def update(self, values: list) -> None: ...
+
+    @abstractmethod
+    def add_all(self, values: list) -> None: ...
+
+
+class MapState(State, Generic[K, V]):
+    @abstractmethod
+    def get(self, key: K) -> V: ...
+
+    @abstractmethod
+    def put(self, key: K, value: V) -> None: ...
+
+    @abstractmethod
+    def put_all(self, dict_value: dict) -> None: ...
+
+    @abstractmethod
+    def remove(self, key: K) -> None: ...
+
+    @abstractmethod
+    def contains(self, key: K) -> bool: ...
+
+    @abstractmethod
+    def items(self) -> Iterable: ...
+
+    @abstractmethod
+    def keys(self) -> Iterable[K]: ...
+
+    @abstractmethod
+    def values(self) -> Iterable[V]: ...
+
+    @abstractmethod
+    def is_empty(self) -> bool: ...
+
+
 __all__ = [
+    "AggregatingState",
+    "AppendingState",
+    "ListState",
+    "MapState",
+    "MergingState",
+    "ReducingState",
+    "State",
+    "ValueState",
     "AggregatingStateDescriptor",
     "ListStateDescriptor",
     "MapStateDescriptor",

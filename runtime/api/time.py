@@ -1,8 +1,11 @@
 """``Time`` (window sizes, as PyFlink's ``pyflink.common.time.Time``) and ``Duration``
-(watermark bounds and idleness, as ``pyflink.common.Duration``): both whole milliseconds."""
+(watermark bounds and idleness, as ``pyflink.common.Duration``): both whole milliseconds.
+``Instant`` (a point in time, as ``pyflink.common.time.Instant``) and ``TimeCharacteristic``
+(``env.set_stream_time_characteristic``, Flink 1.x)."""
 
 from __future__ import annotations
 
+from enum import Enum
 from functools import total_ordering
 
 
@@ -81,4 +84,41 @@ class Duration(_Millis):
         return Duration(nanos // 1_000_000)
 
 
-__all__ = ["Duration", "Time"]
+class Instant:
+    """A point on the time-line, seconds and nanoseconds since the epoch (Java's Instant), as PyFlink's."""
+
+    __slots__ = ("seconds", "nanos")
+
+    def __init__(self, seconds: int, nanos: int):
+        self.seconds = seconds
+        self.nanos = nanos
+
+    def to_epoch_milli(self) -> int:
+        return self.seconds * 1000 + self.nanos // 1_000_000
+
+    @staticmethod
+    def of_epoch_milli(epoch_milli: int) -> "Instant":
+        return Instant(epoch_milli // 1000, epoch_milli % 1000 * 1_000_000)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Instant and (self.seconds, self.nanos) == (other.seconds, other.nanos)
+
+    def __hash__(self) -> int:
+        return hash((self.seconds, self.nanos))
+
+    def __repr__(self) -> str:
+        return f"Instant<{self.seconds}, {self.nanos}>"
+
+
+class TimeCharacteristic(Enum):
+    """Flink 1.x's stream time characteristic (``env.set_stream_time_characteristic``). As in Flink
+    since 1.12, it only sets the periodic watermark interval: ``ProcessingTime`` turns periodic
+    watermarks off, the others set 200 ms; windows say their time domain themselves
+    (``TumblingEventTimeWindows`` / ``TumblingProcessingTimeWindows``)."""
+
+    ProcessingTime = 0
+    IngestionTime = 1
+    EventTime = 2
+
+
+__all__ = ["Duration", "Instant", "Time", "TimeCharacteristic"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable
 
-from .functions import Function
+from .functions import Function, Subscriptable
 from .time import Time
 
 MAX_TIMESTAMP = (1 << 63) - 1
@@ -112,10 +112,10 @@ class TriggerResult(Enum):
         return self.value[1]
 
 
-class Trigger:
+class Trigger(Subscriptable):
     """When a window's function runs (FIRE) and when its contents go (PURGE)."""
 
-    class TriggerContext:  # what the operator hands in; documented here for users
+    class TriggerContext(Subscriptable):  # what the operator hands in; documented here for users
         def get_current_processing_time(self) -> int: ...
         def get_current_watermark(self) -> int: ...
         def register_processing_time_timer(self, time: int) -> None: ...
@@ -123,6 +123,9 @@ class Trigger:
         def delete_processing_time_timer(self, time: int) -> None: ...
         def delete_event_time_timer(self, time: int) -> None: ...
         def get_partitioned_state(self, state_descriptor: Any) -> Any: ...
+
+    class OnMergeContext(TriggerContext):
+        def merge_partitioned_state(self, state_descriptor: Any) -> None: ...
 
     def on_element(self, element: Any, timestamp: int, window: Window, ctx: Any) -> TriggerResult:
         raise NotImplementedError
@@ -295,6 +298,114 @@ class NeverTrigger(Trigger):
         pass
 
 
+def _earliest(a: int, b: int) -> int:
+    return a if a <= b else b
+
+
+class _Continuous(Trigger):
+    """PyFlink's ContinuousEventTimeTrigger / ContinuousProcessingTimeTrigger: fire every
+    ``interval`` (aligned to multiples of it) while the window is open, and at its end."""
+
+    def __init__(self, interval: Any):
+        self.interval = _ms(interval, f"{type(self).__name__}.of")
+        if self.interval <= 0:
+            raise ValueError(f"{type(self).__name__}: the interval must be positive, got {self.interval} ms")
+        from .state import ReducingStateDescriptor
+
+        self.state_desc = ReducingStateDescriptor("fire-time", _earliest)
+
+    def _register_next(self, time: int, window: Window, ctx: Any, state: Any) -> None:
+        next_fire = min(time + self.interval, window.max_timestamp())
+        state.add(next_fire)
+        self._register(ctx, next_fire)
+
+    def _register(self, ctx: Any, time: int) -> None:
+        raise NotImplementedError
+
+    def _delete(self, ctx: Any, time: int) -> None:
+        raise NotImplementedError
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Window, ctx: Any) -> None:
+        ctx.merge_partitioned_state(self.state_desc)
+        next_fire = ctx.get_partitioned_state(self.state_desc).get()
+        if next_fire is not None:
+            self._register(ctx, next_fire)
+
+    def clear(self, window: Window, ctx: Any) -> None:
+        state = ctx.get_partitioned_state(self.state_desc)
+        t = state.get()
+        if t is not None:
+            self._delete(ctx, t)
+            state.clear()
+
+
+class ContinuousEventTimeTrigger(_Continuous):
+    @staticmethod
+    def of(interval: Any) -> "ContinuousEventTimeTrigger":
+        return ContinuousEventTimeTrigger(interval)
+
+    def _register(self, ctx: Any, time: int) -> None:
+        ctx.register_event_time_timer(time)
+
+    def _delete(self, ctx: Any, time: int) -> None:
+        ctx.delete_event_time_timer(time)
+
+    def on_element(self, element: Any, timestamp: int, window: Window, ctx: Any) -> TriggerResult:
+        if window.max_timestamp() <= ctx.get_current_watermark():
+            return TriggerResult.FIRE  # the watermark is past the window already
+        ctx.register_event_time_timer(window.max_timestamp())
+        state = ctx.get_partitioned_state(self.state_desc)
+        if state.get() is None:
+            self._register_next(timestamp - timestamp % self.interval, window, ctx, state)
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Window, ctx: Any) -> TriggerResult:
+        if time == window.max_timestamp():
+            return TriggerResult.FIRE
+        state = ctx.get_partitioned_state(self.state_desc)
+        if state.get() == time:
+            state.clear()
+            self._register_next(time, window, ctx, state)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Window, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+
+class ContinuousProcessingTimeTrigger(_Continuous):
+    @staticmethod
+    def of(interval: Any) -> "ContinuousProcessingTimeTrigger":
+        return ContinuousProcessingTimeTrigger(interval)
+
+    def _register(self, ctx: Any, time: int) -> None:
+        ctx.register_processing_time_timer(time)
+
+    def _delete(self, ctx: Any, time: int) -> None:
+        ctx.delete_processing_time_timer(time)
+
+    def on_element(self, element: Any, timestamp: int, window: Window, ctx: Any) -> TriggerResult:
+        state = ctx.get_partitioned_state(self.state_desc)
+        now = ctx.get_current_processing_time()
+        if state.get() is None:
+            self._register_next(now - now % self.interval, window, ctx, state)
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Window, ctx: Any) -> TriggerResult:
+        state = ctx.get_partitioned_state(self.state_desc)
+        if state.get() == time:
+            state.clear()
+            self._register_next(time, window, ctx, state)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Window, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+
 class _Count:  # the trigger state of CountTrigger
     name = "_count"
 
@@ -307,7 +418,7 @@ _COUNT = _Count()
 
 
 # -- evictors ------------------------------------------------------------------------------
-class Evictor:
+class Evictor(Subscriptable):
     """Removes elements of a window before and/or after its function runs. ``elements`` is a
     list of ``TimestampedValue`` (``.value``, ``.timestamp``); remove from it in place."""
 
@@ -384,9 +495,10 @@ class TimeEvictor(Evictor):
 
 
 # -- assigners -----------------------------------------------------------------------------
-class WindowAssigner:
+class WindowAssigner(Subscriptable):
     is_event_time = True
     merging = False
+    counts_elements = False  # assign_count_windows(n) by each key's element count instead of assign_windows
 
     def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
         raise NotImplementedError
@@ -473,8 +585,34 @@ class SessionWindowTimeGapExtractor:
         raise NotImplementedError
 
 
-class _Session(WindowAssigner):
+class MergingWindowAssigner(WindowAssigner):
+    """An assigner whose windows merge: here, time windows that overlap merge into the window
+    covering them (session windows); the window operator does it. A subclass cannot change that
+    rule (``merge_windows`` of its own is refused where the window is defined)."""
+
     merging = True
+
+    class MergeCallback(Subscriptable):
+        def merge(self, to_be_merged: Iterable[Window], merge_result: Window) -> None: ...
+
+    def merge_windows(self, windows: Iterable[Window], callback: "MergingWindowAssigner.MergeCallback") -> None:
+        """Overlapping time windows merge into the window covering them."""
+        pending = sorted(w for w in windows if isinstance(w, TimeWindow))
+        groups: list[list[TimeWindow]] = []
+        for w in pending:
+            if groups and groups[-1][-1].intersects(w):
+                groups[-1].append(w)
+            else:
+                groups.append([w])
+        for group in groups:
+            if len(group) > 1:
+                cover = group[0]
+                for w in group[1:]:
+                    cover = cover.cover(w)
+                callback.merge(group, cover)
+
+
+class _Session(MergingWindowAssigner):
 
     def __init__(self, gap: Any = None, extractor: Any = None):
         self.gap = None if gap is None else _ms(gap, f"{type(self).__name__}.with_gap")
@@ -519,6 +657,99 @@ class ProcessingTimeSessionWindows(_Session):
         return ProcessingTimeSessionWindows(None, extractor)
 
 
+class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
+    """Event-time sessions whose gap each element gives (a SessionWindowTimeGapExtractor or a function)."""
+
+    def __init__(self, session_window_time_gap_extractor: Any):
+        super().__init__(None, session_window_time_gap_extractor)
+
+    @staticmethod
+    def with_dynamic_gap(extractor: Any) -> "DynamicEventTimeSessionWindows":
+        return DynamicEventTimeSessionWindows(extractor)
+
+
+class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
+    """Processing-time sessions whose gap each element gives."""
+
+    def __init__(self, session_window_time_gap_extractor: Any):
+        super().__init__(None, session_window_time_gap_extractor)
+
+    @staticmethod
+    def with_dynamic_gap(extractor: Any) -> "DynamicProcessingTimeSessionWindows":
+        return DynamicProcessingTimeSessionWindows(extractor)
+
+
+def _positive_count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} needs a positive number of elements, got {value!r}")
+    return value
+
+
+class CountTumblingWindowAssigner(WindowAssigner):
+    """PyFlink's ``count_window(size)``: each key's elements n*size .. n*size+size-1 form
+    ``CountWindow(n)``, which fires once it is full; a window never filled never fires."""
+
+    is_event_time = False
+    counts_elements = True
+
+    def __init__(self, window_size: int):
+        self.window_size = _positive_count(window_size, "CountTumblingWindowAssigner")
+
+    @staticmethod
+    def of(window_size: int) -> "CountTumblingWindowAssigner":
+        return CountTumblingWindowAssigner(window_size)
+
+    def assign_count_windows(self, count: int) -> list[Window]:
+        """The windows of a key's element number ``count`` (0 for its first)."""
+        return [CountWindow(count // self.window_size)]
+
+    def get_default_trigger(self) -> Trigger:
+        # PyFlink's is CountTrigger(size): a full window fires once and is never assigned to again.
+        # Purging it then gives the same output and does not keep every window forever.
+        return PurgingTrigger.of(CountTrigger.of(self.window_size))
+
+    def describe(self) -> str:
+        return f"CountTumblingWindowAssigner({self.window_size})"
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+class CountSlidingWindowAssigner(WindowAssigner):
+    """PyFlink's ``count_window(size, slide)``: ``CountWindow(n)`` holds each key's elements
+    n*slide .. n*slide+size-1 and fires once it is full (so, unlike Java Flink's evictor-based
+    sliding count window, never with fewer than ``size`` elements)."""
+
+    is_event_time = False
+    counts_elements = True
+
+    def __init__(self, window_size: int, window_slide: int):
+        self.window_size = _positive_count(window_size, "CountSlidingWindowAssigner")
+        self.window_slide = _positive_count(window_slide, "CountSlidingWindowAssigner")
+
+    @staticmethod
+    def of(window_size: int, window_slide: int) -> "CountSlidingWindowAssigner":
+        return CountSlidingWindowAssigner(window_size, window_slide)
+
+    def assign_count_windows(self, count: int) -> list[Window]:
+        # PyFlink's assign_windows: the windows [id*slide, id*slide+size-1] holding ``count``, newest first
+        last_id = count // self.window_slide
+        out = []
+        while last_id >= 0 and last_id * self.window_slide <= count <= last_id * self.window_slide + self.window_size - 1:
+            out.append(CountWindow(last_id))
+            last_id -= 1
+        return out
+
+    def get_default_trigger(self) -> Trigger:
+        return PurgingTrigger.of(CountTrigger.of(self.window_size))  # see CountTumblingWindowAssigner
+
+    def describe(self) -> str:
+        return f"CountSlidingWindowAssigner({self.window_size}, {self.window_slide})"
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
 class GlobalWindows(WindowAssigner):
     """One window per key that never ends; it fires only by a trigger you set."""
 
@@ -547,7 +778,7 @@ class AllWindowFunction(Function):
 
 
 class ProcessWindowFunction(Function):
-    class Context:
+    class Context(Subscriptable):
         def window(self) -> Window: ...
         def current_processing_time(self) -> int: ...
         def current_watermark(self) -> int: ...
@@ -591,7 +822,10 @@ def window_function(fn: Any, all_windows: bool) -> Callable[[Any, Window, Any, l
 
 
 __all__ = [
-    "AllWindowFunction", "CountEvictor", "CountTrigger", "CountWindow", "EventTimeSessionWindows",
+    "AllWindowFunction", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "CountEvictor",
+    "CountSlidingWindowAssigner", "CountTrigger", "CountTumblingWindowAssigner", "CountWindow",
+    "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows",
+    "MergingWindowAssigner",
     "EventTimeTrigger", "Evictor", "GlobalWindow", "GlobalWindows", "NeverTrigger", "ProcessAllWindowFunction",
     "ProcessWindowFunction", "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger",
     "SessionWindowTimeGapExtractor", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "TimeEvictor",

@@ -3,11 +3,12 @@
 Task -> job manager: ``register`` with its slot and the attempt its stage was submitted
 for (answered by ``deploy``: what to restore; or by ``refused`` when that attempt is over or
 the slot is taken, and the task ends without touching anything), ``address`` (where its data server listens; once every task of the attempt
-sent one, the job manager answers each with ``peers``, all addresses by slot), ``running``, ``metrics``, ``print``, ``ack`` / ``decline`` (checkpoint n,
+sent one, the job manager answers each with ``peers``, all addresses by slot), ``running``, ``metrics``, ``print``,
+``collect`` / ``collect_commit`` (execute_and_collect's records), ``ack`` / ``decline`` (checkpoint n,
 with state handles and timings), ``end_of_data``, ``failed``, ``finished``.
 Job manager -> task: ``deploy``, ``trigger`` (checkpoint n), ``complete`` (n is
 durable: sinks may commit), ``abort`` (n is given up), ``stop`` (graceful: sources
-end, everything drains, sinks finish).
+end, everything drains, sinks finish), ``collect_ack``.
 
 JSON, not pickle: the job manager never unpickles what arrives on its port.
 """
@@ -39,6 +40,9 @@ COMPLETE = "complete"
 ABORT = "abort"
 ADDRESS = "address"
 PEERS = "peers"
+COLLECT = "collect"  # task -> job manager: records of a collect sink (connectors/collect.py)
+COLLECT_COMMIT = "collect_commit"  # task -> job manager: a collect sink's records up to seq are committed
+COLLECT_ACK = "collect_ack"  # job manager -> task: a collect message was taken in
 REFUSED = "refused"
 
 

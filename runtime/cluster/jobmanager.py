@@ -25,6 +25,7 @@ from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, Complete
 from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
 from ..config import Options
 from . import control as C
+from .collect import CollectBuffer
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 
@@ -139,6 +140,7 @@ class JobManager:
         self.address: tuple[str, int] | None = None
         self.failure_event = threading.Event()
         self._result_read = threading.Event()  # a client saw the final result: no need to linger
+        self.collected = CollectBuffer()  # records of collect sinks, for execute_and_collect
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> tuple[str, int]:
@@ -259,6 +261,7 @@ class JobManager:
             self.failures = []
             self.failure_event.clear()
             self.status.state = "RUNNING"
+        self.collected.begin_attempt(attempt)
 
     def fence(self) -> dict[int, int]:
         """The current attempt is over: see ``fenced``. Returns slot -> process id of its tasks still
@@ -293,6 +296,21 @@ class JobManager:
     def cancel(self) -> None:
         """Cancel: the executor ends the attempt (no final checkpoint)."""
         self.cancel_requested = True
+
+    # -- execute_and_collect ---------------------------------------------------------------
+    def take_collected(self, sink_id: str, timeout: float) -> Any:
+        """The next message of a collect sink for the program (None: none within ``timeout`` s)."""
+        item, acks = self.collected.take(sink_id, timeout)
+        if acks and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._send_collect_acks, acks)
+        return item
+
+    def _send_collect_acks(self, acks: list) -> None:
+        """In the event loop: acknowledge collected messages to their subtasks (current attempt)."""
+        for slot, sink_id, seq in acks:
+            w = self._writers.get(slot)
+            if w is not None and not w.is_closing():
+                w.write(C.encode({"type": C.COLLECT_ACK, "id": sink_id, "seq": seq}))
 
     def trigger_savepoint(self, target_dir: str | None = None, stop: bool = False,
                           drain: bool = False, request_id: str | None = None) -> SavepointRequest:
@@ -666,9 +684,16 @@ class JobManager:
                         self._broadcast({"type": C.PEERS, "attempt": attempt, "addresses": peers})
                 elif kind == C.PRINT:
                     self.on_print(msg["lines"])
+                elif kind == C.COLLECT:
+                    self._send_collect_acks(self.collected.add(msg))
+                elif kind == C.COLLECT_COMMIT:
+                    self._send_collect_acks(self.collected.commit(msg))
                 elif kind == C.RUNNING:
                     with self._lock:
                         self.running.add(int(msg["slot"]))
+                        all_running = len(self.running) >= self.parallelism
+                    if all_running:
+                        self.collected.attempt_running(attempt or 0)
                 elif kind == C.END_OF_DATA:
                     with self._lock:
                         self.end_of_data.add(int(msg["slot"]))

@@ -72,3 +72,12 @@ __all__ = [
     "SourceReader",
 ]
 __all__ += ["DeliveryGuarantee", "JsonRowSerializationSchema", "KafkaRecordSerializationSchema", "KafkaSink"]
+
+from .number_seq import NumberSequenceSource  # noqa: E402
+
+__all__ += ["NumberSequenceSource"]
+
+from ..api.unsupported import name_lookup as _name_lookup  # noqa: E402
+
+# A PyFlink connector or format streamjob does not have says so, and what to use instead.
+__getattr__ = _name_lookup(__name__)

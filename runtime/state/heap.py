@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterable
 
+from ..api import state as api_state
 from ..api.state import StateDescriptor
 from . import ttl
 from .tables import AccumulatorTable, StateTable
@@ -406,3 +407,11 @@ class HashMapKeyedStateBackend(KeyedStateBackend):
         ``state.snapshot`` writes for ``kind``."""
         self.kinds[name] = kind
         self.tables[name] = table
+
+
+# The PyFlink state interfaces these classes implement (isinstance(state, ValueState) in user code).
+api_state.ValueState.register(ValueState)
+api_state.ListState.register(ListState)
+api_state.MapState.register(MapState)
+api_state.ReducingState.register(ReducingState)
+api_state.AggregatingState.register(AggregatingState)

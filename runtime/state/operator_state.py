@@ -21,6 +21,8 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterable, Iterator
 
+from ..api.functions import Subscriptable
+
 SPLIT = "split"
 UNION = "union"
 BROADCAST = "broadcast"
@@ -48,7 +50,7 @@ class OperatorListState:
         self.items = []
 
 
-class BroadcastState:
+class BroadcastState(Subscriptable):
     """The map of one broadcast state descriptor (PyFlink's ``BroadcastState``, a MapState):
     writable in ``process_broadcast_element``; ``process_element`` sees ``read_only()``."""
 
@@ -118,7 +120,7 @@ class BroadcastState:
         return pickle.loads(pickle.dumps(self.entries, protocol=5))
 
 
-class ReadOnlyBroadcastState:
+class ReadOnlyBroadcastState(Subscriptable):
     """Broadcast state as the non-broadcast side sees it: reads only, as in Flink, since only the
     broadcast side reaches every subtask in the same order and keeps the copies equal."""
 

@@ -36,6 +36,7 @@ import numpy as np
 from rocksdict import (AccessType, BlockBasedOptions, Cache, Checkpoint, DBCompressionType, Options, Rdict,
                        WriteBatch, WriteOptions)
 
+from ..api import state as api_state
 from . import codec, ttl
 from .heap import KeyedStateBackend, _KeyedState
 from .keygroups import assign_key_groups, key_hash
@@ -801,3 +802,7 @@ def sweep_stale(local_dir: str) -> None:
             continue
         if pid != os.getpid() and not psutil.pid_exists(pid):
             shutil.rmtree(os.path.join(local_dir, entry), ignore_errors=True)
+
+
+api_state.ListState.register(RocksListState)  # PyFlink's state interfaces (see heap.py)
+api_state.MapState.register(RocksMapState)

@@ -35,6 +35,8 @@ import copy
 import time
 from typing import Any, Callable, Iterable
 
+from ..api import state as api_state
+
 TTL_SUFFIX = "+ttl"
 
 
@@ -511,3 +513,11 @@ def create_ttl_state(backend: Any, descriptor: Any, config: Any) -> Any:
     if kind == "aggregating":
         return TtlAggregatingState(backend, name, policy, cleanup, table, descriptor.agg_function)
     raise TypeError(f"operator {backend.operator!r}: state {name!r} of kind {kind!r} cannot have a TTL")
+
+
+# The PyFlink state interfaces the TTL decorators implement (see heap.py).
+api_state.ValueState.register(TtlValueState)
+api_state.ListState.register(TtlListState)
+api_state.MapState.register(TtlMapState)
+api_state.ReducingState.register(TtlReducingState)
+api_state.AggregatingState.register(TtlAggregatingState)

@@ -1035,6 +1035,10 @@ class SinkOperator(StreamOperator):
         if self._pending and self._pending[0][0] <= done:
             self._pending = [(n, c) for n, c in self._pending if n > done]
 
+    def is_available(self) -> bool:
+        """Whether the writer takes more now (a sink with ``throttles``: the collect sink)."""
+        return self._writer.is_available()
+
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         self._reap()
         ready = self._unassigned + self._writer.prepare_commit()

@@ -25,6 +25,7 @@ from ..network.events import MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, En
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
+from ..connectors.collect import CollectChannel
 from ..checkpoint import filesystems
 from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
@@ -33,7 +34,7 @@ from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
-from .operators import OperatorFailure, OperatorSnapshot, SourceOperator, StreamOperator, create_operator
+from .operators import OperatorFailure, OperatorSnapshot, SinkOperator, SourceOperator, StreamOperator, create_operator
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
@@ -102,6 +103,9 @@ class Task:
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
         self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
+        # Sinks whose writer can hold the task's input too (execute_and_collect's, while the program
+        # does not read): empty for every other job.
+        self.throttled = [op for op in operators if isinstance(op, SinkOperator) and getattr(op.node.fn, "throttles", False)]
         if gate is not None:
             for ch in gate.channels:
                 self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
@@ -109,6 +113,9 @@ class Task:
     def writers_available(self) -> bool:
         for w in self.writers:
             if not w.is_available():
+                return False
+        for op in self.throttled:
+            if not op.is_available():
                 return False
         return True
 
@@ -292,6 +299,7 @@ class SlotRuntime:
         self.storage: CheckpointStorage | None = None
         self.savepoints: dict[int, SavepointTarget] = {}  # checkpoint id -> where that savepoint goes
         self.snapshots: SnapshotWriter | None = None
+        self.collect_channel = CollectChannel(control, subtask, attempt) if control is not None else None
         if self.checkpointing:
             self.storage = CheckpointStorage(deployment.get("checkpoint_dir") or conf.get_string(Options.CHECKPOINTING_DIR),
                                              self.job_id,
@@ -311,6 +319,7 @@ class SlotRuntime:
             ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
+            ctx._collector = self.collect_channel
             self.operators[op_id] = create_operator(node, ctx)
         for op in self.operators.values():
             node = op.node
@@ -541,6 +550,8 @@ class SlotRuntime:
                 for op in self.operators.values():
                     if op.keyed_backend is not None:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
+            elif kind == "collect_ack":
+                self.collect_channel.on_ack(msg)  # type: ignore[union-attr]
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
 

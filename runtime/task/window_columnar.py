@@ -85,7 +85,7 @@ class ColumnarWindowAggregateOperator(StreamOperator):
     # -- records ----------------------------------------------------------------------------
     def process(self, batch: Batch, input_index: int) -> None:
         if not isinstance(batch, pa.RecordBatch):
-            if batch and isinstance(batch[0], Row) and batch[0].get_fields_by_names() is not None:
+            if batch and isinstance(batch[0], Row) and batch[0].field_names() is not None:
                 batch = [r.as_dict() if isinstance(r, Row) else r for r in batch]
             converted = try_columnar(batch)
             if converted is None:

@@ -73,6 +73,8 @@ class WindowOperator(StreamOperator):
         self.trigger_state = backend.raw_table("_window-trigger-state")  # type: ignore[union-attr]
         self.timers = InternalTimerService(backend)
         self.timers.restore()
+        # Count window assigners (PyFlink's count_window) number each key's elements: its count so far.
+        self.counts = backend.raw_table("_window-assigner-count") if self.assigner.counts_elements else None  # type: ignore[union-attr]
         self.late_records_dropped = 0  # Flink's numLateRecordsDropped
         self._side = _Context()  # side outputs of process window functions
         self._side.side_ts = {}
@@ -106,7 +108,12 @@ class WindowOperator(StreamOperator):
                 raise NoTimestampError(f"window {assigner.describe()}: a record has no event timestamp: {r!r}")
             backend.current_key = key  # type: ignore[union-attr]
             state = self.contents.get(key) or {}
-            windows = assigner.assign_windows(r, t, now)
+            if self.counts is None:
+                windows = assigner.assign_windows(r, t, now)
+            else:
+                n = self.counts.get(key) or 0
+                self.counts.put(key, n + 1)
+                windows = assigner.assign_count_windows(n)
             if assigner.merging:
                 windows = [self._merge(key, state, w) for w in windows]
             skipped = True
