@@ -130,8 +130,9 @@ def test_deleted_driver_pod_is_redeployed_from_the_latest_checkpoint(cluster, st
     assert st["redeploys"] >= 1, st
     assert st["deployment"]["restoreKind"] == "checkpoint", st["deployment"]
     assert st["deployment"]["restorePath"] == f"s3://{settings.s3_bucket}/{name}/checkpoints/{job_id}", st["deployment"]
-    reasons = cluster.reasons(name)
-    assert {"DriverLost", "Redeploying"} <= reasons, reasons
+    # Events follow the status write (the status is the write-ahead log; events are posted after acting).
+    wait_for(lambda: {"DriverLost", "Redeploying"} <= cluster.reasons(name), t(STEP),
+             lambda: f"DriverLost and Redeploying events, got {cluster.reasons(name)}")
     wait_for(lambda: job_state(cluster, name) in ("RUNNING", "FINISHED"), t(START),
              lambda: f"the redeployed job to run\n{cluster.describe(name)}")
     assert cluster.status(name)["jobStatus"]["jobId"] == job_id  # the same job, continued

@@ -30,16 +30,23 @@ import click
               help="Seconds between observations of a job with nothing in progress.")
 @click.option("--max-concurrent-reconciles", default=8, show_default=True, type=click.IntRange(min=1),
               help="Reconcile passes run at once; the others wait in line, changed StreamJobs first.")
+@click.option("--kubernetes-master", default=None, metavar="k8s://URL",
+              help="The API server as jobs' driver pods reach it, Spark's master in mode kubernetes "
+                   "(default: k8s://https://kubernetes.default.svc, from inside the cluster).")
 @click.option("-v", "--verbose", is_flag=True)
 @click.pass_context
 def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bool, peering: str | None,
              priority: int | None, peering_lifetime: int, health_address: str, delete_timeout: float,
-             idle_interval: float, max_concurrent_reconciles: int, verbose: bool) -> None:
+             idle_interval: float, max_concurrent_reconciles: int, kubernetes_master: str | None,
+             verbose: bool) -> None:
     """Run the StreamJob operator (kopf): reconcile StreamJobs into Spark driver pods."""
     if ctx.invoked_subcommand is not None:
         return
     if bool(namespaces) == all_namespaces:
         raise click.UsageError("give --namespace NS (one or more) or --all-namespaces")
+    if kubernetes_master is not None and not kubernetes_master.startswith("k8s://"):
+        raise click.BadParameter(f"{kubernetes_master!r}: a Spark master URL for Kubernetes starts with k8s://",
+                                 param_hint="--kubernetes-master")
     from .runner import run_operator
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
@@ -51,7 +58,8 @@ def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bo
                                  priority=priority, peering_lifetime=peering_lifetime,
                                  health_address=None if health_address == "off" else health_address,
                                  delete_timeout=delete_timeout, idle_interval=idle_interval,
-                                 max_concurrent_reconciles=max_concurrent_reconciles))
+                                 max_concurrent_reconciles=max_concurrent_reconciles,
+                                 kubernetes_master=kubernetes_master))
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -47,6 +47,8 @@ class OperatorConfig:
     idle_interval: float = 10.0  # s between observations of a job with nothing in progress
     max_concurrent_reconciles: int = 8  # passes at once; the rest wait in line (changes first)
     entrypoint: str = resources.ENTRYPOINT
+    # The API server as driver pods reach it (Spark's master in mode kubernetes): in-cluster by default.
+    kubernetes_master: str = resources.KUBERNETES_MASTER
 
 
 @dataclass
@@ -269,7 +271,9 @@ async def _act(action: R.Action, res: R.Resource, obs: Observation, memo: kopf.M
         token = ctx.token or secrets.token_urlsafe(32)
         spec = StreamJobSpec.model_validate(action.spec)
         restore = (action.restore.kind, action.restore.path) if action.restore else None
-        target = resources.DeploymentTarget(number=action.number, parallelism=action.parallelism, restore=restore)
+        config = operator_config(memo)
+        target = resources.DeploymentTarget(number=action.number, parallelism=action.parallelism, restore=restore,
+                                            kubernetes_master=config.kubernetes_master)
         for obj in resources.owned_objects(res.name, res.namespace, res.uid, spec, target, token):
             done = await kube.ensure(obj)
             if obj["kind"] == "Secret":
@@ -331,11 +335,23 @@ def _post_events(obj: dict, events: list[R.Event]) -> None:
 # -- deletion ------------------------------------------------------------------------------------------
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, id="teardown")
 async def teardown(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-    async with _slot(memo, URGENT):
-        await _teardown_once(_snapshot(body), memo, logger)
+    obj = _snapshot(body)
+    while True:
+        async with _slot(memo, URGENT):
+            delay = await _teardown_once(obj, memo, logger)
+        if delay is None:
+            return
+        # Waited for here, not by raising kopf.TemporaryError: kopf logs every temporary failure as an
+        # ERROR, and waiting for a savepoint or for pods to stop is the normal course of a deletion.
+        await asyncio.sleep(delay)
+        fresh = await memo.kube.get("StreamJob", obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if fresh is None or fresh["metadata"].get("uid") != obj["metadata"]["uid"]:
+            return  # gone already (the finalizer was removed by another replica)
+        obj = fresh
 
 
-async def _teardown_once(obj: dict, memo: kopf.Memo, logger: logging.Logger) -> None:
+async def _teardown_once(obj: dict, memo: kopf.Memo, logger: logging.Logger) -> float | None:
+    """One pass of the deletion: None when it is done, else the seconds until the next pass."""
     res = resource_view(obj)
     ctx = _context(memo, res.uid)
     since = R.parse_time(obj["metadata"].get("deletionTimestamp")) or _now()
@@ -352,6 +368,7 @@ async def _teardown_once(obj: dict, memo: kopf.Memo, logger: logging.Logger) -> 
     await _carry_out(plan, res, obs, memo, ctx, logger)
     _post_events(obj, plan.events)
     if not done:
-        raise kopf.TemporaryError("deletion in progress", delay=plan.requeue_after)
+        return plan.requeue_after or 1.0
     memo.jobs.pop(res.uid, None)
     memo.metrics.forget(res.uid, res.namespace, res.name)
+    return None

@@ -76,10 +76,15 @@ class Kube:
 
     def _headers(self, content_type: str) -> dict[str, str]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        token = self.config.get_api_key_with_prefix("authorization")  # refreshed when it expires
-        if token:
-            headers["Authorization"] = token
-        elif self.config.username:
+        # The client's own auth settings, as its generated API classes apply them: where it keeps the
+        # token moved between releases ("authorization" up to 2x.x, "BearerToken" since), and reading
+        # a key by name sent no token at all with the newer client (every in-cluster request got 401).
+        # Reading it runs the refresh hook: a rotated service-account token or an exec plugin's
+        # expired credential is renewed here.
+        for setting in self.config.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"].title()] = setting["value"]
+        if "Authorization" not in headers and self.config.username:
             headers["Authorization"] = self.config.get_basic_auth_token()
         return headers
 

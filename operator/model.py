@@ -16,7 +16,7 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from .version import API_GROUP, API_VERSION
@@ -121,6 +121,13 @@ class ExecutorSpec(_Model):
     resources: Resources = Field(default_factory=Resources)
 
 
+# Where the operator's pods and Spark's executor pods mount volumes of their own (resources.py, and
+# Spark's Kubernetes backend: its local directories and executor configuration): a user volume of such a
+# name, or a mount at such a path, would make the API server refuse the pod when it is created.
+RESERVED_VOLUME_PREFIXES = ("streamjob-", "spark-")
+RESERVED_MOUNT_PATHS = ("/etc/streamjob", "/tmp", "/opt/spark/conf")
+
+
 class PodOverrides(_Model):
     """Applied to the driver pod and, in mode kubernetes, to executor pods."""
 
@@ -138,6 +145,34 @@ class PodOverrides(_Model):
     security_context: K8sObject | None = Field(None, description="Pod security context")
     container_security_context: K8sObject | None = None
     image_pull_secrets: list[K8sObject] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _volumes_fit_ours(self) -> PodOverrides:
+        """Checked here, not left to the API server: it would refuse the pod only at deployment (an
+        executor pod, only when Spark creates it, long after the spec was accepted)."""
+        names: list[str] = []
+        for i, volume in enumerate(self.volumes):
+            name = volume.get("name")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"volumes[{i}]: a volume needs a name")
+            if name.startswith(RESERVED_VOLUME_PREFIXES):
+                raise ValueError(f"volumes[{i}]: the name {name!r} is reserved (names starting with "
+                                 f"{' or '.join(RESERVED_VOLUME_PREFIXES)} are the operator's and Spark's)")
+            if name in names:
+                raise ValueError(f"volumes[{i}]: the name {name!r} is used twice")
+            names.append(name)
+        paths: list[str] = []
+        for i, mount in enumerate(self.volume_mounts):
+            if mount.get("name") not in names:
+                raise ValueError(f"volumeMounts[{i}]: {mount.get('name')!r} is not one of pod.volumes {names}")
+            path = str(mount.get("mountPath") or "").rstrip("/") or "/"
+            if path in RESERVED_MOUNT_PATHS:
+                raise ValueError(f"volumeMounts[{i}]: {path} is where the job's pods mount their own volume "
+                                 f"({', '.join(RESERVED_MOUNT_PATHS)} are taken)")
+            if path in paths:
+                raise ValueError(f"volumeMounts[{i}]: {path} is mounted twice")
+            paths.append(path)
+        return self
 
 
 class SecretKeyRef(_Model):

@@ -325,10 +325,15 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
     _begin_upgrade(res, spec, new, st, obs, plan, reason)
 
 
-# What a driver's first words say about the spec: (pattern of its error, the field to blame).
-_STARTUP_ERRORS = (("no such job file", "spec.job.file"), ("no such module", "spec.job.module"),
+# What a driver's first words say: (pattern of its error, what to blame: a spec field, or "spark" when Spark
+# itself could not start: the cluster's side, e.g. executor pods the API server refused).
+_STARTUP_ERRORS = (("could not start Spark", "spark"), ("slots (parallelism", "spec.executor"),
+                   ("no such job file", "spec.job.file"), ("no such module", "spec.job.module"),
                    ("--from-savepoint", "spec.initialSavepointPath"), ("--from-checkpoint", "status.deployment.restorePath"),
-                   ("cannot be restored", "status.deployment.restorePath"))
+                   ("cannot be restored", "status.deployment.restorePath"),
+                   # a damaged checkpoint or savepoint (runtime/checkpoint/recovery.py)
+                   ("cannot restore savepoint", "spec.initialSavepointPath"),
+                   ("cannot restore checkpoint", "status.deployment.restorePath"))
 
 
 def startup_failure(st: StreamJobStatus, obs: Observation) -> tuple[str, str] | None:

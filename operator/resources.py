@@ -61,6 +61,10 @@ DRIVER_CONTAINER = "driver"
 EXECUTOR_CONTAINER = "executor"
 VOLUME_CONFIG = "streamjob-config"  # prefixed: user volumes share the pod's volume namespace
 VOLUME_TMP = "streamjob-tmp"
+# The executors' /tmp, named so that Spark takes it as its local directory: Spark's Kubernetes backend
+# adds an emptyDir named spark-local-dir-1 at SPARK_LOCAL_DIRS (/tmp in the image) unless the template
+# already mounts a volume of that name, and two mounts at /tmp make the API server refuse the pod.
+VOLUME_EXECUTOR_TMP = "spark-local-dir-1"
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -428,12 +432,12 @@ def container_resources(res: Resources) -> dict[str, Any]:
     return {"requests": {"cpu": res.cpu, "memory": res.memory}, "limits": limits}
 
 
-def _tmp_volume() -> dict[str, Any]:
-    return {"name": VOLUME_TMP, "emptyDir": {}}
+def _tmp_volume(name: str = VOLUME_TMP) -> dict[str, Any]:
+    return {"name": name, "emptyDir": {}}
 
 
-def _tmp_mount() -> dict[str, Any]:
-    return {"name": VOLUME_TMP, "mountPath": TMP_DIR}
+def _tmp_mount(name: str = VOLUME_TMP) -> dict[str, Any]:
+    return {"name": name, "mountPath": TMP_DIR}
 
 
 def _pod_placement(spec: StreamJobSpec) -> dict[str, Any]:
@@ -495,8 +499,9 @@ def driver_container(name: str, spec: StreamJobSpec, target: DeploymentTarget) -
         "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"} for port_name, port in PORTS],
         # No liveness probe: a restart would start the job without its state (restartPolicy Never makes the
         # pod fail instead, and the operator redeploys from the latest checkpoint).
+        # Short period: Spark on Kubernetes waits for the driver pod to be Ready before asking for executors.
         "readinessProbe": {"httpGet": {"path": READINESS_PATH, "port": "rest"},
-                           "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+                           "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 5},
         "resources": container_resources(spec.driver.resources),
         "securityContext": _container_security_context(spec),
         "terminationMessagePath": TERMINATION_LOG,
@@ -561,7 +566,7 @@ def executor_pod_template(name: str, spec: StreamJobSpec, entrypoint: str = ENTR
     if spec.pod.env_from:
         container["envFrom"] = copy.deepcopy(spec.pod.env_from)
     container["securityContext"] = _container_security_context(spec)
-    container["volumeMounts"] = [_tmp_mount(), *copy.deepcopy(spec.pod.volume_mounts)]
+    container["volumeMounts"] = [_tmp_mount(VOLUME_EXECUTOR_TMP), *copy.deepcopy(spec.pod.volume_mounts)]
     pod_spec: dict[str, Any] = {}
     if spec.pod.service_account_name:  # e.g. cloud identity for object storage; else no API token
         pod_spec["serviceAccountName"] = spec.pod.service_account_name
@@ -571,7 +576,7 @@ def executor_pod_template(name: str, spec: StreamJobSpec, entrypoint: str = ENTR
         "enableServiceLinks": False,
         "securityContext": _pod_security_context(spec),
         "containers": [container],
-        "volumes": [_tmp_volume(), *copy.deepcopy(spec.pod.volumes)],
+        "volumes": [_tmp_volume(VOLUME_EXECUTOR_TMP), *copy.deepcopy(spec.pod.volumes)],
         **_pod_placement(spec),
     })
     metadata: dict[str, Any] = {"labels": _user_pod_labels(spec, executor_labels(name))}

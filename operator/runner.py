@@ -34,7 +34,8 @@ async def serve_health(address: str, metrics: OperatorMetrics) -> web.AppRunner:
 async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False, peering: str | None = None,
                        priority: int | None = None, peering_lifetime: int = 60,
                        health_address: str | None = None, delete_timeout: float = 300.0,
-                       idle_interval: float = 10.0, max_concurrent_reconciles: int = 8, stop_flag: Any = None, ready_flag: Any = None,
+                       idle_interval: float = 10.0, max_concurrent_reconciles: int = 8,
+                       kubernetes_master: str | None = None, stop_flag: Any = None, ready_flag: Any = None,
                        memo: kopf.Memo | None = None, registry: kopf.OperatorRegistry | None = None,
                        settings: kopf.OperatorSettings | None = None) -> None:
     from . import handlers  # registers the handlers with kopf's default registry
@@ -46,7 +47,8 @@ async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False,
         priority = random.randint(1, 2**31 - 1)  # kopf pauses every replica of a tie: never tie
     memo = memo if memo is not None else kopf.Memo()
     memo.config = handlers.OperatorConfig(delete_timeout=delete_timeout, idle_interval=idle_interval,
-                                          max_concurrent_reconciles=max_concurrent_reconciles)
+                                          max_concurrent_reconciles=max_concurrent_reconciles,
+                                          **({"kubernetes_master": kubernetes_master} if kubernetes_master else {}))
     memo.metrics = getattr(memo, "metrics", None) or OperatorMetrics()
     health = await serve_health(health_address, memo.metrics) if health_address else None
     try:

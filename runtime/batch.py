@@ -118,26 +118,45 @@ def describe(batch: Any) -> str:
     return f"list({len(batch)} records)"
 
 
-def extract_keys(batch: Batch, key: Any) -> Any:
+class NullKeyError(ValueError):
+    """A record's key is None. Flink refuses a null key ("Assigned key must not be null!"): all such records
+    would share one key, which hides a bug in a key function and piles them onto one subtask."""
+
+
+def extract_keys(batch: Batch, key: Any, allow_none: bool = False) -> Any:
     """The key of every record of ``batch`` under ``key`` (a ``KeySpec``).
 
     An integer key column without nulls comes back as a numpy array (for the
-    vectorised hash); everything else as a list of Python values.
+    vectorised hash); everything else as a list of Python values. A None key raises NullKeyError
+    (unless ``allow_none``: a custom partitioner's key is the user's to interpret, as in Flink).
     """
     if isinstance(batch, pa.RecordBatch) and key.column is not None:
         idx = batch.schema.get_field_index(key.column)
         if idx < 0:
             raise KeyError(f"key column {key.column!r} is not in the records; columns: {batch.schema.names}")
         col = batch.column(idx)
+        if col.null_count and not allow_none:
+            _null_key(key, to_rows(batch)[col.is_null().to_numpy(zero_copy_only=False).argmax()])
         if pa.types.is_integer(col.type) and col.null_count == 0:
             return col.to_numpy(zero_copy_only=False)
         return col.to_pylist()
     rows = to_rows(batch)
     if key.fn is not None:
         fn = key.fn
-        return [fn(r) for r in rows]
-    field = key.column if key.column is not None else key.position
-    try:
-        return [r[field] for r in rows]
-    except (KeyError, IndexError, TypeError) as e:
-        raise KeyError(f"cannot take key {key.describe()} from a record: {type(e).__name__}: {e}") from e
+        keys = [fn(r) for r in rows]
+    else:
+        field = key.column if key.column is not None else key.position
+        try:
+            keys = [r[field] for r in rows]
+        except (KeyError, IndexError, TypeError) as e:
+            raise KeyError(f"cannot take key {key.describe()} from a record: {type(e).__name__}: {e}") from e
+    if not allow_none and None in keys:  # one pass in C: None compares by identity first
+        _null_key(key, rows[keys.index(None)])
+    return keys
+
+
+def _null_key(key: Any, record: Any) -> None:
+    shown = repr(record)
+    shown = shown if len(shown) <= 300 else shown[:300] + "..."
+    raise NullKeyError(f"key_by({key.describe()}) gave None for the record {shown}: a key must not be None (as in "
+                       f"Flink); filter such records out before key_by, or give them a key of their own")

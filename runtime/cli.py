@@ -27,7 +27,10 @@ def err() -> Any:
 
 
 def _fail(message: str, code: int = 1, conf: Configuration | None = None) -> None:
-    err().print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    from rich.text import Text
+
+    # The message is the user's (paths, job names, exception text): never read as markup.
+    err().print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
     if conf is not None:
         _leave_termination_message(conf, message)
     sys.exit(code)
@@ -65,6 +68,10 @@ def main() -> None:
               help="Start from a savepoint (at any parallelism, on either state backend).")
 @click.option("--allow-non-restored-state", is_flag=True,
               help="Drop state of operators (uids) the job no longer has, instead of refusing to start.")
+@click.option("--allow-older-checkpoint", is_flag=True,
+              help="When the newest completed checkpoint cannot be read, restore an older one, accepting that "
+                   "the output the newest one committed is written again (execution.state-recovery."
+                   "allow-older-checkpoint); without it the job fails.")
 @click.option("--rest-address", metavar="HOST:PORT",
               help="Where the REST API and /metrics listen (default 127.0.0.1, in a pod 0.0.0.0, and a free port; "
                    "'off': none).")
@@ -72,12 +79,13 @@ def main() -> None:
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def run(job_file: str | None, module: str | None, conf_file: str | None, parallelism: int | None, master: str | None,
         confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None, allow_non_restored_state: bool,
-        rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
+        allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
     mark("cli")
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
+        conf.validate()  # before the JVM starts: a typo costs nothing (the job's own settings are checked too)
     except ConfigError as e:
         _fail(str(e))
     if module and job_file:  # with --module every positional argument is the job's
@@ -124,11 +132,14 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.RECOVERY_PATH, from_checkpoint or from_savepoint)
     if allow_non_restored_state:
         conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
+    if allow_older_checkpoint:
+        conf.set(Options.ALLOW_OLDER_CHECKPOINT, True)
     if rest_address:
         conf.set(Options.REST_ADDRESS, rest_address)
     execution_context.reset()
     execution_context.configuration = conf
     execution_context.show_progress = False if no_progress else None
+    execution_context.show_summary = True  # as --no-progress's help says: only the live table goes
     what = job_file or module
     source = os.path.abspath(job_file) if job_file else found.origin
     sys.argv = [source or what, *job_args]

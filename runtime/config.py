@@ -7,7 +7,9 @@ parsed by the typed getters, which name the key when a value does not parse.
 
 from __future__ import annotations
 
+import difflib
 import re
+from functools import cache
 from typing import Any, Iterable, Mapping
 
 
@@ -47,11 +49,16 @@ class Options:
     STATE_CACHE_MEMORY = "python.state.cache-memory"  # ... and their estimated bytes per state
     RECOVERY_PATH = "execution.state-recovery.path"  # resume from this checkpoint / savepoint
     ALLOW_NON_RESTORED_STATE = "execution.state-recovery.ignore-unclaimed-state"  # skip state of removed operators
+    # restore an older checkpoint when the newest completed one cannot be read, accepting that the
+    # output the newest one committed is written again (checkpoint/recovery.py)
+    ALLOW_OLDER_CHECKPOINT = "execution.state-recovery.allow-older-checkpoint"
     SAVEPOINT_DIR = "execution.checkpointing.savepoint-dir"  # default target directory of savepoints
     REST_ADDRESS = "rest.address"  # HOST:PORT of the job manager's REST API (port 0: a free one)
     REST_TOKEN = "rest.auth.token"  # bearer token the REST API requires (empty: none)
     REST_TOKEN_FILE = "rest.auth.token-file"  # ... read from this file (a mounted Kubernetes Secret)
     REST_RESULT_LINGER = "rest.result-linger"  # how long the final result stays served after the job ended
+    # Storage schemes a savepoint's target_dir may use over REST besides the job's own (comma-separated)
+    REST_SAVEPOINT_SCHEMES = "rest.savepoint.allowed-schemes"
     JOBMANAGER_RPC_PORT = "jobmanager.rpc.port"  # the control server's port (0: a free one)
     # Kubernetes (Spark on Kubernetes in client mode: the driver runs in the job's pod)
     K8S_IMAGE = "kubernetes.container.image"  # the executors' image, else env STREAMJOB_IMAGE
@@ -67,8 +74,44 @@ class Options:
     S3_CONNECT_TIMEOUT = "s3.connect-timeout"
     S3_READ_TIMEOUT = "s3.read-timeout"
     S3_MAX_ATTEMPTS = "s3.max-attempts"  # per request, transient errors included
-    # restart strategy
+    # restart strategy (Flink's keys; api/restart.py writes them, cluster/failover.py reads them)
     RESTART_STRATEGY = "restart-strategy.type"
+    RESTART_FIXED_ATTEMPTS = "restart-strategy.fixed-delay.attempts"
+    RESTART_FIXED_DELAY = "restart-strategy.fixed-delay.delay"
+    RESTART_EXP_INITIAL = "restart-strategy.exponential-delay.initial-backoff"
+    RESTART_EXP_MAX = "restart-strategy.exponential-delay.max-backoff"
+    RESTART_EXP_MULTIPLIER = "restart-strategy.exponential-delay.backoff-multiplier"
+    RESTART_EXP_RESET = "restart-strategy.exponential-delay.reset-backoff-threshold"
+    RESTART_EXP_JITTER = "restart-strategy.exponential-delay.jitter-factor"
+    RESTART_EXP_ATTEMPTS = "restart-strategy.exponential-delay.attempts-before-reset-backoff"
+    RESTART_RATE_MAX = "restart-strategy.failure-rate.max-failures-per-interval"
+    RESTART_RATE_INTERVAL = "restart-strategy.failure-rate.failure-rate-interval"
+    RESTART_RATE_DELAY = "restart-strategy.failure-rate.delay"
+
+
+# Restart strategy names as Flink accepts them (its aliases included) -> the strategy.
+RESTART_STRATEGIES = {
+    "none": "none", "off": "none", "disable": "none", "norestart": "none",
+    "fixed-delay": "fixed-delay", "fixeddelay": "fixed-delay",
+    "exponential-delay": "exponential-delay", "exponentialdelay": "exponential-delay",
+    "failure-rate": "failure-rate", "failurerate": "failure-rate",
+}
+STATE_BACKENDS = ("hashmap", "rocksdb")
+
+# Options whose value is one of a few words. Read case-insensitively, as Flink reads its enums; anything
+# else is refused before the job starts: a typo must never quietly become another behaviour (a mode of
+# SOMETIMES used to run at least once). key -> (how a value is normalised, the allowed values).
+CHOICES: dict[str, tuple[Any, tuple[str, ...]]] = {
+    Options.CHECKPOINTING_MODE: (str.upper, ("EXACTLY_ONCE", "AT_LEAST_ONCE")),
+    Options.CHECKPOINTING_RETENTION: (str.upper, ("NO_EXTERNALIZED_CHECKPOINTS", "DELETE_ON_CANCELLATION",
+                                                  "RETAIN_ON_CANCELLATION")),
+    Options.CLAIM_MODE: (str.upper, ("CLAIM", "NO_CLAIM")),
+    Options.RUNTIME_MODE: (str.upper, ("STREAMING", "BATCH", "AUTOMATIC")),
+    Options.STATE_BACKEND: (str.lower, STATE_BACKENDS),
+    Options.RESTART_STRATEGY: (lambda v: v.lower().replace("_", "-"), tuple(RESTART_STRATEGIES)),
+}
+# Keys read under another key's name (Flink 2 spellings of the same option).
+ALIASES = (Options.CHECKPOINTING_UNALIGNED + ".enabled",)
 
 
 DEFAULTS: dict[str, Any] = {
@@ -98,10 +141,12 @@ DEFAULTS: dict[str, Any] = {
     Options.INCREMENTAL_CHECKPOINTS: False,
     Options.CLAIM_MODE: "NO_CLAIM",
     Options.ALLOW_NON_RESTORED_STATE: False,
+    Options.ALLOW_OLDER_CHECKPOINT: False,
     Options.SAVEPOINT_DIR: "",
     Options.REST_ADDRESS: "127.0.0.1:0",
     Options.REST_TOKEN: "",
     Options.REST_TOKEN_FILE: "",
+    Options.REST_SAVEPOINT_SCHEMES: "",
     Options.REST_RESULT_LINGER: "0 s",  # in a pod (POD_IP set) and not configured: 60 s, see cluster/pod.py
     Options.JOBMANAGER_RPC_PORT: 0,
     Options.K8S_IMAGE: "",
@@ -265,6 +310,26 @@ class Configuration:
             return False
         raise ConfigError(f"configuration {key}: expected true or false, got {value!r}")
 
+    def validate(self) -> None:
+        """Refuse values an enum-like option does not take, and keys that look like a typo of one of ours
+        (an unknown key under one of our prefixes with a close match). Other unknown keys pass: they may be
+        a Flink option this runtime does not use, or the job's own parameters."""
+        for key, (normalise, allowed) in CHOICES.items():
+            if key in self._values and self._values[key] is not None:
+                value = self._values[key]
+                text = value.value if hasattr(value, "value") else str(value)  # an Enum member
+                if normalise(text.strip()) not in allowed:
+                    raise ConfigError(f"configuration {key}: unknown value {value!r}; expected one of "
+                                      f"{', '.join(allowed)}")
+        known = _known_keys()
+        prefixes = {k.rsplit(".", 1)[0] for k in known}
+        for key in self._values:
+            if key in known or key.startswith("spark.") or "." not in key or key.rsplit(".", 1)[0] not in prefixes:
+                continue
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+            if close:
+                raise ConfigError(f"configuration {key}: unknown option; did you mean {close[0]}?")
+
     def update(self, other: "Configuration | Mapping[str, Any]") -> "Configuration":
         values = other._values if isinstance(other, Configuration) else other
         self._values.update(values)
@@ -281,3 +346,8 @@ class Configuration:
 
     def __repr__(self) -> str:
         return f"Configuration({self._values!r})"
+
+
+@cache
+def _known_keys() -> frozenset[str]:
+    return frozenset(v for k, v in vars(Options).items() if k.isupper() and isinstance(v, str)) | set(ALIASES)

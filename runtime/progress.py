@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 
 def _rate(n: float) -> str:
@@ -81,7 +82,8 @@ class ProgressDisplay:
         title = f"{self.graph.job_name}  parallelism {self.graph.parallelism}"
         if seconds is not None:
             title += f"  {seconds:.1f}s"
-        table = Table(title=title, title_justify="left", expand=False)
+        # Job and operator names are the user's: Text, never markup ("[prod] totals" stays whole).
+        table = Table(title=Text(title), title_justify="left", expand=False)
         table.add_column("operator")
         table.add_column("records in", justify="right")
         table.add_column("in/s" if not final else "avg in/s", justify="right")
@@ -95,10 +97,10 @@ class ProgressDisplay:
                 r_in, r_out = rin / secs, rout / secs
             else:
                 r_in, r_out = self._rates.get(str(op_id), (0.0, 0.0))
-            table.add_row(name, f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out))
+            table.add_row(Text(name), f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out))
         line = self.checkpoint_line()
         if line:
-            table.caption = line
+            table.caption = Text(line)
             table.caption_justify = "left"
         return table
 
@@ -126,7 +128,7 @@ class ProgressDisplay:
         for st in list(cc.history)[-10:]:
             s = st.summary()
             dur = "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f} ms"
-            table.add_row(str(s["id"]), s["status"] + (f" ({s['failure']})" if s["failure"] else ""),
+            table.add_row(str(s["id"]), Text(s["status"] + (f" ({s['failure']})" if s["failure"] else "")),
                           time.strftime("%H:%M:%S", time.localtime(s["trigger_time"])), dur, _bytes(s["state_size"]),
                           f"{s['max_sync_ms']:.1f} ms", f"{s['max_async_ms']:.0f} ms", f"{s['max_alignment_ms']:.0f} ms")
         return table
@@ -141,4 +143,5 @@ class ProgressDisplay:
             if cp is not None:
                 self.err.print(cp)
             style = "green" if status == "FINISHED" else "red"
-            self.err.print(f"[{style}]Job {self.graph.job_name!r} {status.lower()}[/] in {seconds:.1f}s{extra}")
+            self.err.print(Text.assemble((f"Job {self.graph.job_name!r} {status.lower()}", style),
+                                         f" in {seconds:.1f}s{extra}"))

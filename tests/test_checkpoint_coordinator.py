@@ -137,22 +137,44 @@ def test_shutdown_follows_externalized_retention(tmp_path):
         assert os.path.exists(d / "job1") == kept
 
 
-def test_resume_skips_a_corrupt_newest_checkpoint_and_says_why(tmp_path):
-    cc, storage = make(tmp_path, num_retained=2)
-    for n in (1, 2):
+def test_resume_never_skips_a_damaged_newest_checkpoint_unless_allowed(tmp_path):
+    cc, storage = make(tmp_path, num_retained=3)
+    for n in (1, 2, 3):
         cc.trigger(float(n))
         ack_all(cc, storage, n, float(n) + 0.5)
-    (tmp_path / "job1" / "chk-2" / "_metadata").write_text("{not json")
+    job = f"{tmp_path}/job1"
+    metadata = tmp_path / "job1" / "chk-3" / "_metadata"
+    metadata.write_bytes(metadata.read_bytes()[:-40])  # truncated
     notes = []
-    chosen = _initial_restore(f"{tmp_path}/job1", notes.append)
-    assert chosen.checkpoint_id == 1
-    assert "chk-2/_metadata: not valid JSON" in notes[0] and "instead" in notes[-1]
+    with pytest.raises(CheckpointFormatError) as e:
+        _initial_restore(job, False, notes.append)
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"cannot restore checkpoint 3: file://{tmp_path}/job1/chk-3/_metadata is truncated" in message
+    assert "would write that output again" in message
+    assert "execution.state-recovery.allow-older-checkpoint=true" in message
+    # Accepted explicitly: the one before, saying what it repeats; the older ones are kept for failover.
+    chosen, explicit, older = _initial_restore(job, True, notes.append)
+    assert (chosen.checkpoint_id, explicit, older) == (2, None, [f"file://{tmp_path}/job1/chk-1"])
+    assert "Not restoring checkpoint 3" in notes[-1] and "writes again" in notes[-1]
+    # Named explicitly: never another one in its place, whatever the setting.
+    for allow in (False, True):
+        with pytest.raises(CheckpointFormatError, match="cannot restore checkpoint 3: .* named explicitly"):
+            _initial_restore(f"{job}/chk-3", allow, notes.append)
+    assert _initial_restore(f"{job}/chk-2", False, notes.append)[:2] == (cc.completed[1], f"file://{job}/chk-2")
+    # A state file gone or cut short: named, with the operator, subtask and what is wrong.
+    os.remove(tmp_path / "job1" / cc.completed[1].metadata.files()[0])
+    with pytest.raises(CheckpointFormatError, match=r"cannot restore checkpoint 2: state file file://.*/chk-2/src-0-\w+ "
+                                                    r"of operator 'Source' \(subtask 1/2\) is missing\. It was named"):
+        _initial_restore(f"{job}/chk-2", False, notes.append)
     notes.clear()
-    chosen = _initial_restore(f"{tmp_path}/job1/chk-2", notes.append)  # asked for chk-2 itself
-    assert chosen.checkpoint_id == 1
-    os.remove(tmp_path / "job1" / cc.completed[0].metadata.files()[0])
-    with pytest.raises(CheckpointFormatError, match="missing its state file"):
-        _initial_restore(f"{tmp_path}/job1", notes.append)
+    assert _initial_restore(job, True, notes.append)[0].checkpoint_id == 1  # 3 and 2 skipped, as allowed
+    assert [n.split(":")[0] for n in notes] == ["Not restoring checkpoint 3", "Not restoring checkpoint 2"]
+    state = tmp_path / "job1" / cc.completed[0].metadata.files()[1]
+    state.write_bytes(state.read_bytes()[:-3])
+    with pytest.raises(CheckpointFormatError, match=r"chk-1/src-1-\w+ of operator 'Source' \(subtask 2/2\) has 127 "
+                                                    r"bytes, the checkpoint recorded 130 \(truncated"):
+        _initial_restore(f"{job}/chk-1", False, notes.append)
 
 
 def test_metadata_is_validated_field_by_field(tmp_path):
@@ -162,6 +184,12 @@ def test_metadata_is_validated_field_by_field(tmp_path):
     path = tmp_path / "job1" / "chk-1" / "_metadata"
     doc = json.loads(path.read_text())
     doc["operators"]["sum"]["subtasks"] = [None]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CheckpointFormatError, match=r"chk-1/_metadata: checksum mismatch \(crc32c 0x\w{8}, recorded "
+                                                    r"0x\w{8}\): the file is damaged"):
+        load_checkpoint(f"file://{tmp_path}/job1/chk-1")
+    doc["version"] = 1  # as written before checksums: read unchecked, field by field
+    del doc["crc32c"]
     path.write_text(json.dumps(doc))
     with pytest.raises(CheckpointFormatError, match=r"operators\['sum'\].subtasks has 1 entries for parallelism 2"):
         load_checkpoint(f"file://{tmp_path}/job1/chk-1")

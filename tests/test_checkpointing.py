@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import time
+import urllib.request
 from types import SimpleNamespace
 
 import pytest
@@ -36,25 +37,32 @@ def committed_rows(out: str) -> list[tuple]:
     return sorted(rows)
 
 
-def kill_tasks_at_random(client, kills: int, rng: random.Random) -> list[float]:
+def kill_tasks_at_random(client, kills: int, rng: random.Random, pause: tuple[float, float] = (0.3, 1.5),
+                         within: float = 240) -> list[float]:
     """SIGKILL a random task process at random moments, each time once the job runs again."""
     assert client.wait_until_running(60)
     jm = client.job_manager
     killed_at = []
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + within
     while len(killed_at) < kills and time.monotonic() < deadline:
         if client._finished.is_set():
             break
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(*pause))
         pids = jm.task_pids()
         if not jm.all_running() or len(pids) < 3:
             continue
         slot = rng.choice(sorted(pids))
+        attempt = jm.attempt
         try:
             os.kill(pids[slot], signal.SIGKILL)
             killed_at.append(time.monotonic())
         except ProcessLookupError:
-            pass
+            continue
+        # Until the job manager saw this kill, the attempt still looks running: a second kill would hit
+        # the same attempt (two kills, one restart).
+        noticed = time.monotonic() + 30
+        while jm.attempt == attempt and not jm.failures and time.monotonic() < noticed:
+            time.sleep(0.01)
     return killed_at
 
 
@@ -90,7 +98,7 @@ def test_random_kills_lose_and_duplicate_nothing(spark_slots, tmp_path, mode, ba
 def test_resume_from_a_retained_checkpoint_gives_the_uninterrupted_output(spark_slots, tmp_path):
     rows = 30_000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
-    client = counting.build(out, checkpoints, rows, rate=5000, interval_ms=200).execute_async("counting")
+    client = counting.build(out, checkpoints, rows, rate=2500, interval_ms=200).execute_async("counting")
     assert client.wait_until_running(60)
     jm = client.job_manager
     deadline = time.monotonic() + 60
@@ -162,3 +170,27 @@ def test_aligned_snapshot_holds_exactly_the_records_before_the_barrier_on_each_i
     assert run_two_inputs(exactly_once=True) == [[1 + 2, 10 + 20 + 40]]
     # Without alignment (at least once) the snapshot also holds input 0's records after its barrier.
     assert run_two_inputs(exactly_once=False) == [[1 + 2 + 4, 10 + 20 + 40]]
+
+
+@pytest.mark.timeout(600)  # ~70 s on an idle machine; each restart takes several times longer on a loaded one
+def test_twenty_kills_make_twenty_restarts(spark_slots, tmp_path):
+    """Each task kill is one restart, no more: a task of a cancelled attempt that registers late (Spark
+    started its worker before the stage was cancelled) is refused instead of joining the next attempt
+    and failing it again. The count is read where a user reads it: GET /v1/job."""
+    rng = random.Random(int(time.time()))
+    rows = 240_000  # 30 s of input: each kill leaves well under a second of progress behind
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    env = counting.build(out, checkpoints, rows, rate=8000, interval_ms=rng.randint(200, 400))
+    client = env.execute_async("counting")
+    killed = kill_tasks_at_random(client, 20, rng, pause=(0.1, 0.4), within=500)
+    assert len(killed) == 20, f"the job finished before the test could kill 20 tasks ({len(killed)})"
+    jm = client.job_manager
+    deadline = time.monotonic() + 30
+    while not (jm.all_running() and jm.restarts >= 20) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the last kill's restart
+    with urllib.request.urlopen(f"{jm.rest.url}/v1/job", timeout=10) as resp:
+        job = json.loads(resp.read())
+    assert job["restarts"] == 20, job
+    result = client.get_job_execution_result(300)
+    assert result.restarts == 20
+    assert committed_rows(out) == counting.expected_rows(rows)

@@ -84,3 +84,41 @@ def test_environment_set_by_the_job_file_reaches_the_tasks_and_an_unchanged_one_
     events = trace.read_text()
     # Taken unless this run writes the class-data-sharing archive (then its JVM is not prestarted).
     assert "jvm prestart taken" in events or "jvm launch" in events and "prestart" not in events
+
+
+def test_user_text_is_never_read_as_markup(tmp_path):
+    """Job names, operator names, exception messages and master URLs print exactly as written: rich
+    markup in them ([bold], [prod], local[x]) used to be eaten."""
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from streamjob.runtime import StreamExecutionEnvironment\n"
+        "from streamjob.runtime.connectors import DiscardingSink\n"
+        "def parse(x):\n"
+        "    if x == 3:\n"
+        "        raise RuntimeError('field [bold]amount[/bold] missing in [record]')\n"
+        "    return x\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection(list(range(10))).map(parse).name('[parse] step').sink_to(DiscardingSink())\n"
+        "env.execute('[prod] totals')\n")
+    r = run_cli("run", str(job), "-p", "1")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "field [bold]amount[/bold] missing in [record]" in out, out[-3000:]
+    assert "Job '[prod] totals' failed" in out, out[-3000:]
+    assert "[parse] step" in out, out[-3000:]
+    # The user's frame names the job file and shows the line (cloudpickle ships it as "<dynamic-code>").
+    assert f'  File "{job}", line 5, in parse\n    raise RuntimeError(' in out, out[-3000:]
+    r = run_cli("run", str(job), "--master", "local[x]")
+    assert r.returncode != 0 and "local[x]" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+
+
+def test_no_progress_still_prints_the_summary(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import DiscardingSink\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection([1, 2, 3]).name('numbers').sink_to(DiscardingSink())\n"
+                   "env.execute('quiet')\n")
+    r = run_cli("run", str(job), "--no-progress")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Job 'quiet' finished" in r.stderr and "numbers" in r.stderr, r.stderr[-2000:]

@@ -62,3 +62,49 @@ def test_every_pyflink_execution_config_call_runs_or_fails_naming_itself():
     assert not [n for n in EXECUTION_CONFIG if n in dir(ExecutionConfig)]  # no entry hides a real method
     assert config.enable_object_reuse() is config and config.is_object_reuse_enabled()
     assert not hasattr(config, "no_such_call")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("execution.checkpointing.mode", "SOMETIMES",
+     "execution.checkpointing.mode: unknown value 'SOMETIMES'; expected one of EXACTLY_ONCE, AT_LEAST_ONCE"),
+    ("execution.checkpointing.mode", "EXACTLY-ONCE", "expected one of EXACTLY_ONCE, AT_LEAST_ONCE"),
+    ("execution.checkpointing.externalized-checkpoint-retention", "KEEP", "RETAIN_ON_CANCELLATION"),
+    ("execution.state-recovery.claim-mode", "LEGACY", "expected one of CLAIM, NO_CLAIM"),
+    ("execution.runtime-mode", "stream", "expected one of STREAMING, BATCH, AUTOMATIC"),
+    ("state.backend.type", "filesystem", "expected one of hashmap, rocksdb"),
+    ("restart-strategy.type", "fixed", "expected one of none, off"),
+    ("execution.checkpointing.intervall", "1 s", "unknown option; did you mean execution.checkpointing.interval?"),
+    ("restart-strategy.fixed-delay.attemps", "3", "did you mean restart-strategy.fixed-delay.attempts?"),
+])
+def test_a_value_or_key_that_is_a_typo_is_refused_naming_key_value_and_what_is_allowed(key, value, message):
+    with pytest.raises(ValueError, match="configuration " + key.replace(".", r"\.")) as e:
+        Configuration({key: value}).validate()
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("execution.checkpointing.mode", "at_least_once"),  # case does not matter, as in Flink
+    ("restart-strategy.type", "fixed_delay"),
+    ("state.backend.type", "RocksDB"),
+    ("execution.checkpointing.unaligned.enabled", "true"),  # Flink 2's spelling
+    ("pipeline.name", "a Flink option this runtime does not use"),
+    ("my.job.threshold", "7"),  # the job's own parameter
+    ("spark.executor.memory", "2g"),
+])
+def test_values_and_keys_that_are_not_typos_pass(key, value):
+    Configuration({key: value}).validate()
+
+
+def test_streamjob_run_refuses_a_typo_before_the_job_starts(tmp_path):
+    from conftest import run_cli
+
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import DiscardingSink\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection([1, 2]).sink_to(DiscardingSink())\n"
+                   "env.execute('typo')\n")
+    r = run_cli("run", str(job), "--no-progress", "--conf", "execution.checkpointing.mode=SOMETIMES",
+                "--conf", "execution.checkpointing.interval=1s")
+    assert r.returncode != 0
+    assert "execution.checkpointing.mode: unknown value 'SOMETIMES'" in r.stderr + r.stdout, r.stderr[-2000:]

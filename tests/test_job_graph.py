@@ -78,3 +78,39 @@ def test_project_keeps_columns_on_arrow_batches_and_positions_on_tuples():
     op.open()
     op.process_batch([(1, 2, 3)])
     assert out[1] == [(2, 1)]
+
+
+def test_plan_lists_tasks_with_their_chained_operators_and_every_edge():
+    """What GET /v1/job and the dashboard draw: chains, partitioners with their keys, side outputs."""
+    from streamjob.runtime import KeyedProcessFunction, OutputTag
+
+    late = OutputTag("late")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    split = env.from_collection([{"k": 1}]).uid("src").map(lambda r: r).key_by("k").process(KeyedProcessFunction())
+    split.sink_to(DiscardingSink())
+    split.get_side_output(late).rebalance().sink_to(DiscardingSink())
+    g = graph_of(env)
+    plan = g.plan()
+    assert [(v["id"], v["name"], v["parallelism"]) for v in plan["vertices"]] == [
+        (1, "Source: Collection -> Map", 2), (2, "KeyedProcess -> Sink: Discard", 2), (3, "Sink: Discard (2)", 2)]
+    assert [[(op["name"], op["kind"], op["uid"]) for op in v["operators"]] for v in plan["vertices"]] == [
+        [("Source: Collection", T.SOURCE, "src"), ("Map", T.MAP, None)],
+        [("KeyedProcess", T.KEYED_PROCESS, None), ("Sink: Discard", T.SINK, None)],
+        [("Sink: Discard (2)", T.SINK, None)]]
+    ids = {op.name: str(op.id) for op in g.operators.values()}  # the keys of the tasks' metric reports
+    assert [op["id"] for v in plan["vertices"] for op in v["operators"]] == [
+        ids[n] for n in ("Source: Collection", "Map", "KeyedProcess", "Sink: Discard", "Sink: Discard (2)")]
+    edges = {(e["source"], e["target"]): e for e in plan["edges"]}
+    assert edges[(ids["Source: Collection"], ids["Map"])] == {
+        "source": ids["Source: Collection"], "target": ids["Map"], "source_vertex": 1, "target_vertex": 1,
+        "partitioner": "FORWARD", "key": None, "side_output": None, "input": 0, "chained": True}
+    keyed = edges[(ids["Map"], ids["KeyedProcess"])]
+    assert (keyed["partitioner"], keyed["key"], keyed["chained"], keyed["source_vertex"], keyed["target_vertex"]) \
+        == ("HASH", "'k'", False, 1, 2)
+    side = edges[(ids["KeyedProcess"], ids["Sink: Discard (2)"])]
+    assert (side["partitioner"], side["side_output"], side["chained"]) == ("REBALANCE", "late", False)
+    assert len(plan["edges"]) == 4
+    import json
+
+    assert json.loads(json.dumps(plan)) == plan  # served as JSON as it is

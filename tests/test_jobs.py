@@ -213,3 +213,23 @@ def test_graceful_stop_drains_everything_the_sources_emitted(tmp_path):
     # The summary counts the same records the files hold.
     source_line = next(line for line in stderr.splitlines() if "Source: events" in line)
     assert int(source_line.split("│")[2].strip().replace(",", "")) == len(df)
+
+
+@pytest.mark.parametrize("keyed", ["function", "column", "position"])
+def test_a_none_key_fails_the_job_naming_the_operator_subtask_and_record(spark_slots, keyed):
+    """Flink refuses a null key; here too, whichever way the key is taken (a function, a column of
+    dict records that goes columnar, a tuple position), and whether or not an exchange routes it."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    if keyed == "position":
+        records = env.from_source(DataGenSource(lambda i: (None if i == 777 else i % 5, i), count=2_000))
+        selector = 0
+    else:
+        records = env.from_source(DataGenSource(lambda i: {"user": None if i == 777 else i % 5, "n": i}, count=2_000))
+        selector = (lambda r: r["user"]) if keyed == "function" else "user"
+    records.map(lambda r: r).name("parse").key_by(selector).reduce(lambda a, b: a).sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError) as info:
+        env.execute("null keys")
+    message = str(info.value)
+    assert "operator 'parse' (subtask" in message, message
+    assert "gave None for the record" in message and "777" in message, message

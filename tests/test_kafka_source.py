@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import time
 
 import pyarrow.parquet as pq
@@ -30,15 +31,16 @@ from streamjob.runtime.connectors import (
     KafkaSource,
     SimpleStringSchema,
 )
-from test_checkpointing import kill_tasks_at_random
 
 pytestmark = pytest.mark.spark
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
+def wait_for(predicate, timeout: float, what: str, client=None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        if time.monotonic() > deadline:
+            seen = f"; watermarks: {client.job_manager.operator_watermarks()}" if client is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{seen}")
         time.sleep(0.1)
 
 
@@ -149,36 +151,47 @@ def test_a_partition_added_while_running_is_read(spark_slots, kafka_broker, tmp_
 
 @pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
 def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker, tmp_path, backend):
-    """Kafka -> keyed sum -> FileSink while a producer keeps writing; >= 10 tasks SIGKILLed at random
-    moments; the committed output equals a failure-free run's, row for row."""
-    import threading
-
+    """Kafka -> keyed sum -> FileSink while the input is still being written; >= 10 tasks SIGKILLed at
+    random moments; the committed output equals a failure-free run's, row for row."""
     rng = random.Random(int(time.time()))
-    bootstrap, topic, rows = kafka_broker.bootstrap, unique_topic(), 20_000
+    bootstrap, topic, rows, kills = kafka_broker.bootstrap, unique_topic(), 20_000, 10
     out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
     create_topic(bootstrap, topic, 4)
     everything = kafka_sum.records(0, rows, 4)
     ends = {p: sum(1 for r in everything if r[0] == p) for p in range(4)}
-    # Bounded at the offsets the whole input will end at (idempotent producer: offsets 0, 1, 2...),
-    # while it is still being written.
+    # Bounded at the offsets the whole input ends at (idempotent producer: offsets 0, 1, 2...), while
+    # it is written a chunk per kill: the job cannot end before the last kill, however fast it runs.
     stops = KafkaOffsetsInitializer.offsets({(topic, p): n for p, n in ends.items()})
     chunks = [everything[i:i + 1000] for i in range(0, rows, 1000)]
-
-    def producer():
-        for chunk in chunks:
-            produce(bootstrap, topic, chunk)
-            time.sleep(0.4)
-
-    writer = threading.Thread(target=producer, daemon=True)
-    writer.start()
+    produce(bootstrap, topic, chunks.pop(0))
     env = kafka_sum.build(kafka_sum.source(bootstrap, topic, bounded=stops), out, chk, parallelism=3,
                           interval_ms=rng.randint(200, 500), backend=backend, restarts=100)
     client = env.execute_async("kafka-kills")
-    killed = kill_tasks_at_random(client, 10, rng)
-    result = client.get_job_execution_result(300)
-    writer.join(60)
-    assert len(killed) >= 10, f"the job finished before the test could kill 10 tasks ({len(killed)})"
-    assert result.restarts >= 10
+    try:
+        assert client.wait_until_running(60)
+        jm = client.job_manager
+        killed = 0
+        deadline = time.monotonic() + 240
+        while killed < kills and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.3, 1.5))
+            pids = jm.task_pids()
+            if not jm.all_running() or len(pids) < 3:
+                continue
+            try:
+                os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed += 1
+            if chunks:
+                produce(bootstrap, topic, chunks.pop(0))
+        assert killed == kills, f"only {killed} kills in 240 s"
+        for chunk in chunks:
+            produce(bootstrap, topic, chunk)
+        result = client.get_job_execution_result(120)
+    finally:
+        if client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+            client.cancel()  # a job left running would hold the slots the next tests need
+    assert result.restarts >= kills
     assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(rows)
 
 
@@ -214,7 +227,7 @@ def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slot
     create_topic(bootstrap, lonely, 1)
     produce(bootstrap, lonely, [(0, None, b"x", base + i) for i in range(10)] + [(0, None, b"late", base + 5000)])
     client = windows_job(bootstrap, lonely, str(tmp_path / "lonely"), 2, WatermarkStrategy.for_monotonous_timestamps())
-    wait_for(lambda: window_counts(str(tmp_path / "lonely")) == [10], 60, "the first window while running")
+    wait_for(lambda: window_counts(str(tmp_path / "lonely")) == [10], 60, "the first window while running", client)
     client.cancel()
 
     # Two partitions, one empty, one subtask: held back without idleness, fires with it.
@@ -228,7 +241,8 @@ def test_watermarks_per_partition_from_kafka_timestamps_with_idleness(spark_slot
     held.cancel()
     idle = windows_job(bootstrap, topic, str(tmp_path / "idle"), 1,
                        WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(300)))
-    wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle")
+    wait_for(lambda: window_counts(str(tmp_path / "idle")) == [7], 60, "the window, with the empty partition idle",
+             idle)
     idle.cancel()
 
 

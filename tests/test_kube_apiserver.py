@@ -6,6 +6,7 @@ pytest_asyncio, which is not installed; we do not use that plugin).
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import subprocess
@@ -181,8 +182,8 @@ def test_finalizers_and_owner_garbage_collection(kube_api):
     owner = objects.create("sj", streamjob("owner", finalizers=["test/hold"]), namespace="default")
     ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamJob", "name": "owner", "uid": owner["metadata"]["uid"]}
     objects.create("configmaps", {"metadata": {"name": "owned", "ownerReferences": [ref]}}, namespace="default")
-    objects.create("pods", {"metadata": {"name": "owned-held", "ownerReferences": [ref],
-                                         "finalizers": ["test/hold"]}}, namespace="default")
+    objects.create("pods", {"metadata": {"name": "owned-held", "ownerReferences": [ref], "finalizers": ["test/hold"]},
+                            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}, namespace="default")
     objects.create("secrets", {"metadata": {"name": "unrelated"}}, namespace="default")
 
     deleting = objects.delete("sj", "default", "owner")
@@ -507,3 +508,20 @@ def test_server_and_operator_stop_cleanly():
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
     assert set(threading.enumerate()) - threads_before == set()
+
+
+def test_pods_are_checked_with_the_api_servers_rules(kube_api):
+    """What a real API server refuses and no schema says: here, the mount Spark adds at /tmp when the
+    pod template mounts its own volume there (the defect a real cluster showed)."""
+    pod = {"metadata": {"name": "dup"}, "spec": {
+        "containers": [{"name": "executor", "image": "x", "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"}, {"name": "spark-local-dir-1", "mountPath": "/tmp"},
+            {"name": "nowhere", "mountPath": "/data"}]}],
+        "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "spark-local-dir-1", "emptyDir": {}}]}}
+    with pytest.raises(kubernetes.client.ApiException) as e:
+        kubernetes.client.CoreV1Api(kube_api.client()).create_namespaced_pod("default", pod)
+    assert e.value.status == 422
+    message = json.loads(e.value.body)["message"]
+    assert message == ('Pod "dup" is invalid: [spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/tmp": '
+                       'must be unique, spec.containers[0].volumeMounts[2].name: Not found: "nowhere"]')
+    assert kube_api.objects.get("pods", "default", "dup") is None

@@ -11,6 +11,7 @@ manager's REST API and the jobs, is the real thing.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def test_two_replicas_active_killed_mid_upgrade_the_standby_finishes_it(kube_api
     assert len(os.listdir(tmp_path / "savepoints")) == 1  # the upgrade's, taken once
 
 
-def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepoint(kube_api, tmp_path):
+def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepoint(kube_api, tmp_path, caplog):
     """The driver's node dies (SIGKILL, pod Failed): the operator redeploys from the latest
     checkpoint (claiming the job's checkpoint directory) and the output stays exactly once. Then
     `kubectl delete` with savepointOnDeletion: a final savepoint, everything goes, and deletion
@@ -189,6 +190,8 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
         wait_for(lambda: kube_api.objects.get("sj", NS, "lossy") is None, timeout=90,
                  message="the StreamJob is deleted")
         assert refused.requests, "events were posted (and refused) during the deletion"
+        # The deletion waited for its savepoint without a "Handler 'teardown' failed temporarily" ERROR.
+        assert not [r for r in caplog.records if "teardown" in r.getMessage() and r.levelno >= logging.ERROR]
         assert not [p for p in kube_api.objects.list("v1/pods", NS)
                     if p["metadata"]["name"].startswith("lossy-")]
     savepoints = os.listdir(tmp_path / "savepoints")
@@ -201,6 +204,32 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
         counts.setdefault(key, []).append(count)
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values()), "no row lost"
     assert len(committed) < rows  # stopped by the deletion, before the input ended
+
+
+def test_spark_jvm_killed_in_the_driver_pod_is_replaced_in_place_without_a_redeploy(kube_api, tmp_path):
+    """The JVM of a local-mode driver pod dies (SIGKILL, as the OOM killer would): the job manager in the
+    pod starts a new one and restores its latest checkpoint; the operator sees a restart of the same
+    deployment (status jobStatus.restarts), not a lost driver, and the output is exactly once."""
+    import psutil
+
+    rows, rate = 12_000, 800
+    with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
+        kube_api.objects.create("sj", streamjob("jvm", tmp_path, rows, rate), namespace=NS)
+        wait_for(lambda: job_state(kube_api, "jvm") == "RUNNING"
+                 and (status(kube_api, "jvm").get("lastCheckpoint") or {}).get("id", 0) >= 2,
+                 timeout=120, message="the job runs and checkpoints")
+        driver = psutil.Process(kubelet.pid(NS, "jvm-driver-1"))
+        [java] = [p for p in driver.children(recursive=True) if p.name() == "java"]
+        java.kill()
+        wait_for(lambda: status(kube_api, "jvm").get("jobStatus", {}).get("restarts") == 1
+                 and job_state(kube_api, "jvm") == "RUNNING", timeout=90,
+                 message=lambda: f"restarted in the pod; status: {status(kube_api, 'jvm')}")
+        wait_for(lambda: job_state(kube_api, "jvm") == "FINISHED", timeout=120, message="the input ends")
+        st = status(kube_api, "jvm")
+        assert st["deployment"]["number"] == 1 and st.get("redeploys", 0) == 0, st
+        assert not {"DriverLost", "JobFailed", "Redeploying"} & set(reasons(kube_api, "jvm"))
+        assert "the Spark JVM exited (killed by signal 9); starting a new one" in kubelet.logs(NS, "jvm-driver-1")
+    assert committed_rows(str(tmp_path / "out")) == expected_rows(rows)
 
 
 def test_upgrades_that_cannot_start_roll_back_and_lose_no_state(kube_api, tmp_path):

@@ -13,8 +13,11 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from kube.validation import pod_problems
+from pydantic import ValidationError
+
 from streamjob.operator import resources as r
-from streamjob.operator.model import StreamJobSpec
+from streamjob.operator.model import RESERVED_MOUNT_PATHS, RESERVED_VOLUME_PREFIXES, StreamJobSpec
 
 K8S_VERSION = latest_version()
 NAME, NAMESPACE, UID, TOKEN = "wordcount", "jobs", "0f6b3c1e-7c1a-4a55-9d0e-3b1f8d9c2a11", "s3cr3t-t0ken"
@@ -90,8 +93,12 @@ def test_every_manifest_validates(variant, restore):
     objs = objects(spec, target(n=3, parallelism=4, restore=restore))
     for obj in objs:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        if obj["kind"] == "Pod":
+            assert pod_problems(obj) == []  # what no schema says: unique names and mount paths
     if spec.mode == "kubernetes":
-        kubernetes_validate.validate(executor_template(spec), K8S_VERSION, strict=True)
+        template = executor_template(spec)
+        kubernetes_validate.validate(template, K8S_VERSION, strict=True)
+        assert pod_problems(template) == []
 
 
 def test_the_validator_is_not_vacuous():
@@ -334,7 +341,8 @@ def test_executor_pod_template():
     assert "args" not in container and "image" not in container  # Spark sets them
     names = [e["name"] for e in container["env"]]
     assert names == ["POD_NAME", "POD_NAMESPACE", *[e["name"] for e in S3_ENV], "LOG_LEVEL", "POD_IP"]
-    assert {"name": "streamjob-tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    # Spark takes a template volume named spark-local-dir-1 as its local directory instead of adding one
+    assert {"name": "spark-local-dir-1", "mountPath": "/tmp"} in container["volumeMounts"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "data"}} in template["spec"]["volumes"]
     assert template["spec"]["serviceAccountName"] == "workload-identity"
     assert "STREAMJOB_REST_TOKEN" not in names  # executors never call the REST API
@@ -486,3 +494,32 @@ def test_spec_hash_follows_what_the_pod_runs():
     assert spec_hash(make_spec(config={"execution.batch-size": "1024"})) != base  # the ConfigMap counts
     assert spec_hash(make_spec(), target(parallelism=3)) != base
     assert spec_hash(make_spec(pod={"annotations": {"note": "x"}})) == base  # metadata only
+
+
+# -- user volumes cannot collide with ours (or Spark's) -----------------------------------------------
+def test_our_volumes_are_the_reserved_ones():
+    spec = make_spec(**VARIANTS["everything"])
+    user = {v["name"] for v in spec.pod.volumes}
+    for pod in (pod_of(spec), executor_template(spec)):
+        ours = [v for v in pod["spec"]["volumes"] if v["name"] not in user]
+        assert ours and all(v["name"].startswith(RESERVED_VOLUME_PREFIXES) for v in ours)
+        paths = [m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] not in user]
+        assert paths and set(paths) <= set(RESERVED_MOUNT_PATHS)
+
+
+@pytest.mark.parametrize("pod, message", [
+    ({"volumes": [{"name": "streamjob-tmp", "emptyDir": {}}]}, "volumes[0]: the name 'streamjob-tmp' is reserved"),
+    ({"volumes": [{"name": "spark-local-dir-1", "emptyDir": {}}]}, "volumes[0]: the name 'spark-local-dir-1' is reserved"),
+    ({"volumes": [{"name": "d", "emptyDir": {}}, {"name": "d", "emptyDir": {}}]}, "volumes[1]: the name 'd' is used twice"),
+    ({"volumes": [{"name": "d", "emptyDir": {}}], "volumeMounts": [{"name": "d", "mountPath": "/tmp/"}]},
+     "volumeMounts[0]: /tmp is where the job's pods mount their own volume"),
+    ({"volumes": [{"name": "d", "emptyDir": {}}], "volumeMounts": [{"name": "e", "mountPath": "/data"}]},
+     "volumeMounts[0]: 'e' is not one of pod.volumes ['d']"),
+    ({"volumes": [{"name": "d", "emptyDir": {}}],
+      "volumeMounts": [{"name": "d", "mountPath": "/data"}, {"name": "d", "mountPath": "/data"}]},
+     "volumeMounts[1]: /data is mounted twice"),
+])
+def test_colliding_user_volumes_are_refused_naming_the_entry(pod, message):
+    with pytest.raises(ValidationError) as e:
+        make_spec(pod=pod)
+    assert message in str(e.value)

@@ -58,3 +58,18 @@ def test_console_script_is_installed():
     script = Path(sys.executable).parent / "streamjob"
     r = subprocess.run([str(script) if script.exists() else "streamjob", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "run" in r.stdout
+
+
+def test_the_dashboard_files_are_package_data():
+    """`pip install .` (not editable) must ship the web dashboard: every file the REST server serves."""
+    from fnmatch import fnmatch
+
+    from streamjob.runtime.cluster.rest import DASHBOARD_TYPES
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "streamjob.runtime.cluster"]
+    files = [f"dashboard/{p.name}" for p in (ROOT / "runtime" / "cluster" / "dashboard").iterdir()]
+    assert {"dashboard/index.html", "dashboard/app.js", "dashboard/style.css"} <= set(files)
+    for f in files:
+        assert any(fnmatch(f, g) for g in globs), f"{f} is not in pyproject's package-data"
+        assert any(f.endswith(ext) for ext in DASHBOARD_TYPES), f"{f}: the REST server does not serve this type"

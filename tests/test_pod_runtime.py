@@ -157,6 +157,7 @@ def test_kubernetes_client_mode_conf():
         "spark.executor.cores": "1", "spark.executor.instances": "5", "spark.dynamicAllocation.enabled": "false",
         "spark.driver.host": "10.4.0.7", "spark.driver.bindAddress": "0.0.0.0",
         "spark.driver.port": "7078", "spark.driver.blockManager.port": "7079",
+        "spark.kubernetes.allocation.driver.readinessTimeout": "30s",
         # 2 min (the default): the driver waits that long for every executor; a barrier stage without
         # enough slots is retried 24 times 5 s apart instead of Spark's 40 x 15 s.
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
@@ -366,6 +367,9 @@ def test_linger_ends_when_the_result_was_read():
         assert request(jm.rest.url + "/v1/job")[1]["state"] == "RUNNING"  # a read before the end does not count
         jm.finish("FAILED", "boom")
         assert not jm.result_was_read()
+        # a watcher (the dashboard) peeks: the final word stays for the client that waits for it
+        status, peeked = request(jm.rest.url + "/v1/job?peek=true")
+        assert status == 200 and peeked["state"] == "FAILED" and not jm.result_was_read()
         seen = []
         reader = threading.Timer(0.5, lambda: seen.append(request(jm.rest.url + "/v1/job")))
         reader.start()
@@ -594,7 +598,7 @@ def test_job_manager_reads_control_messages_larger_than_asyncio_s_default_line_l
     host, port = jm.start()
     try:
         with socket.create_connection((host, port), timeout=5) as s:
-            s.sendall(C.encode({"type": C.REGISTER, "slot": 0}))
+            s.sendall(C.encode({"type": C.REGISTER, "slot": 0, "attempt": 0}))
             big = {"op": [1, 2, "x" * (1 << 20)]}
             s.sendall(C.encode({"type": C.METRICS, "slot": 0, "ops": big}) +
                       C.encode({"type": C.METRICS, "slot": 0, "ops": {"op": [3, 4, None]}}))

@@ -517,6 +517,28 @@ def test_lost_driver_is_redeployed_from_the_latest_checkpoint_with_backoff_then_
     assert len(w.deploys) == 3 and "gave up after 2 redeploys" in w.status.error
 
 
+def test_driver_failed_by_its_spark_jvm_s_death_is_redeployed_from_the_latest_checkpoint_saying_why():
+    """On a cluster master the driver's JVM cannot be replaced in the pod: the job fails fast, its
+    termination message names the JVM's death, and the operator redeploys from the latest checkpoint
+    (the runtime's side: tests/test_jvm_failover.py)."""
+    w = World()
+    w.running()
+    w.checkpoint(7)
+    w.tick()
+    job_id = w.job()["id"]
+    error = (f"Job 'wc' ({job_id}) failed: the Spark JVM exited (killed by signal 9); it cannot be replaced on "
+             f"master k8s://https://kubernetes.default.svc: that JVM is the Spark driver")
+    w.pods["wc-driver-1"].update({"exited": True, "error": error})
+    w.job()["state"] = "FAILED"
+    w.tick()
+    assert w.status.job_status.state == "FAILED" and "the Spark JVM exited (killed by signal 9)" in w.status.error
+    [event] = [e for e in w.events if e.reason.value == "JobFailed"]
+    assert "the Spark JVM exited (killed by signal 9)" in event.message and "redeploying" in event.message
+    w.run_until(lambda: len(w.deploys) == 2, seconds=5)
+    assert w.deploys[1].restore == R.Restore("checkpoint", f"s3://b/chk/{job_id}")
+    w.run_until(lambda: w.status.job_status.state == "RUNNING")
+
+
 def test_finished_job_is_not_redeployed():
     w = World()
     w.running()
@@ -742,3 +764,19 @@ def test_health_rollback_when_an_upgrade_is_not_stable_in_time():
     w.run_until(lambda: len(w.deploys) == 3)
     assert w.deploys[2].spec.get("config", {}) == {}
     w.run_until(lambda: lifecycle(w) == "ROLLED_BACK")
+
+
+@pytest.mark.parametrize("error, blamed", [
+    ("could not start Spark with master k8s://https://kubernetes.default.svc: Pod \"j-exec-1\" is invalid: "
+     "spec.containers[0].volumeMounts[2].mountPath: Invalid value: \"/tmp\": must be unique", "spark"),
+    ("the job needs 4 slots (parallelism 4), but only 1 of the 4 executors requested registered", "spec.executor"),
+    ("no such job file: /jobs/x.py", "spec.job.file"),
+    ("ZeroDivisionError: division by zero", "spec.job"),
+])
+def test_a_driver_that_never_ran_is_blamed_on_what_failed(error, blamed):
+    """Spark's own start-up failing (the cluster's side) is not the job's fault: it is not blamed on spec.job."""
+    st = StreamJobStatus()
+    st.deployment.number = 1
+    pod = PodObservation(name="j-driver-1", phase="Failed", exit_code=1, final_state="FAILED", final_error=error)
+    field_, message = R.startup_failure(st, Observation(now=T0, pod=pod))
+    assert field_ == blamed and message == f"the job did not start: {error}"

@@ -92,6 +92,52 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     assert cps["latest"]["completed"]["status"] == "COMPLETED" and cps["history"][0]["id"] >= cps["history"][-1]["id"]
     status, job = request(f"{url}/v1/job")
     assert job["latest_checkpoint"]["id"] >= 1
+    status, limited = request(f"{url}/v1/checkpoints?limit=1")
+    assert status == 200 and len(limited["history"]) == 1 and limited["history"][0]["id"] >= cps["history"][0]["id"]
+    conforms(limited, openapi, "Checkpoints")
+
+    # -- the job graph: tasks (chains), operators with records, rates and watermarks, edges ------
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # rates need two metric reports of the tasks (one each 500 ms)
+        status, job = request(f"{url}/v1/job")
+        if all(op["records_in_per_second"] > 0 for op in job["vertices"][1]["operators"]):
+            break
+        time.sleep(0.1)
+    conforms(job, openapi, "Job")
+    vertices = job["vertices"]
+    assert [[op["name"] for op in v["operators"]] for v in vertices] == [
+        ["Source: numbers"], ["KeyedProcess", "Sink: FileSink(jsonl)"]]
+    assert [v["name"] for v in vertices] == ["Source: numbers", "KeyedProcess -> Sink: FileSink(jsonl)"]
+    ops = {op["name"]: op for v in vertices for op in v["operators"]}
+    assert ops["KeyedProcess"]["uid"] == "count" and ops["KeyedProcess"]["kind"] == "keyed_process"
+    assert ops["KeyedProcess"]["records_in"] > 0 and ops["KeyedProcess"]["records_in_per_second"] > 0
+    assert ops["Source: numbers"]["records_out_per_second"] > 0 and ops["Sink: FileSink(jsonl)"]["records_out"] == 0
+    assert {(e["source_vertex"], e["target_vertex"], e["partitioner"], e["key"], e["chained"]) for e in job["edges"]} \
+        == {(1, 2, "HASH", "'key'", False), (2, 2, "FORWARD", None, True)}
+    assert all(v["backpressure"]["level"] in ("OK", "LOW", "HIGH") and len(v["backpressure"]["subtasks"]) == 2
+               for v in vertices)
+    for name in ("peek=maybe", "peek=2"):
+        status, doc = request(f"{url}/v1/job?{name}")
+        assert status == 400 and "'peek'" in doc["error"], doc
+    status, doc = request(f"{url}/v1/checkpoints?limit=0")
+    assert status == 400 and "'limit'" in doc["error"]
+    status, doc = request(f"{url}/v1/exceptions")
+    assert status == 200 and doc == {"total": 0, "truncated": False, "history": []}
+    conforms(doc, openapi, "Exceptions")
+
+    # -- the dashboard's files: no token needed (they hold no job data), locked down ------------
+    with urllib.request.urlopen(f"{url}/", timeout=10) as resp:
+        page = resp.read().decode()
+        assert resp.headers["Content-Type"].startswith("text/html")
+        assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+        assert resp.headers["X-Frame-Options"] == "DENY"
+    assert '<script src="dashboard/app.js"' in page
+    status, script = request(f"{url}/dashboard/app.js", token=None)
+    assert status == 200 and "v1/job?peek=true" in script
+    status, doc = request(f"{url}/dashboard/../rest.py", token=None)
+    assert status == 404
+    status, doc = request(f"{url}/dashboard/nope.js", token=None)
+    assert status == 404 and "nope.js" in doc["error"]
 
     # -- bad requests: 4xx with a message that says what is wrong --------------------------------
     bad = [
@@ -102,6 +148,13 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
         (json.dumps({"target_dir": str(tmp_path), "stop": "yes"}).encode(), 400, "'stop' must be true or false"),
         (json.dumps({"target_dir": str(tmp_path), "drain": True}).encode(), 400, "'drain' needs 'stop'"),
         (json.dumps({"target_dir": "memory://x"}).encode(), 400, "memory://"),
+        (b'{"target_dir": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+        (json.dumps({"target_dir": str(tmp_path / "a\x00b")}).encode(), 400, "control characters"),
+        (json.dumps({"target_dir": f"{tmp_path}/../../etc"}).encode(), 400, "contains '..'"),
+        (json.dumps({"target_dir": "savepoints/here"}).encode(), 400, "relative path"),
+        (json.dumps({"target_dir": "http://169.254.169.254/latest"}).encode(), 400,
+         "http:// is not storage of this job (allowed: file)"),
+        (json.dumps({"target_dir": "s3://other-bucket/sp"}).encode(), 400, "rest.savepoint.allowed-schemes"),
         (json.dumps({}).encode(), 409, "execution.checkpointing.savepoint-dir"),  # no default target configured
     ]
     for body, code, words in bad:
@@ -114,6 +167,10 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     assert status == 404 and "/v1/jobs" in doc["error"]
     status, doc = request(f"{url}/v1/job", "DELETE")
     assert status == 405 and "DELETE" in doc["error"]
+    with pytest.raises(urllib.error.HTTPError) as e:  # RFC 9110: a 405 names the allowed methods
+        urllib.request.urlopen(urllib.request.Request(f"{url}/v1/stop", method="GET",
+                                                      headers={"Authorization": f"Bearer {TOKEN}"}), timeout=10)
+    assert e.value.code == 405 and e.value.headers["Allow"] == "POST", dict(e.value.headers)
 
     # -- a savepoint over the API --------------------------------------------------------------
     status, triggered = request(f"{url}/v1/savepoints", "POST", json.dumps({"target_dir": str(tmp_path / "sp")}).encode())
@@ -128,6 +185,9 @@ def test_rest_contract_cli_and_metrics(running_job, tmp_path):
     conforms(sp, openapi, "Savepoint")
     assert sp["status"] == "COMPLETED" and sp["error"] is None
     assert load_checkpoint(sp["path"])[1].kind == "savepoint"
+    status, listed = request(f"{url}/v1/savepoints")
+    conforms(listed, openapi, "Savepoints")
+    assert status == 200 and listed["savepoints"] == [sp]
 
     # -- the CLI against the same job ----------------------------------------------------------
     env = {"STREAMJOB_ADDRESS": url, "STREAMJOB_TOKEN": TOKEN}

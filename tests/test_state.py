@@ -466,3 +466,41 @@ def test_a_snapshot_of_narrow_keys_and_values_restores_them_exactly():
         assert k.dtype == np.int64 and v.dtype == np.int64
         restored.update(zip(k.tolist(), v.tolist()))
     assert restored == {k: i % 300 for i, k in enumerate(keys)}
+
+
+class Collect(AggregateFunction):
+    def create_accumulator(self):
+        return []
+
+    def add(self, value, acc):
+        return [*acc, value]
+
+    def get_result(self, acc):
+        return acc
+
+
+@pytest.mark.parametrize("store", ["value", "list", "list_all", "map_value", "map_key", "reducing", "aggregating"])
+def test_a_value_no_checkpoint_could_hold_is_refused_where_it_is_stored_naming_the_state(store):
+    import threading
+
+    lock = threading.Lock()  # cannot be pickled
+    b = backend()
+    b.current_key = "k"
+    value = b.get_state(ValueStateDescriptor("session"))
+    value.update({"n": 1})  # plain data is fine (its type is checked once)
+    reducing = ReducingStateDescriptor("session", lambda a, c: (a, lock))
+    store_it = {
+        "value": lambda: value.update(lock),
+        "list": lambda: b.get_list_state(ListStateDescriptor("session")).add(lock),
+        "list_all": lambda: b.get_list_state(ListStateDescriptor("session")).add_all([1, lock]),
+        "map_value": lambda: b.get_map_state(MapStateDescriptor("session")).put("x", lock),
+        "map_key": lambda: b.get_map_state(MapStateDescriptor("session")).put(lock, 1),
+        # the first value is stored as it is; the reduced one holds the lock
+        "reducing": lambda: [b.get_reducing_state(reducing).add(n) for n in (1, 2)],
+        "aggregating": lambda: b.get_aggregating_state(AggregatingStateDescriptor("session", Collect())).add(lock),
+    }[store]
+    if store != "value":
+        b = backend()  # a fresh backend: a state name keeps its kind
+        b.current_key = "k"
+    with pytest.raises(TypeError, match=r"state 'session': a (lock|tuple|list) value cannot be pickled"):
+        store_it()

@@ -122,6 +122,7 @@ class _ExecutionContext:
         self.configuration = Configuration()
         self.environments: list["StreamExecutionEnvironment"] = []
         self.show_progress: bool | None = None
+        self.show_summary: bool | None = None  # streamjob run: the summary is printed with or without progress
         self.clients: list[JobClient] = []  # jobs started with execute_async, in order
 
     def reset(self) -> None:
@@ -312,7 +313,8 @@ class StreamExecutionEnvironment:
         from ..cluster.executor import execute_job  # lazily: the API does not know where it runs
 
         graph = self._build(job_name)
-        return execute_job(graph, self._resolved(graph), show_progress=execution_context.show_progress)
+        return execute_job(graph, self._resolved(graph), show_progress=execution_context.show_progress,
+                           summary=execution_context.show_summary)
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the job and return at once; the job runs in a background thread of this process."""

@@ -11,27 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import RESTART_STRATEGIES, Options
 from .checkpointing import to_millis
 
-TYPE = "restart-strategy.type"
-FIXED_ATTEMPTS = "restart-strategy.fixed-delay.attempts"
-FIXED_DELAY = "restart-strategy.fixed-delay.delay"
-EXP_INITIAL = "restart-strategy.exponential-delay.initial-backoff"
-EXP_MAX = "restart-strategy.exponential-delay.max-backoff"
-EXP_MULTIPLIER = "restart-strategy.exponential-delay.backoff-multiplier"
-EXP_RESET = "restart-strategy.exponential-delay.reset-backoff-threshold"
-EXP_JITTER = "restart-strategy.exponential-delay.jitter-factor"
-EXP_ATTEMPTS = "restart-strategy.exponential-delay.attempts-before-reset-backoff"
-RATE_MAX = "restart-strategy.failure-rate.max-failures-per-interval"
-RATE_INTERVAL = "restart-strategy.failure-rate.failure-rate-interval"
-RATE_DELAY = "restart-strategy.failure-rate.delay"
+TYPE = Options.RESTART_STRATEGY
+FIXED_ATTEMPTS = Options.RESTART_FIXED_ATTEMPTS
+FIXED_DELAY = Options.RESTART_FIXED_DELAY
+EXP_INITIAL = Options.RESTART_EXP_INITIAL
+EXP_MAX = Options.RESTART_EXP_MAX
+EXP_MULTIPLIER = Options.RESTART_EXP_MULTIPLIER
+EXP_RESET = Options.RESTART_EXP_RESET
+EXP_JITTER = Options.RESTART_EXP_JITTER
+EXP_ATTEMPTS = Options.RESTART_EXP_ATTEMPTS
+RATE_MAX = Options.RESTART_RATE_MAX
+RATE_INTERVAL = Options.RESTART_RATE_INTERVAL
+RATE_DELAY = Options.RESTART_RATE_DELAY
 
-NAMES = {
-    "none": "none", "off": "none", "disable": "none", "norestart": "none",
-    "fixed-delay": "fixed-delay", "fixeddelay": "fixed-delay",
-    "exponential-delay": "exponential-delay", "exponentialdelay": "exponential-delay",
-    "failure-rate": "failure-rate", "failurerate": "failure-rate",
-}
+NAMES = RESTART_STRATEGIES
 
 
 class RestartStrategyConfiguration:

@@ -442,11 +442,13 @@ class CheckpointCoordinator:
             self.shared.unregister(checkpoint_id, c.metadata.shared_files())
 
     # -- end of job ------------------------------------------------------------------------
-    def shutdown(self, job_state: str) -> None:
+    def shutdown(self, job_state: str, retain: bool = False) -> None:
         """Flink's cleanup: FINISHED discards all; CANCELED keeps them only with RETAIN_ON_CANCELLATION;
-        FAILED keeps them unless checkpoints are not externalized."""
+        FAILED keeps them unless checkpoints are not externalized. ``retain``: the job ends because its
+        driver died (the Spark JVM), which is a crash rather than a job's end: as when Flink's job
+        manager process dies, completed checkpoints stay for the job to be resumed from."""
         retention = self.settings.retention
-        keep = (job_state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
+        keep = retain or (job_state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
             job_state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")
         self.abort_all(f"job {job_state.lower()}", time.monotonic())
         if not keep:

@@ -29,7 +29,8 @@ from typing import Any
 
 import fsspec
 
-from .metadata import CheckpointFormatError, CheckpointMetadata, parse
+from . import checksums
+from .metadata import CheckpointFormatError, CheckpointMetadata, FileRef, parse
 
 METADATA = "_metadata"
 SHARED = "shared"
@@ -98,7 +99,12 @@ def write_file(fs: Any, path: str, data: bytes, exclusive: bool) -> None:
 
 def inline_handle(data: bytes, index: dict) -> dict:
     """A state handle carrying its bytes inside ``_metadata`` (small state, or memory:// storage)."""
-    return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index}
+    return {"data": base64.b64encode(data).decode(), "size": len(data), "index": index,
+            checksums.KEY: checksums.checksum(data)}
+
+
+def file_handle(relative: str, data: bytes, index: dict) -> dict:
+    return {"file": relative, "size": len(data), "index": index, checksums.KEY: checksums.checksum(data)}
 
 
 class StateLocation:
@@ -111,23 +117,53 @@ class StateLocation:
     def path(self, relative: str) -> str:
         return posixpath.join(self.root, relative)
 
-    def read(self, handle: dict) -> bytes:
+    def describe(self, handle: dict) -> str:
+        """The state file a handle names, for messages."""
+        return f"state file {self.url}/{handle['file']}" if "file" in handle else f"inline state in {self.url}"
+
+    def read(self, handle: dict, verify: bool = True) -> bytes:
+        """The bytes of a state handle. ``verify``: check the file's checksum (readers that check
+        each chunk they use instead, naming its key group, pass False)."""
         if "data" in handle:
             try:
-                return base64.b64decode(handle["data"], validate=True)
+                data = base64.b64decode(handle["data"], validate=True)
             except (ValueError, TypeError) as e:
                 raise CheckpointFormatError(f"{self.url}: inline state is not valid base64 ({e})") from None
-        path = self.path(handle["file"])
-        try:
-            data = self.fs.cat_file(path)
-        except FileNotFoundError:
-            raise CheckpointFormatError(f"state file {self.url}/{handle['file']} is missing") from None
-        if "size" in handle and len(data) != int(handle["size"]):
-            raise CheckpointFormatError(
-                f"state file {self.url}/{handle['file']} has {len(data)} bytes, the checkpoint recorded {handle['size']}"
-            )
+        else:
+            path = self.path(handle["file"])
+            try:
+                data = self.fs.cat_file(path)
+            except FileNotFoundError:
+                raise CheckpointFormatError(f"{self.describe(handle)} is missing") from None
+            if "size" in handle and len(data) != int(handle["size"]):
+                raise CheckpointFormatError(f"{self.describe(handle)} has {len(data)} bytes, the checkpoint recorded "
+                                            f"{handle['size']} (truncated or overwritten)")
+        problem = checksums.mismatch(handle.get(checksums.KEY), data) if verify else None
+        if problem:
+            raise CheckpointFormatError(f"{self.describe(handle)}: {problem}: the file is damaged")
         return data
 
+
+    def find_damage(self, refs: list[FileRef]) -> str | None:
+        """What is wrong with the first of ``refs`` that is missing or has another size than recorded
+        (None: all there). One listing per directory, not one request per file."""
+        listed: dict[str, dict[str, int] | None] = {}
+        for ref in refs:
+            directory, name = posixpath.split(self.path(ref.path))
+            if directory not in listed:
+                try:
+                    entries = self.fs.ls(directory, detail=True, refresh=True)  # refresh: s3fs caches listings
+                    listed[directory] = {posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
+                                         for e in entries}
+                except FileNotFoundError:
+                    listed[directory] = None
+            sizes = listed[directory]
+            what = f"state file {self.url}/{ref.path} of {ref.owner}"
+            if sizes is None or name not in sizes:
+                return f"{what} is missing"
+            if ref.size is not None and sizes[name] != int(ref.size):
+                return f"{what} has {sizes[name]} bytes, the checkpoint recorded {ref.size} (truncated or overwritten)"
+        return None
 
     def read_spans(self, handle: dict, spans: list[tuple[int, int]]) -> Any:
         """The bytes of ``spans`` ([offset, length] each) of a state file, at their offsets in a buffer of
@@ -136,7 +172,7 @@ class StateLocation:
         file: the whole file, as ``read``."""
         size = int(handle.get("size", -1))
         if "data" in handle or size < 0 or sum(n for _, n in spans) > size // 2:
-            return self.read(handle)
+            return self.read(handle, verify=False)  # the reader checks each chunk it uses
         import numpy as np
 
         data = np.zeros(size, dtype=np.uint8)  # calloc: pages never read stay untouched
@@ -148,10 +184,10 @@ class StateLocation:
             try:
                 part = self.fs.cat_file(path, start=offset, end=offset + length)
             except FileNotFoundError:
-                raise CheckpointFormatError(f"state file {self.url}/{handle['file']} is missing") from None
+                raise CheckpointFormatError(f"{self.describe(handle)} is missing") from None
             if len(part) != length:
-                raise CheckpointFormatError(f"state file {self.url}/{handle['file']} has fewer bytes than the "
-                                            f"checkpoint recorded ({size})")
+                raise CheckpointFormatError(f"{self.describe(handle)} has fewer bytes than the checkpoint recorded "
+                                            f"({size}): truncated")
             data[offset : offset + length] = np.frombuffer(part, dtype=np.uint8)
         return data
 
@@ -192,18 +228,22 @@ class CheckpointStorage(StateLocation):
             return inline_handle(data, index)
         relative = f"chk-{checkpoint_id}/{name}-{uuid.uuid4().hex[:8]}"
         self._write(self.path(relative), data, exclusive=False)
-        return {"file": relative, "size": len(data), "index": index}
+        return file_handle(relative, data, index)
 
-    def upload_shared(self, checkpoint_id: int, local_path: str) -> str:
-        """Copy a local file (an SST) into ``shared/``; the name starts with the checkpoint that uploaded it."""
+    def upload_shared(self, checkpoint_id: int, local_path: str) -> dict:
+        """Copy a local file (an SST) into ``shared/``; the name starts with the checkpoint that uploaded it.
+        Returns its reference: {"file": relative path, "size", "crc32c": checksum of what was uploaded}."""
         relative = f"{SHARED}/{checkpoint_id}-{uuid.uuid4().hex}.sst"
         path = self.path(relative)
         if _is_local(self.fs):
             with open(local_path, "rb") as src:
-                self._write(path, src.read(), exclusive=False)
-        else:
-            self.fs.put_file(local_path, path)
-        return relative
+                data = src.read()
+            self._write(path, data, exclusive=False)
+            return {"file": relative, "size": len(data), checksums.KEY: checksums.checksum(data)}
+        # SST files are immutable: the checksum of the local file is the checksum of the upload
+        crc = checksums.file_checksum(local_path)
+        self.fs.put_file(local_path, path)
+        return {"file": relative, "size": os.path.getsize(local_path), checksums.KEY: crc}
 
     def shared_files(self) -> list[str]:
         """Every file in ``shared/`` (relative to the job's checkpoint directory)."""
@@ -294,7 +334,7 @@ class SavepointTarget(StateLocation):
             return inline_handle(data, index)
         relative = f"{name}-{uuid.uuid4().hex[:8]}"
         write_file(self.fs, self.path(relative), data, exclusive=False)
-        return {"file": relative, "size": len(data), "index": index}
+        return file_handle(relative, data, index)
 
     def write_metadata(self, metadata: CheckpointMetadata) -> None:
         self.fs.makedirs(self.root, exist_ok=True)
@@ -311,6 +351,29 @@ class SavepointTarget(StateLocation):
 def savepoint_url(target_dir: str, job_id: str) -> str:
     """A new savepoint directory under ``target_dir`` (Flink's naming)."""
     return f"{normalize_url(target_dir).rstrip('/')}/savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
+
+
+def url_scheme(url: str) -> str:
+    """``s3`` of s3://bucket/dir; ``file`` of a bare path."""
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def savepoint_target_problem(target: str, allowed_schemes: set[str]) -> str | None:
+    """Why a savepoint directory asked for over the REST API is refused, or None. The job manager writes
+    wherever a target points, with the job's credentials: only the storage the job itself uses (its
+    checkpoint and savepoint directories' schemes, and those configured), and no way out of a directory."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in target):
+        return "contains control characters"
+    scheme = url_scheme(target)
+    path = target.split("://", 1)[1] if "://" in target else target
+    if "://" not in target and not target.startswith("/"):
+        return f"{target!r} is a relative path; give an absolute path or a URL such as s3://bucket/savepoints"
+    if ".." in path.replace("\\", "/").split("/"):
+        return f"{target!r} contains '..'"
+    if scheme not in allowed_schemes:
+        return (f"{scheme}:// is not storage of this job (allowed: {', '.join(sorted(allowed_schemes))}); "
+                f"configure rest.savepoint.allowed-schemes to allow it")
+    return None
 
 
 def dispose_savepoint(url: str, storage_options: dict | None = None) -> CheckpointMetadata:

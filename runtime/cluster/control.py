@@ -1,7 +1,8 @@
 """The control channel between tasks and the job manager: JSON lines over TCP.
 
-Task -> job manager: ``register`` (answered by ``deploy``: the attempt and what to
-restore), ``address`` (where its data server listens; once every task of the attempt
+Task -> job manager: ``register`` with its slot and the attempt its stage was submitted
+for (answered by ``deploy``: what to restore; or by ``refused`` when that attempt is over or
+the slot is taken, and the task ends without touching anything), ``address`` (where its data server listens; once every task of the attempt
 sent one, the job manager answers each with ``peers``, all addresses by slot), ``running``, ``metrics``, ``print``, ``ack`` / ``decline`` (checkpoint n,
 with state handles and timings), ``end_of_data``, ``failed``, ``finished``.
 Job manager -> task: ``deploy``, ``trigger`` (checkpoint n), ``complete`` (n is
@@ -38,6 +39,11 @@ COMPLETE = "complete"
 ABORT = "abort"
 ADDRESS = "address"
 PEERS = "peers"
+REFUSED = "refused"
+
+
+class AttemptRefused(ConnectionError):
+    """The job manager refused this task: its attempt is over (or its slot has a task already)."""
 
 
 def encode(msg: dict) -> bytes:
@@ -67,6 +73,8 @@ class ControlClient:
                 if msg.get("type") == kind:
                     del self.inbox[i]
                     return msg
+                if msg.get("type") == REFUSED:
+                    raise AttemptRefused(str(msg.get("reason", "refused by the job manager")))
             left = deadline - time.monotonic()
             if left <= 0 or self.closed:
                 raise ConnectionError(f"the job manager did not send {kind!r} within {timeout:.0f} s")

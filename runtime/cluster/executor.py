@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import sysconfig
 import threading
@@ -19,16 +20,17 @@ import cloudpickle
 
 from ..api.environment import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
-from ..checkpoint import filesystems
+from ..checkpoint import filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError
-from ..checkpoint.storage import CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint, normalize_url
+from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
+                                  normalize_url)
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod
-from .jobmanager import BindError, JobManager
+from .jobmanager import BindError, JobManager, TaskFailure
 
 
 REST_TOKEN_ENV = "STREAMJOB_REST_TOKEN"  # the REST API's token when rest.auth.token is not set
@@ -91,7 +93,7 @@ class _Attempt:
 
         def run() -> None:
             try:
-                deployment.run_stage(self.group, name, payload, jm_address)
+                deployment.run_stage(self.group, name, payload, jm_address, attempt)
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 self.error = e
 
@@ -108,38 +110,99 @@ class _Attempt:
         self.thread.join(timeout)
 
 
-def _verify(checkpoint: CompletedCheckpoint) -> None:
-    """Fail fast on a checkpoint whose state files are gone (the job manager's side of "corrupt")."""
-    location = StateLocation(checkpoint.root)
-    for rel in checkpoint.metadata.files() + checkpoint.metadata.shared_files():
-        if not location.fs.exists(location.path(rel)):
-            raise CheckpointFormatError(f"checkpoint {checkpoint.url} is missing its state file {rel}")
+# How long the stage's thread may take to notice that the JVM it waits on is gone (its py4j socket
+# closes with the JVM, so it is at once in practice); then the attempt is given up without it.
+_JVM_STAGE_GRACE_S = 5.0
+# How long the killed tasks of an attempt whose JVM died may take to disconnect before the next one starts.
+_ORPHAN_GRACE_S = 5.0
 
 
-def _initial_restore(path: str, note: Any) -> CompletedCheckpoint:
-    """The checkpoint ``--from-checkpoint`` names: newest valid one at or before it."""
-    candidates = find_checkpoints(path)
-    if len(candidates) == 1 and candidates[0].rstrip("/").split("/")[-1].startswith("chk-"):
-        parent = candidates[0].rsplit("/", 1)[0]
-        asked = int(candidates[0].rsplit("chk-", 1)[1])
+def _jvm_failure(how: str, attempt: int) -> TaskFailure:
+    return TaskFailure(-1, None, "SparkJVMExited", f"the Spark JVM exited ({how})", "", "jvm", attempt)
+
+
+def _kill_tasks(pids: dict[int, int]) -> None:
+    """End the task processes of an attempt whose JVM died. Spark would kill them as it cancels the
+    stage; with its JVM gone they live on as orphans (parent pid 1) and keep computing, snapshotting
+    and writing in-progress sink files. Each pid has a connected control channel, so it is still the
+    process that registered (no reused pid)."""
+    for pid in pids.values():
         try:
-            older = [u for u in find_checkpoints(parent) if int(u.rsplit("chk-", 1)[1]) < asked]
-        except CheckpointFormatError:
-            older = []
-        candidates += older
-    errors = []
-    for url in candidates:
-        try:
-            _, meta = load_checkpoint(url)
-            checkpoint = CompletedCheckpoint(meta.checkpoint_id, url, meta)
-            _verify(checkpoint)
-            if errors:
-                note(f"Restoring from {url} instead")
-            return checkpoint
-        except CheckpointFormatError as e:
-            errors.append(str(e))
-            note(f"Cannot restore {url}: {e}")
-    raise CheckpointFormatError("no usable checkpoint: " + "; ".join(errors))
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _driver_lost_message(how: str, master: str, coordinator: CheckpointCoordinator | None) -> str:
+    latest = coordinator.latest() if coordinator is not None else None
+    resume = (f"its checkpoints are kept: resume from {latest.url.rsplit('/', 1)[0]} (latest: checkpoint "
+              f"{latest.checkpoint_id})" if latest is not None else "no checkpoint had completed yet")
+    return (f"the Spark JVM exited ({how}); it cannot be replaced on master {master}: that JVM is the Spark "
+            f"driver, and a new one would be a new Spark application without the job's executors. The job "
+            f"fails instead of retrying a dead gateway; {resume}")
+
+
+def _inspect(candidates: list[Any], damaged: dict[int, str], explicit: str | None,
+             ) -> tuple[list[recovery.Found], dict[int, CompletedCheckpoint], list[str]]:
+    """The I/O half of choosing what to restore: newest first, up to the first that looks readable, each
+    candidate's ``_metadata`` read (URLs) and its files checked for presence and size (the tasks check
+    the checksums as they read). ``damaged``: checkpoint id -> what a task found wrong with it;
+    ``explicit``: the URL the user named. Returns what was found, the loaded checkpoints, notes."""
+    found: list[recovery.Found] = []
+    loaded: dict[int, CompletedCheckpoint] = {}
+    notes: list[str] = []
+    for c in candidates:
+        if isinstance(c, str):
+            try:
+                _, meta = load_checkpoint(c)
+            except CheckpointFormatError as e:
+                found.append(recovery.Found(_id_in_url(c), c, str(e), explicit=c == explicit, kind=_kind_in_url(c)))
+                continue
+            c = CompletedCheckpoint(meta.checkpoint_id, c, meta)
+        problem = damaged.get(c.checkpoint_id)
+        if problem is None:
+            try:
+                problem = StateLocation(c.root).find_damage(c.metadata.file_refs())
+            except Exception as e:  # noqa: BLE001 - storage unreachable: not a reason to give the checkpoint up
+                notes.append(f"Could not check {c.metadata.kind} {c.checkpoint_id} ({type(e).__name__}: {e}); "
+                             f"restoring it anyway")
+        loaded[c.checkpoint_id] = c
+        found.append(recovery.Found(c.checkpoint_id, c.url, problem, explicit=c.url == explicit, kind=c.metadata.kind))
+        if problem is None:
+            break
+    return found, loaded, notes
+
+
+def _id_in_url(url: str) -> int:
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    return int(name[4:]) if name.startswith("chk-") and name[4:].isdigit() else -1
+
+
+def _kind_in_url(url: str) -> str:
+    return "savepoint" if url.rstrip("/").rsplit("/", 1)[-1].startswith("savepoint-") else "checkpoint"
+
+
+def _initial_restore(path: str, allow_older: bool, note: Any) -> tuple[CompletedCheckpoint, str | None, list[str]]:
+    """What ``--from-checkpoint`` / ``--from-savepoint`` (``execution.state-recovery.path``) restores:
+    the checkpoint or savepoint it names, or a job's checkpoint directory's newest one (``recovery``
+    decides when that cannot be read). Returns it, the URL the user named explicitly (None: a job
+    directory), and the older checkpoints of that directory not looked at yet, newest first (a later
+    restore failure may fall back to them, when allowed)."""
+    urls = find_checkpoints(path)
+    named = normalize_url(path).rstrip("/")
+    if named.endswith("/" + METADATA):
+        named = named[: -len(METADATA) - 1]
+    explicit = urls[0] if len(urls) == 1 and urls[0].rstrip("/") == named else None
+    found, loaded, notes = _inspect(urls, {}, explicit)
+    choice = recovery.choose(found, allow_older)
+    for text in notes + list(choice.notes):
+        note(text)
+    if choice.refusal:
+        raise CheckpointFormatError(choice.refusal)
+    if choice.restore is None:
+        raise CheckpointFormatError(f"{path}: no checkpoint to restore")
+    older = urls[urls.index(choice.restore.url) + 1:] if explicit is None else []
+    return loaded[choice.restore.checkpoint_id], explicit, older
 
 
 def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non_restored: bool) -> list[str]:
@@ -187,12 +250,15 @@ def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[C
 
 
 def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None = None,
-                job_id: str | None = None, client: Any = None) -> JobExecutionResult:
+                job_id: str | None = None, client: Any = None, summary: bool | None = None) -> JobExecutionResult:
+    """show_progress: the live table (None: on a terminal); summary: the final tables (None: unless
+    show_progress is False)."""
     mark("execute")
     job_id = job_id or uuid.uuid4().hex
     deployed: list[JobManager] = []  # once the job manager runs, it leaves the final result itself
+    summary = show_progress is not False if summary is None else summary
     try:
-        return _execute_job(graph, config, show_progress, job_id, client, deployed)
+        return _execute_job(graph, config, show_progress, job_id, client, deployed, summary)
     except BaseException as e:
         if not deployed:  # the job could not even be deployed: the operator still learns why
             _leave_termination_message(config, {"id": job_id, "name": graph.job_name, "state": "FAILED",
@@ -202,13 +268,14 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
 
 
 def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None, job_id: str, client: Any,
-                 deployed: list[JobManager]) -> JobExecutionResult:
+                 deployed: list[JobManager], summary: bool = True) -> JobExecutionResult:
     from .spark import SparkDeployment
 
     filesystems.configure(config)
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
     try:
+        config.validate()
         backend = backend_type(config)
         if config.checkpointing_enabled():
             config.unaligned_checkpoints()  # refuses unaligned checkpoints without EXACTLY_ONCE
@@ -228,9 +295,11 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             f"{Options.CHECKPOINTING_DIR} (e.g. file:///tmp/checkpoints or s3://bucket/checkpoints); "
             f"memory:// keeps state in the job manager and cannot share files between checkpoints")
     strategy = failover.from_configuration(config)
-    display = ProgressDisplay(graph, live=show_progress, summary=show_progress is not False)
+    display = ProgressDisplay(graph, live=show_progress, summary=summary)
     recovery_path = config.get_string(Options.RECOVERY_PATH)
-    initial = _initial_restore(recovery_path, display.note) if recovery_path else None
+    allow_older = config.get_bool(Options.ALLOW_OLDER_CHECKPOINT)
+    initial, explicit, older = _initial_restore(recovery_path, allow_older, display.note) if recovery_path \
+        else (None, None, [])
     claim = str(config.get(Options.CLAIM_MODE)).strip().upper()
     if claim not in ("CLAIM", "NO_CLAIM"):
         raise JobDefinitionError(f"configuration {Options.CLAIM_MODE}: expected CLAIM or NO_CLAIM, got {claim!r}")
@@ -252,8 +321,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             job_id = initial.metadata.job_id
             checkpoint_dir = job_root.rsplit("/", 1)[0]
             adopted = _claimable(job_root, initial, display.note)
-    deployment = SparkDeployment(pod.spark_conf(config, os.environ, graph.parallelism, addresses),
-                                 graph.parallelism, graph.job_name)
+    spark_conf = pod.spark_conf(config, os.environ, graph.parallelism, addresses)
     coordinator = None
     if settings.enabled:
         storage = CheckpointStorage(checkpoint_dir, job_id,
@@ -272,7 +340,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     coordinator=coordinator, max_parallelism=graph.max_parallelism,
                     savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
                     inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
-                    operator_names=_metric_names(graph), rest=rest_config)
+                    operator_names=_metric_names(graph), rest=rest_config, plan=graph.plan(),
+                    savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")))
     if client is not None:
         client._attach(jm)
     try:
@@ -288,17 +357,29 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     display.start()
     attempt_no = 0
     restore = initial
+    damaged: dict[int, str] = {}  # checkpoint id -> what a task found wrong with it
     final_state = "FAILED"
+    driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
     interrupts = 0
     try:
+        # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
+        # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
+        deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name)
         while True:
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
             cancel_at: float | None = None
+            jvm_exit: str | None = None  # how the JVM ended, when it did during this attempt
             while attempt.alive():
                 try:
                     attempt.join(0.25)
                     display.update(jm.operator_totals())
+                    if jvm_exit is None:
+                        jvm_exit = deployment.jvm_exit()
+                        if jvm_exit is not None:
+                            jm.report(_jvm_failure(jvm_exit, attempt_no))
+                    elif time.monotonic() - (cancel_at or time.monotonic()) > _JVM_STAGE_GRACE_S:
+                        break
                     if (jm.cancel_requested or client is not None and client._cancel_requested) \
                             and jm.status.state != "CANCELED":
                         jm.status.state = "CANCELED"
@@ -317,6 +398,12 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                         jm.status.state = "CANCELED"
                         attempt.cancel()
             error = attempt.error
+            if error is not None and jvm_exit is None:
+                # The stage ended with an error: was it the JVM (one this process did not launch is only
+                # seen this way, by its gateway refusing connections)?
+                jvm_exit = deployment.jvm_exit(error)
+                if jvm_exit is not None:
+                    jm.report(_jvm_failure(jvm_exit, attempt_no))
             failure = jm.root_failure()
             if error is not None and failure is None and jm.status.state != "CANCELED":
                 jm.failure_event.wait(2.0)  # the failure report may still be on its way
@@ -329,34 +416,63 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 final_state = "FINISHED"
                 break
             # -- the attempt failed: restart or give up -------------------------------------------
-            lost_checkpoints = False
-            if failure is not None and failure.cause == "restore":
-                bad = failure.checkpoint
-                display.note(f"Checkpoint {bad} cannot be restored: {failure.error}")
-                if initial is not None and initial.checkpoint_id == bad and (coordinator is None or not coordinator.completed):
-                    _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
-                                   extra=f"the checkpoint to resume from, {initial.url}, cannot be restored")
-                if coordinator is not None:
-                    coordinator.drop_corrupt(bad)
-                    lost_checkpoints = True
+            # Fenced before anything else: once the restore point is chosen below, no checkpoint of this
+            # attempt may complete and no sink of it commit, whatever its task processes still do.
+            survivors = jm.fence()
+            if jvm_exit is not None:
+                driver_lost = True  # until a new JVM runs: the job's end leaves its checkpoints in place
+                if deployment.local:
+                    _kill_tasks(survivors)
+                    jm.wait_disconnected(_ORPHAN_GRACE_S)
+            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            if jm.all_finished() and (failure is None or failure.cause == "jvm"):
+                # Every task finished (its final checkpoint completed, its sinks committed) before the JVM went.
+                final_state, driver_lost = "FINISHED", False
+                break
+            stopped = jm.stop_with_savepoint_completed()
+            if stopped is not None:
+                # The job's final snapshot is complete and was announced (sinks may have committed from it):
+                # restoring an older checkpoint would repeat that output. The job ends with its savepoint, and
+                # a job resumed from it commits whatever its sinks had not yet.
+                display.note(f"Attempt {attempt_no + 1} failed after its stop-with-savepoint completed: {what}. "
+                             f"The job ends with savepoint {stopped}")
+                final_state, driver_lost = "FINISHED", False
+                break
+            if jvm_exit is not None and not deployment.jvm_restartable:
+                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: "
+                                        + _driver_lost_message(jvm_exit, deployment.master, coordinator))
+            for bad in jm.failures_of("restore"):
+                if bad.checkpoint is not None and bad.checkpoint not in damaged:
+                    damaged[bad.checkpoint] = bad.error
+                    display.note(f"Checkpoint {bad.checkpoint} cannot be restored: {bad.error}")
+            if coordinator is not None:
+                coordinator.abort_all(f"restarting after a failure of attempt {attempt_no + 1}: {what}",
+                                      time.monotonic())
+            # Before the restart strategy: a damaged checkpoint fails the job whatever the strategy
+            # allows (restarting would only find it damaged again).
+            restore, notes, refusal = _pick_restore(coordinator, initial, older, damaged, explicit, allow_older)
+            for msg in notes:
+                display.note(msg)
+            if refusal:
+                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: {refusal}")
             delay = strategy.next_delay_ms(int(time.time() * 1000))
             if delay is None:
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
-            if coordinator is not None:
-                coordinator.abort_all(f"restarting after a failure of attempt {attempt_no}", time.monotonic())
-            restore, skipped = _pick_restore(coordinator, initial)
-            for msg in skipped:
-                display.note(msg)
-            if restore is None and (lost_checkpoints or skipped):
-                # Starting over would repeat output that completed checkpoints already committed.
-                _raise_failure(graph, job_id, failure, error, strategy, attempt_no,
-                               extra="no completed checkpoint is left to restore from")
-            what = failure.summary(graph.parallelism) if failure else _first_line(error)
             where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"
-            display.note(f"Attempt {attempt_no + 1} failed: {what}. Restarting from {where} in {delay} ms ({strategy.describe()})")
+            new_jvm = "; starting a new one" if jvm_exit is not None else ""
+            display.note(f"Attempt {attempt_no + 1} failed: {what}{new_jvm}. Restarting from {where} in {delay} ms "
+                         f"({strategy.describe()})")
             jm.restarts += 1
             attempt_no += 1
-            time.sleep(delay / 1000.0)
+            restart_at = time.monotonic() + delay / 1000.0
+            if jvm_exit is not None:
+                try:
+                    deployment.restart_jvm()
+                except Exception as e:  # noqa: BLE001 - the JVM cannot start: no attempt can run
+                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: the Spark JVM exited "
+                                            f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
+                driver_lost = False
+            time.sleep(max(0.0, restart_at - time.monotonic()))
         seconds = time.monotonic() - started
         totals = jm.operator_totals()
         jm.finish("FINISHED")
@@ -377,7 +493,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         if coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
-                coordinator.shutdown(jm.status.state)
+                coordinator.shutdown(jm.status.state, retain=driver_lost)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
         _linger(config, jm, display)
@@ -472,24 +588,26 @@ def _metric_names(graph: JobGraph) -> dict[str, str]:
     return names
 
 
-def _pick_restore(coordinator: CheckpointCoordinator | None,
-                  initial: CompletedCheckpoint | None) -> tuple[CompletedCheckpoint | None, list[str]]:
-    """Newest completed checkpoint whose files are all there (else the one before), else what the job resumed from."""
-    skipped: list[str] = []
-    if coordinator is not None:
-        while coordinator.completed:
-            candidate = coordinator.completed[-1]
-            try:
-                _verify(candidate)
-                return candidate, skipped
-            except CheckpointFormatError as e:
-                skipped.append(f"Skipping checkpoint {candidate.checkpoint_id}: {e}")
-                coordinator.drop_corrupt(candidate.checkpoint_id)
-            except Exception as e:  # noqa: BLE001 - storage unreachable: not a reason to give the checkpoint up
-                skipped.append(f"Could not check checkpoint {candidate.checkpoint_id} ({type(e).__name__}: {e}); "
-                               f"restoring it anyway")
-                return candidate, skipped
-    return initial, skipped
+def _pick_restore(coordinator: CheckpointCoordinator | None, initial: CompletedCheckpoint | None, older: list[str],
+                  damaged: dict[int, str], explicit: str | None, allow_older: bool,
+                  ) -> tuple[CompletedCheckpoint | None, list[str], str | None]:
+    """What a failover restores: (checkpoint or None for the beginning, notes, refusal). The candidates,
+    newest first: the completed checkpoints of this run, what it resumed from, the older checkpoints of
+    the directory it resumed from; ``recovery.choose`` decides."""
+    candidates: list[Any] = list(reversed(coordinator.completed)) if coordinator is not None else []
+    ids = {c.checkpoint_id for c in candidates}
+    if initial is not None and initial.checkpoint_id not in ids:
+        candidates.append(initial)
+        ids.add(initial.checkpoint_id)
+    candidates += [u for u in older if _id_in_url(u) not in ids]
+    found, loaded, notes = _inspect(candidates, damaged, explicit)
+    choice = recovery.choose(found, allow_older)
+    if choice.refusal is None and coordinator is not None:
+        for f in found:
+            if f.problem is not None:  # skipped: never again a candidate, nor counted for retention
+                coordinator.drop_corrupt(f.checkpoint_id)
+    restore = loaded[choice.restore.checkpoint_id] if choice.restore is not None else None
+    return restore, notes + list(choice.notes), choice.refusal
 
 
 def _checkpoint_summaries(coordinator: CheckpointCoordinator | None) -> list[dict]:

@@ -15,19 +15,27 @@ import json
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
                                       SavepointRequest, TaskCheckpointStats)
-from ..checkpoint.storage import normalize_url
+from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
 from ..config import Options
 from . import control as C
+from .rates import CounterRates
+from .tracebacks import map_user_frames
 
-CAUSE_PRIORITY = ("operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
+# The JVM's death first: every other failure of that attempt (lost tasks, peers) follows from it.
+CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
+FAILURE_HISTORY = 100  # task failures kept for GET /v1/exceptions (a job restarting forever must not grow)
+SAVEPOINT_HISTORY = 100  # savepoints listed by GET /v1/savepoints, newest first
+# Flink's back pressure levels: the share of time a task could not emit
+BACKPRESSURE_LEVELS = ((0.1, "OK"), (0.5, "LOW"), (float("inf"), "HIGH"))
 
 
 class SavepointRefused(RuntimeError):
@@ -46,12 +54,15 @@ class TaskFailure:
     error: str
     traceback: str
     cause: str  # "operator" (user code), "task" (runtime), "restore" (checkpoint unreadable), "storage"
-    # (checkpoint storage unreachable during restore), "checkpoint", "lost" (process gone), "peer"
+    # (checkpoint storage unreachable during restore), "checkpoint", "lost" (process gone), "peer",
+    # "jvm" (the Spark JVM exited)
     attempt: int = 0
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)
 
     def summary(self, parallelism: int) -> str:
+        if self.cause == "jvm":
+            return self.error
         if self.operator:
             where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})"
         elif self.slot >= 0:
@@ -75,15 +86,22 @@ class JobManager:
                  advertise: str | None = None, port: int = 0, on_print: Callable[[list[str]], None] | None = None,
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
-                 operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None):
+                 operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
+                 savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self.savepoint_dir = savepoint_dir
+        # Where a savepoint may be written when a REST client names the directory: the job's own storage.
+        own = {url_scheme(u) for u in (savepoint_dir, coordinator.storage.base_url if coordinator else None) if u}
+        own.discard("memory")
+        self.savepoint_schemes = (own or {"file"}) | {s.strip().lower() for s in savepoint_schemes if s.strip()}
         self.inline_threshold = inline_threshold
         self.cancel_requested = False
         self.operator_names = operator_names or {}
+        self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
+        self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
         self.restored: tuple[CompletedCheckpoint, float] | None = None  # what the current attempt restored, when
         self.backpressure: dict[int, dict[str, list]] = {}  # slot -> task name -> [seconds, now]
         self.rest_config = rest  # (host, port, bearer token) of the REST API, None: no API
@@ -95,6 +113,10 @@ class JobManager:
         self.coordinator = coordinator
         self.status = JobStatus()
         self.attempt = 0
+        # Set once the executor gave the current attempt up, before it picks the restore point: from
+        # then on no checkpoint of that attempt completes (acks are dropped, no "complete" is sent, so
+        # no sink commits), nothing is triggered and no task registers, whatever its processes still do.
+        self.fenced = False
         self.restore: CompletedCheckpoint | None = None
         self.metrics: dict[int, dict[str, list[int]]] = {}
         self.windows: dict[int, tuple[float | None, float | None]] = {}  # slot -> (loop start, loop end)
@@ -105,7 +127,8 @@ class JobManager:
         self.finished: set[int] = set()
         self.pids: dict[int, int] = {}
         self.failures: list[TaskFailure] = []
-        self.all_failures: list[TaskFailure] = []
+        self.all_failures: deque[TaskFailure] = deque(maxlen=FAILURE_HISTORY)  # every attempt's, newest last
+        self.failure_count = 0  # all failures ever, also those all_failures no longer holds
         self.restarts = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._lock = threading.RLock()
@@ -219,6 +242,7 @@ class JobManager:
         """A new deployment of every task; messages of earlier attempts are ignored from now on."""
         with self._lock:
             self.attempt = attempt
+            self.fenced = False
             self.restore = restore
             if restore is not None:
                 self.restored = (restore, time.time())
@@ -230,10 +254,23 @@ class JobManager:
             self.finished.clear()
             self.pids.clear()
             self.metrics.clear()
+            self.rates.clear()
             self.windows.clear()
             self.failures = []
             self.failure_event.clear()
             self.status.state = "RUNNING"
+
+    def fence(self) -> dict[int, int]:
+        """The current attempt is over: see ``fenced``. Returns slot -> process id of its tasks still
+        connected (a connected control channel means the process that registered is alive), so the
+        executor can end them where Spark cannot (its JVM is gone)."""
+        with self._lock:
+            self.fenced = True
+            return {slot: pid for slot, pid in self.pids.items() if slot in self._writers}
+
+    def report(self, failure: TaskFailure) -> None:
+        """A failure the driver saw itself (the Spark JVM's exit), recorded as a task's would be."""
+        self._fail(failure)
 
     # -- commands ----------------------------------------------------------------
     def stop(self) -> None:
@@ -266,6 +303,10 @@ class JobManager:
         if cc is None:
             raise SavepointRefused("savepoints need checkpointing: the job runs without "
                                    "execution.checkpointing.interval, so its tasks take no snapshots")
+        if target_dir is not None:
+            problem = savepoint_target_problem(target_dir, self.savepoint_schemes)
+            if problem is not None:
+                raise ValueError(problem)
         target = target_dir or self.savepoint_dir
         if not target:
             raise SavepointRefused("no target directory: pass one, or configure execution.checkpointing.savepoint-dir")
@@ -292,8 +333,70 @@ class JobManager:
                         "id": latest.checkpoint_id, "path": latest.url,
                         "completed_time": latest.metadata.completed_ms / 1000.0},
                     # event time: the lowest watermark over an operator's subtasks (Flink's low watermark)
-                    "watermarks": {op: {"low": min(w.values()), "subtasks": {str(k): v for k, v in sorted(w.items())}}
-                                   for op, w in self._watermarks_unlocked().items()}}
+                    "watermarks": {op: _low_watermark(w) for op, w in self._watermarks_unlocked().items()},
+                    "savepoint_dir": self.savepoint_dir,
+                    **self._live_plan()}
+
+    def _live_plan(self) -> dict[str, Any]:
+        """The job graph with each operator's records, rates and watermark, each task's back pressure."""
+        rates = self.rates.per_slot(time.monotonic())
+        totals = self.operator_totals()
+        watermarks: dict[str, dict[int, int]] = {}
+        for slot, per_slot in self.metrics.items():
+            for op, values in per_slot.items():
+                if len(values) > 2 and values[2] is not None:
+                    watermarks.setdefault(op, {})[slot] = values[2]
+
+        def rate(key: tuple) -> float:
+            return round(sum(r.get(key, 0.0) for r in rates.values()), 3)
+
+        vertices = []
+        for v in self.plan["vertices"]:
+            operators = []
+            for op in v["operators"]:
+                rin, rout = totals.get(op["id"], [0, 0])[:2]
+                wm = watermarks.get(op["id"])
+                operators.append({**op, "records_in": rin, "records_out": rout,
+                                  "records_in_per_second": rate(("in", op["id"])),
+                                  "records_out_per_second": rate(("out", op["id"])),
+                                  "watermark": _low_watermark(wm) if wm else None})
+            subtasks = []
+            for slot in sorted(self.backpressure):
+                seconds, now = self.backpressure[slot].get(v["name"], (0.0, False))
+                subtasks.append({"subtask": slot, "ratio": round(min(1.0, rates.get(slot, {}).get(("bp", v["name"]), 0.0)), 3),
+                                 "back_pressured": bool(now), "seconds": seconds})
+            worst = max((s["ratio"] for s in subtasks), default=0.0)
+            vertices.append({**v, "operators": operators, "backpressure": {
+                "level": next(level for bound, level in BACKPRESSURE_LEVELS if worst <= bound),
+                "ratio": worst, "subtasks": subtasks}})
+        return {"vertices": vertices, "edges": self.plan["edges"]}
+
+    def exceptions_info(self) -> dict[str, Any]:
+        """Task failures, newest attempt first: each attempt's root cause (as the job's error names it) and
+        the failures that came with it (peers losing their connection, ...). Bounded: ``truncated`` says so."""
+        with self._lock:
+            by_attempt: dict[int, list[TaskFailure]] = {}
+            for f in self.all_failures:
+                by_attempt.setdefault(f.attempt, []).append(f)
+            history = []
+            for attempt in sorted(by_attempt, reverse=True):
+                failures = by_attempt[attempt]
+                root = _root(failures) or failures[0]
+                history.append({"attempt": attempt, "time": root.at, "root": self._failure_doc(root),
+                                "concurrent": [self._failure_doc(f) for f in failures if f is not root]})
+            return {"total": self.failure_count, "truncated": self.failure_count > len(self.all_failures),
+                    "history": history}
+
+    def _failure_doc(self, f: TaskFailure) -> dict[str, Any]:
+        return {"time": f.at, "subtask": f.slot if f.slot >= 0 else None, "operator": f.operator,
+                "error_type": f.error_type, "error": f.error, "traceback": f.traceback, "cause": f.cause,
+                "checkpoint": f.checkpoint, "summary": f.summary(self.parallelism)}
+
+    def savepoints_info(self) -> dict[str, Any]:
+        cc = self.coordinator
+        with self._lock:
+            requests = list(cc.savepoints.values()) if cc is not None else []
+            return {"savepoints": [r.summary() for r in requests[::-1][:SAVEPOINT_HISTORY]]}
 
     def restored_info(self) -> dict[str, Any] | None:
         if self.restored is None:
@@ -362,7 +465,7 @@ class JobManager:
     def _tick(self, now: float) -> None:
         cc = self.coordinator
         with self._lock:
-            if cc is None or self.failures or len(self.running) < self.parallelism:
+            if cc is None or self.failures or self.fenced or len(self.running) < self.parallelism:
                 return
             cc.expire(now)
             self._send_aborts()
@@ -394,7 +497,7 @@ class JobManager:
                                     int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)),
                                     float(msg.get("start_delay_ms", 0.0)))
         with self._lock:
-            if int(msg.get("attempt", -1)) != self.attempt:
+            if int(msg.get("attempt", -1)) != self.attempt or self.fenced:
                 cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
                 return
             now = time.monotonic()
@@ -407,7 +510,7 @@ class JobManager:
     def _on_decline(self, msg: dict) -> None:
         cc = self.coordinator
         with self._lock:
-            if cc is None or int(msg.get("attempt", -1)) != self.attempt:
+            if cc is None or int(msg.get("attempt", -1)) != self.attempt or self.fenced:
                 return
             cc.decline(int(msg["id"]), str(msg.get("reason", "declined")), time.monotonic())
             self._send_aborts()
@@ -445,6 +548,18 @@ class JobManager:
         with self._lock:
             return len(self.running) >= self.parallelism and not self.failures
 
+    def stop_with_savepoint_completed(self) -> str | None:
+        """The path of this job's completed stop-with-savepoint, if one completed."""
+        cc = self.coordinator
+        with self._lock:
+            stops = [r for r in (cc.savepoints.values() if cc is not None else ()) if r.stop and r.status == COMPLETED]
+            return stops[-1].path if stops else None
+
+    def all_finished(self) -> bool:
+        """Every task of the current attempt reported "finished" (after its final checkpoint)."""
+        with self._lock:
+            return len(self.finished) >= self.parallelism
+
     def wait_finished(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while len(self.finished) < self.parallelism and time.monotonic() < deadline:
@@ -462,16 +577,18 @@ class JobManager:
 
     def root_failure(self) -> TaskFailure | None:
         with self._lock:
-            for cause in CAUSE_PRIORITY:
-                for f in self.failures:
-                    if f.cause == cause:
-                        return f
-        return None
+            return _root(self.failures)
+
+    def failures_of(self, cause: str) -> list[TaskFailure]:
+        """This attempt's failures with ``cause`` (e.g. every subtask that found its checkpoint damaged)."""
+        with self._lock:
+            return [f for f in self.failures if f.cause == cause]
 
     def _fail(self, failure: TaskFailure) -> None:
         with self._lock:
             self.failures.append(failure)
             self.all_failures.append(failure)
+            self.failure_count += 1
         self.failure_event.set()
 
     # -- protocol ----------------------------------------------------------------
@@ -485,6 +602,18 @@ class JobManager:
         storage = self.coordinator.storage.base_url if self.coordinator is not None else None
         return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,
                 "checkpoint_dir": storage}
+
+    def _refusal(self, slot: int, attempt: int) -> str | None:
+        """Why a registering task may not join (None: it may). Called with the lock held."""
+        if attempt != self.attempt:
+            return f"attempt {attempt + 1} is over; the job runs attempt {self.attempt + 1}"
+        if self.fenced:
+            return f"attempt {attempt + 1} is being restarted"
+        if not 0 <= slot < self.parallelism:
+            return f"slot {slot + 1} does not exist (parallelism {self.parallelism})"
+        if slot in self.registered:  # two processes must never act as one subtask
+            return f"slot {slot + 1} of attempt {attempt + 1} has a task already"
+        return None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         slot = None
@@ -501,13 +630,18 @@ class JobManager:
                     continue
                 kind = msg.get("type")
                 if kind == C.REGISTER:
-                    slot = int(msg["slot"])
                     with self._lock:
-                        attempt = self.attempt
-                        self._writers[slot] = writer
-                        self.registered.add(slot)
-                        if "pid" in msg:
-                            self.pids[slot] = int(msg["pid"])
+                        refusal = self._refusal(int(msg["slot"]), int(msg.get("attempt", -1)))
+                        if refusal is None:
+                            slot, attempt = int(msg["slot"]), self.attempt
+                            self._writers[slot] = writer
+                            self.registered.add(slot)
+                            if "pid" in msg:
+                                self.pids[slot] = int(msg["pid"])
+                    if refusal is not None:
+                        writer.write(C.encode({"type": C.REFUSED, "reason": refusal}))
+                        await writer.drain()
+                        break
                     writer.write(C.encode(self._deployment(slot)))
                     continue
                 if kind in (C.ACK, C.DECLINE):
@@ -520,6 +654,7 @@ class JobManager:
                         self.metrics[int(msg["slot"])] = msg["ops"]
                         self.backpressure[int(msg["slot"])] = msg.get("backpressure") or {}
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
+                        self.rates.observe(int(msg["slot"]), time.monotonic(), _counters(msg))
                 elif kind == C.ADDRESS:
                     # The tasks' address exchange (instead of Spark's BarrierTaskContext.allGather,
                     # which took ~1 s here: a round trip through the JVM's barrier coordinator).
@@ -541,7 +676,8 @@ class JobManager:
                             self.coordinator.request_final()
                 elif kind == C.FAILED:
                     self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
-                                           msg.get("error", ""), msg.get("traceback", ""), msg.get("cause", "task"),
+                                           msg.get("error", ""), map_user_frames(msg.get("traceback", "")),
+                                           msg.get("cause", "task"),
                                            attempt or 0, msg.get("checkpoint")))
                 elif kind == C.FINISHED:
                     finished = True
@@ -549,13 +685,41 @@ class JobManager:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            if slot is not None and self._writers.get(slot) is writer:
+            # Only the connection the slot registered speaks for it: a second one (refused) losing
+            # its process is no failure of the slot.
+            registered = slot is not None and self._writers.get(slot) is writer
+            if registered:
                 del self._writers[slot]
             writer.close()
-            if slot is not None and not finished and attempt == self.attempt and self.status.state == "RUNNING":
+            if registered and not finished and attempt == self.attempt and not self.fenced \
+                    and self.status.state == "RUNNING":
                 self._fail(TaskFailure(slot, None, "TaskLost",
                                        f"the task process of slot {slot + 1} exited without reporting (killed, or out of memory?)",
                                        "", "lost", attempt or 0))
+
+
+def _root(failures: list[TaskFailure]) -> TaskFailure | None:
+    """The failure that explains the others: user code before the runtime, before a lost peer."""
+    for cause in CAUSE_PRIORITY:
+        for f in failures:
+            if f.cause == cause:
+                return f
+    return None
+
+
+def _low_watermark(per_subtask: dict[int, int]) -> dict[str, Any]:
+    return {"low": min(per_subtask.values()), "subtasks": {str(k): v for k, v in sorted(per_subtask.items())}}
+
+
+def _counters(msg: dict) -> dict[tuple, float]:
+    """The cumulative counters of a task's metric report, for rates: records in/out per operator,
+    back-pressured seconds per task."""
+    out: dict[tuple, float] = {}
+    for op, values in (msg.get("ops") or {}).items():
+        out[("in", op)], out[("out", op)] = values[0], values[1]
+    for task, (seconds, _now) in (msg.get("backpressure") or {}).items():
+        out[("bp", task)] = seconds
+    return out
 
 
 def _same_request(earlier: SavepointRequest, target: str, stop: bool, drain: bool) -> SavepointRequest:

@@ -123,7 +123,12 @@ def kubernetes_spark_conf(config: Configuration, environ: Mapping[str, str], par
     cores, slots = executor_slots(config)
     conf = {"spark.submit.deployMode": "client", "spark.kubernetes.container.image": image,
             "spark.executor.cores": str(cores), "spark.executor.instances": str(math.ceil(parallelism / slots)),
-            "spark.dynamicAllocation.enabled": "false", **scheduling_conf(config)}
+            "spark.dynamicAllocation.enabled": "false",
+            # Spark waits this long for its driver pod to be Ready before creating executors, and logs an
+            # ERROR when it is not (default 1 s). The job manager serves the readiness probe before Spark
+            # starts, so the wait ends at the probe's next period; a pod not Ready by then is worth an ERROR.
+            "spark.kubernetes.allocation.driver.readinessTimeout": "30s",
+            **scheduling_conf(config)}
     namespace = (config.get_string(Options.K8S_NAMESPACE) or environ.get(POD_NAMESPACE, "")
                  or _read_text(namespace_file)).strip()
     if namespace:

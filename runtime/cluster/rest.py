@@ -1,8 +1,10 @@
 """The job manager's REST API (aiohttp), in the driver, on the job manager's event loop.
 
 JSON in and out, described by the OpenAPI document it serves at ``/v1/openapi.json``;
-Prometheus metrics at ``/metrics``. With ``rest.auth.token`` set, every ``/v1``
-route but the OpenAPI document needs ``Authorization: Bearer <token>``. Errors are
+Prometheus metrics at ``/metrics``; the web dashboard at ``/`` (static files of this
+package, which read the same API). With ``rest.auth.token`` set, every ``/v1``
+route but the OpenAPI document needs ``Authorization: Bearer <token>``; the dashboard's
+files do not (they hold no job data; the page asks for the token). Errors are
 ``{"error": message}`` with a 4xx status that says whose fault it is.
 """
 
@@ -11,16 +13,27 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from importlib import resources
 from typing import Any
 
 from aiohttp import web
 
-from .jobmanager import JobManager, SavepointRefused
+from .jobmanager import FAILURE_HISTORY, SAVEPOINT_HISTORY, JobManager, SavepointRefused
 from .metrics import JobMetrics
 from .pod import is_wildcard
 
 API = "/v1"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # safe in a URL path, a label and a log line
+DASHBOARD_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+# The page runs only its own script and style and talks only to this server: user text (job, operator
+# names, exception messages) that slipped into the DOM as markup still could not run; it cannot be
+# framed (its buttons stop and cancel the job), and its URL (with the job's address) is not sent on.
+DASHBOARD_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -43,11 +56,15 @@ class RestServer:
         app.router.add_get(f"{API}/openapi.json", self.openapi)
         app.router.add_get(f"{API}/job", self.job)
         app.router.add_get(f"{API}/checkpoints", self.checkpoints)
+        app.router.add_get(f"{API}/exceptions", self.exceptions)
+        app.router.add_get(f"{API}/savepoints", self.savepoints)
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{trigger_id}}", self.savepoint)
         app.router.add_post(f"{API}/stop", self.stop)
         app.router.add_post(f"{API}/cancel", self.cancel)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/", self.dashboard)
+        app.router.add_get("/dashboard/{name}", self.dashboard)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -73,7 +90,10 @@ class RestServer:
                 raise
             message = {404: f"no such resource: {request.path}",
                        405: f"{request.method} is not allowed on {request.path}"}.get(e.status, e.reason)
-            return _error(e.status, message)
+            response = _error(e.status, message)
+            if isinstance(e, web.HTTPMethodNotAllowed):  # RFC 9110: a 405 names the methods that are
+                response.headers["Allow"] = ", ".join(sorted(e.allowed_methods))
+            return response
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -90,16 +110,42 @@ class RestServer:
         return web.json_response(OPENAPI)
 
     async def job(self, request: web.Request) -> web.StreamResponse:
+        peek = _flag(request, "peek")
+        if isinstance(peek, web.Response):
+            return peek
         info = self.jm.job_info()
-        return await self._sent(request, info, final=info["end_time"] is not None)
+        # A watcher (the dashboard) peeks: the final result stays for the client that waits for it.
+        return await self._sent(request, info, final=info["end_time"] is not None and not peek)
 
     async def checkpoints(self, request: web.Request) -> web.Response:
+        raw = request.query.get("limit")
+        limit = None
+        if raw is not None:
+            if not raw.isdigit() or int(raw) < 1:
+                return _error(400, f"query parameter 'limit' must be a positive integer, got {raw[:50]!r}")
+            limit = int(raw)
         if self.jm.coordinator is None:
             return web.json_response({"enabled": False, "counts": {"completed": 0, "failed": 0, "in_progress": 0},
                                       "latest": {"completed": None, "savepoint": None, "failed": None,
                                                  "restored": self.jm.restored_info()},
                                       "history": []})
-        return web.json_response(self.jm.checkpoints_info())
+        doc = self.jm.checkpoints_info()
+        doc["history"] = doc["history"][:limit]
+        return web.json_response(doc)
+
+    async def exceptions(self, request: web.Request) -> web.Response:
+        return web.json_response(self.jm.exceptions_info())
+
+    async def savepoints(self, request: web.Request) -> web.Response:
+        return web.json_response(self.jm.savepoints_info())
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "index.html")
+        files = _dashboard_files()
+        if name not in files:
+            return _error(404, f"no such resource: {request.path}")
+        return web.Response(body=files[name], headers={
+            "Content-Type": DASHBOARD_TYPES[name[name.rindex("."):]] + "; charset=utf-8", **DASHBOARD_HEADERS})
 
     async def trigger_savepoint(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
@@ -169,6 +215,28 @@ class RestServer:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
 
+_FILES: dict[str, bytes] | None = None
+
+
+def _dashboard_files() -> dict[str, bytes]:
+    """The dashboard's files (package data), read once: name -> bytes."""
+    global _FILES
+    if _FILES is None:
+        folder = resources.files(__package__) / "dashboard"
+        _FILES = {f.name: f.read_bytes() for f in folder.iterdir()
+                  if f.is_file() and any(f.name.endswith(ext) for ext in DASHBOARD_TYPES)}
+    return _FILES
+
+
+def _flag(request: web.Request, name: str) -> bool | web.Response:
+    raw = request.query.get(name)
+    if raw is None:
+        return False
+    if raw.lower() not in ("true", "false", "1", "0"):
+        return _error(400, f"query parameter {name!r} must be true or false, got {raw[:50]!r}")
+    return raw.lower() in ("true", "1")
+
+
 async def _json_body(request: web.Request) -> dict | web.Response:
     if not request.can_read_body:
         return {}
@@ -179,6 +247,8 @@ async def _json_body(request: web.Request) -> dict | web.Response:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         return _error(400, f"request body is not valid JSON: {e}")
+    except RecursionError:
+        return _error(400, "request body is nested too deeply")
     if not isinstance(body, dict):
         return _error(400, f"request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -211,7 +281,7 @@ OPENAPI: dict[str, Any] = {
             "Job": {
                 "type": "object",
                 "required": ["id", "name", "state", "parallelism", "max_parallelism", "restarts", "start_time",
-                             "end_time", "latest_checkpoint", "final_savepoint", "error"],
+                             "end_time", "latest_checkpoint", "final_savepoint", "error", "vertices", "edges"],
                 "properties": {
                     "id": {"type": "string"}, "name": {"type": "string"},
                     "state": {"enum": ["CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED"]},
@@ -223,13 +293,86 @@ OPENAPI: dict[str, Any] = {
                                         "description": "path of the stop-with-savepoint that ended the job"},
                     "error": {"type": ["string", "null"], "description": "why the job FAILED"},
                     "watermarks": {
-                        "type": "object", "description": "event time, per operator that has a watermark: the "
-                        "lowest over its subtasks and each subtask's (ms since the epoch)",
-                        "additionalProperties": {
-                            "type": "object", "required": ["low", "subtasks"],
-                            "properties": {"low": {"type": "integer"},
-                                           "subtasks": {"type": "object",
-                                                        "additionalProperties": {"type": "integer"}}}}}}},
+                        "type": "object", "description": "event time, per operator that has a watermark (by its "
+                        "metric name): the lowest over its subtasks and each subtask's (ms since the epoch)",
+                        "additionalProperties": _ref("Watermark")},
+                    "savepoint_dir": {"type": ["string", "null"], "description": "where a savepoint goes when the "
+                                      "request names no target_dir (execution.checkpointing.savepoint-dir)"},
+                    "vertices": {"type": "array", "items": _ref("Vertex"),
+                                 "description": "the job graph's tasks (chains of operators), in plan order"},
+                    "edges": {"type": "array", "items": _ref("Edge"), "description": "every edge between operators"}}},
+            "Watermark": {
+                "type": "object", "required": ["low", "subtasks"],
+                "properties": {"low": {"type": "integer", "description": "the lowest over the subtasks (Flink's "
+                                       "low watermark), ms since the epoch"},
+                               "subtasks": {"type": "object", "additionalProperties": {"type": "integer"},
+                                            "description": "subtask index -> its current output watermark"}}},
+            "Vertex": {
+                "type": "object", "required": ["id", "name", "parallelism", "operators", "backpressure"],
+                "description": "a task: operators chained together (called directly, no channel between them)",
+                "properties": {
+                    "id": {"type": "integer"}, "name": {"type": "string"}, "parallelism": {"type": "integer"},
+                    "operators": {"type": "array", "items": _ref("OperatorStats"), "description": "chain order"},
+                    "backpressure": {
+                        "type": "object", "required": ["level", "ratio", "subtasks"],
+                        "properties": {
+                            "level": {"enum": ["OK", "LOW", "HIGH"], "description": "as Flink's: ratio up to 0.1, "
+                                      "up to 0.5, above"},
+                            "ratio": {**_NUM, "description": "the busiest subtask's share of the last seconds spent "
+                                      "unable to emit (downstream had no room)"},
+                            "subtasks": {"type": "array", "items": {
+                                "type": "object", "required": ["subtask", "ratio", "back_pressured", "seconds"],
+                                "properties": {"subtask": {"type": "integer"}, "ratio": _NUM,
+                                               "back_pressured": {"type": "boolean", "description": "now"},
+                                               "seconds": {**_NUM, "description": "back-pressured in all"}}}}}}}},
+            "OperatorStats": {
+                "type": "object",
+                "required": ["id", "name", "kind", "uid", "records_in", "records_out", "records_in_per_second",
+                             "records_out_per_second", "watermark"],
+                "properties": {
+                    "id": {"type": "string"}, "name": {"type": "string"},
+                    "kind": {"type": "string", "description": "source, map, keyed_process, window, sink, ..."},
+                    "uid": _NULLABLE_STR,
+                    "records_in": {"type": "integer", "description": "over all subtasks, this attempt"},
+                    "records_out": {"type": "integer"},
+                    "records_in_per_second": {**_NUM, "description": "over the last seconds of task reports"},
+                    "records_out_per_second": _NUM,
+                    "watermark": {"oneOf": [_ref("Watermark"), {"type": "null"}]}}},
+            "Edge": {
+                "type": "object",
+                "required": ["source", "target", "source_vertex", "target_vertex", "partitioner", "key",
+                             "side_output", "input", "chained"],
+                "properties": {
+                    "source": {"type": "string", "description": "operator id"}, "target": {"type": "string"},
+                    "source_vertex": {"type": "integer"}, "target_vertex": {"type": "integer"},
+                    "partitioner": {"enum": ["FORWARD", "HASH", "REBALANCE", "SHUFFLE", "BROADCAST", "CUSTOM"]},
+                    "key": {**_NULLABLE_STR, "description": "the key of a HASH or CUSTOM edge"},
+                    "side_output": {**_NULLABLE_STR, "description": "the OutputTag the edge carries, if not the "
+                                    "main output"},
+                    "input": {"type": "integer", "description": "0, or 1 for a two-input operator's second"},
+                    "chained": {"type": "boolean", "description": "within one task (a direct call)"}}},
+            "Failure": {
+                "type": "object",
+                "required": ["time", "subtask", "operator", "error_type", "error", "traceback", "cause", "summary"],
+                "properties": {
+                    "time": _NUM, "subtask": {"type": ["integer", "null"], "description": "null: the job manager"},
+                    "operator": _NULLABLE_STR, "error_type": {"type": "string"}, "error": {"type": "string"},
+                    "traceback": {"type": "string", "description": "the user's frames map back to the job file"},
+                    "cause": {"enum": ["operator", "task", "restore", "storage", "checkpoint", "lost", "peer"]},
+                    "checkpoint": {"type": ["integer", "null"],
+                                   "description": "the checkpoint a restore failure could not read"},
+                    "summary": {"type": "string"}}},
+            "Exceptions": {
+                "type": "object", "required": ["total", "truncated", "history"],
+                "properties": {
+                    "total": {"type": "integer", "description": "failures over the job's life"},
+                    "truncated": {"type": "boolean", "description": f"older failures dropped (the newest "
+                                  f"{FAILURE_HISTORY} are kept)"},
+                    "history": {"type": "array", "description": "newest attempt first", "items": {
+                        "type": "object", "required": ["attempt", "time", "root", "concurrent"],
+                        "properties": {"attempt": {"type": "integer"}, "time": _NUM,
+                                       "root": {**_ref("Failure"), "description": "the root cause of the attempt's end"},
+                                       "concurrent": {"type": "array", "items": _ref("Failure")}}}}}},
             "CheckpointStats": {
                 "type": "object", "required": ["id", "status", "trigger_time", "duration_ms", "state_size"],
                 "properties": {
@@ -259,7 +402,11 @@ OPENAPI: dict[str, Any] = {
                     "history": {"type": "array", "items": _ref("CheckpointStats")}}},
             "SavepointRequest": {
                 "type": "object", "additionalProperties": False,
-                "properties": {"target_dir": {"type": "string", "minLength": 1}, "stop": {"type": "boolean"},
+                "properties": {"target_dir": {
+                    "type": "string", "minLength": 1, "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+                    "description": "an absolute path or URL on the job's own storage (the schemes of its checkpoint "
+                                   "and savepoint directories, and rest.savepoint.allowed-schemes), without '..'"},
+                    "stop": {"type": "boolean"},
                                "drain": {"type": "boolean"},
                                "request_id": {"type": "string", "pattern": f"^{REQUEST_ID.pattern}$",
                                               "description": "client-chosen; a repeated request_id returns the "
@@ -274,6 +421,9 @@ OPENAPI: dict[str, Any] = {
                     "path": {"type": "string"}, "error": _NULLABLE_STR, "stop": {"type": "boolean"},
                     "drain": {"type": "boolean"}, "checkpoint_id": {"type": ["integer", "null"]},
                     "requested_time": _NUM, "completed_time": _NULLABLE_NUM}},
+            "Savepoints": {"type": "object", "required": ["savepoints"], "properties": {
+                "savepoints": {"type": "array", "items": _ref("Savepoint"),
+                               "description": f"newest first, at most {SAVEPOINT_HISTORY}"}}},
             "Accepted": {"type": "object", "required": ["state"], "properties": {"state": {"type": "string"}}},
         },
     },
@@ -281,12 +431,29 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         f"{API}/openapi.json": {"get": {"summary": "This document", "security": [],
                                         "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
-        f"{API}/job": {"get": {"summary": "The job's status; after the end its final word, served for "
-                                          "rest.result-linger or until read", "responses": {
-            "200": _json(_ref("Job"), "the job"), **_ERRORS}}},
-        f"{API}/checkpoints": {"get": {"summary": "Checkpoint counts, latest ones and history", "responses": {
-            "200": _json(_ref("Checkpoints"), "checkpoint statistics"), **_ERRORS}}},
-        f"{API}/savepoints": {"post": {
+        f"{API}/job": {"get": {
+            "summary": "The job's status and graph, with each operator's records, rates and watermark and each "
+                       "task's back pressure; after the end its final word, served for rest.result-linger or "
+                       "until read",
+            "parameters": [{"name": "peek", "in": "query", "required": False, "schema": {"type": "boolean"},
+                            "description": "true: reading the final word does not end the linger (a watcher, "
+                                           "such as the dashboard, leaves it to the client that waits for it)"}],
+            "responses": {"200": _json(_ref("Job"), "the job"),
+                          "400": _json(_ref("Error"), "malformed query"), **_ERRORS}}},
+        f"{API}/checkpoints": {"get": {
+            "summary": "Checkpoint counts, latest ones and history (newest first)",
+            "parameters": [{"name": "limit", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 1},
+                            "description": "at most this many history entries"}],
+            "responses": {"200": _json(_ref("Checkpoints"), "checkpoint statistics"),
+                          "400": _json(_ref("Error"), "malformed query"), **_ERRORS}}},
+        f"{API}/exceptions": {"get": {
+            "summary": "Task failures with their tracebacks, per attempt: the root cause and the failures that "
+                       "came with it (as Flink's /jobs/:id/exceptions)",
+            "responses": {"200": _json(_ref("Exceptions"), "failure history"), **_ERRORS}}},
+        f"{API}/savepoints": {"get": {
+            "summary": "Savepoints triggered on this job (REST, CLI, operator), with status and path",
+            "responses": {"200": _json(_ref("Savepoints"), "savepoints"), **_ERRORS}}, "post": {
             "summary": "Trigger a savepoint (stop: then stop the job; drain: end the input first)",
             "requestBody": {"required": False, "content": {"application/json": {"schema": _ref("SavepointRequest")}}},
             "responses": {"202": _json(_ref("SavepointTriggered"), "queued; poll its status"),
@@ -309,5 +476,12 @@ OPENAPI: dict[str, Any] = {
                           "409": _json(_ref("Error"), "the job already ended"), **_ERRORS}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
                              "responses": {"200": {"description": "Prometheus text format"}}}},
+        "/": {"get": {"summary": "The web dashboard (it reads this API; it asks for the bearer token)",
+                      "security": [], "responses": {"200": {"description": "HTML page",
+                                                            "content": {"text/html": {}}}}}},
+        "/dashboard/{name}": {"get": {
+            "summary": "The dashboard's script and style", "security": [],
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "the file"}, "404": _json(_ref("Error"), "no such file")}}},
     },
 }

@@ -433,12 +433,86 @@ def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
     return gateway
 
 
+def root_cause(error: BaseException) -> str:
+    """One line for a user: a Java exception's innermost cause (py4j's own text starts with "An error
+    occurred while calling ..." and goes on with the whole Java stack trace)."""
+    java = getattr(error, "java_exception", None)
+    try:
+        while java is not None and java.getCause() is not None:
+            java = java.getCause()
+        text = java.toString() if java is not None else ""
+    except Exception:  # noqa: BLE001 - the gateway itself may be gone
+        text = ""
+    lines = [line.strip() for line in (text or str(error)).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def describe_exit(code: int) -> str:
+    """A process's end as Popen reports it: "killed by signal 9", "exit code 1"."""
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _gateway_port(gateway: Any) -> int | None:
+    for attr in ("java_parameters", "gateway_parameters"):  # ClientServer, JavaGateway
+        params = getattr(gateway, attr, None)
+        if params is not None and getattr(params, "port", None):
+            return int(params.port)
+    return None
+
+
+def _lost_gateway(error: BaseException) -> bool:
+    """Whether an error of a py4j call is the connection to the JVM failing (not an error in the JVM)."""
+    from py4j.protocol import Py4JJavaError, Py4JNetworkError
+
+    seen = 0
+    e: BaseException | None = error
+    while e is not None and seen < 10:
+        if isinstance(e, Py4JJavaError):
+            return False  # the JVM answered: it is alive
+        if isinstance(e, (Py4JNetworkError, ConnectionError, EOFError)):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _forget_context() -> None:
+    """Reset PySpark's class-level handles on a JVM that is gone. PySpark keeps one gateway per
+    process for good (``SparkContext.stop`` leaves it in place for the next context), so a new
+    context would otherwise be made on the dead one."""
+    from pyspark import SparkContext
+
+    with SparkContext._lock:
+        old, gateway = SparkContext._active_spark_context, SparkContext._gateway
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    session = sys.modules.get("pyspark.sql.session")
+    if session is not None:  # a SparkSession the job made holds the old context
+        session.SparkSession._instantiatedSession = None
+        session.SparkSession._activeSession = None
+    if old is not None:
+        accumulators = getattr(old, "_accumulatorServer", None)
+        if accumulators is not None:
+            try:
+                accumulators.shutdown()
+            except Exception:  # noqa: BLE001 - a Python socket server; nothing depends on its end
+                pass
+            old._accumulatorServer = None
+        old._jsc = None  # stop() would ask the dead JVM (and warn): nothing is left to stop there
+    if gateway is not None:
+        try:
+            gateway.shutdown()  # its connections and the Python-side callback server; the JVM is gone
+        except Exception:  # noqa: BLE001
+            pass
+
+
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
     def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
         self.parallelism = parallelism
         self._spark = None
+        self._app_name = app_name
         conf = dict(spark_conf)
         from pyspark import SparkContext
 
@@ -449,6 +523,7 @@ class SparkDeployment:
             self.master = active.master
         else:
             self.master = conf.pop("spark.master", None) or f"local[{parallelism}]"
+        self._conf = conf  # what a new JVM is started with after this one died
         self.local = is_local(self.master)
         slots = _local_slots(self.master)
         if slots is not None and slots < parallelism:
@@ -496,7 +571,7 @@ class SparkDeployment:
             else:
                 sc = SparkContext.getOrCreate(spark_conf)
         except Exception as e:  # py4j / JVM launch problems
-            raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
+            raise ClusterError(f"could not start Spark with master {self.master}: {root_cause(e)}") from e
         mark("spark context")
         if self.local:
             sc.setLogLevel("ERROR")
@@ -505,6 +580,55 @@ class SparkDeployment:
     @property
     def spark_context(self) -> Any:
         return self._spark
+
+    # -- the JVM's life ---------------------------------------------------------------------------
+    # The JVM is a process like any task: an out-of-memory kill or a crash of it must be noticed
+    # and recovered. It is watched as a process (the gateway's Popen), never with a py4j call:
+    # a call into a JVM that stopped answering would block the caller.
+    def _gateway_process(self) -> Any:
+        gateway = getattr(self._spark, "_gateway", None)
+        return getattr(gateway, "proc", None)
+
+    def jvm_exit(self, stage_error: BaseException | None = None) -> str | None:
+        """How this deployment's JVM ended ("killed by signal 9"), None while it runs. With the error
+        the stage ended with: a lost connection to the JVM waits a moment for its process to end (its
+        sockets close before it has exited), and a JVM this process did not launch (a gateway handed
+        over by spark-submit, PYSPARK_GATEWAY_PORT), otherwise not watched, has its port tried."""
+        lost = stage_error is not None and _lost_gateway(stage_error)
+        proc = self._gateway_process()
+        if proc is not None:
+            import subprocess
+
+            try:
+                code = proc.wait(timeout=2.0) if lost else proc.poll()
+            except subprocess.TimeoutExpired:
+                code = None
+            return None if code is None else describe_exit(code)
+        port = _gateway_port(getattr(self._spark, "_gateway", None)) if lost else None
+        if port is None:
+            return None
+        import socket
+
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2.0).close()
+            return None
+        except ConnectionRefusedError:
+            return "its gateway refuses connections"
+        except OSError:
+            return None
+
+    @property
+    def jvm_restartable(self) -> bool:
+        """A new JVM can take over: local Spark, whose JVM this process launched (its tasks are its
+        children). On a cluster master the JVM is the Spark driver itself; a new one would be a new
+        application without the job's executors."""
+        return self.local and self._gateway_process() is not None
+
+    def restart_jvm(self) -> None:
+        """Start a new JVM and SparkContext after the old JVM died (``jvm_restartable`` only)."""
+        mark("jvm restart")
+        _forget_context()
+        self._spark = self._create(dict(self._conf), self._app_name)
 
     def slot_report(self) -> SlotReport:
         """What the cluster offers the barrier stage now (for the error when it is not enough)."""
@@ -531,15 +655,18 @@ class SparkDeployment:
             self._spark.stop()  # releases the executor pods that did come
             raise NotEnoughSlotsError(report.message())
 
-    def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int]) -> list[str]:
-        """Run the barrier stage until every task returns (or the stage fails)."""
+    def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int],
+                  attempt: int = 0) -> list[str]:
+        """Run the barrier stage of the job manager's attempt ``attempt`` until every task returns (or
+        the stage fails). The attempt travels with the stage's closure: Spark's own attemptNumber() is
+        0 for every stage we submit, and a task of an earlier attempt must never join a later one."""
         sc = self.spark_context
         p = self.parallelism
         sc.setJobGroup(job_id, description, interruptOnCancel=True)
         local = self.local
 
         def run_partition(_: Any) -> Any:
-            return _task_entry(graph_payload, jm_address, local)
+            return _task_entry(graph_payload, jm_address, local, attempt)
 
         rdd = sc.parallelize(range(p), p).barrier().mapPartitions(run_partition)
         mark("stage submit")
@@ -563,27 +690,25 @@ class SparkDeployment:
 _PEERS_TIMEOUT = 600.0
 
 
-def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) -> Any:
+def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool, attempt: int = 0) -> Any:
     """Body of one barrier task, in a Spark Python worker."""
     mark("task entry")
     import cloudpickle
     from pyspark import BarrierTaskContext
 
     from ..task.slot import SlotRuntime
-    from .control import ControlClient
+    from .control import AttemptRefused, ControlClient
     from .pod import task_addresses
 
     mark("task imports")
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
-    control = ControlClient(tuple(jm_address), subtask, ctx.attemptNumber())
-    attempt = 0
+    control = ControlClient(tuple(jm_address), subtask, attempt)
     deployment: dict = {}
     try:
-        # The job manager answers with the attempt number and what to restore.
+        # The job manager answers with what to restore, or refuses a task of an attempt that is over.
         deployment = control.wait_for("deploy")
         mark("task deployed")
-        attempt = int(deployment["attempt"])
         graph = cloudpickle.loads(graph_payload)
         if any(e.partitioner != "forward" for e in graph.edges.values()):  # T.FORWARD
             # Records crossing an exchange become Arrow batches, and pyarrow loads pandas on its first
@@ -594,6 +719,11 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool) 
         slot = SlotRuntime(graph, subtask, host=addresses.bind, advertise_host=addresses.advertise, attempt=attempt,
                            control=control, deployment=deployment)
         mark("task slot ready")
+    except AttemptRefused:
+        # A straggler of an attempt the job manager gave up (a worker Spark started before it cancelled
+        # the stage): it ends without a snapshot, an address or a report; nothing waits for its result.
+        control.close()
+        return
     except BaseException as e:
         import traceback
 

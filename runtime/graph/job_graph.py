@@ -89,6 +89,23 @@ class JobGraph:
     def operator_order(self) -> list[int]:
         return [o for t in self.tasks for o in t.operators]
 
+    def plan(self) -> dict[str, Any]:
+        """The graph as JSON, for the REST API and the dashboard: task vertices (chains) with their
+        operators in chain order, and every edge between operators (``chained``: a direct call in
+        the same task, no channel). Operator ids are strings, as in the tasks' metric reports."""
+        vertex_of = {o: t.id for t in self.tasks for o in t.operators}
+        return {
+            "vertices": [{"id": t.id, "name": t.name(self), "parallelism": self.parallelism,
+                          "operators": [{"id": str(o), "name": self.operators[o].name, "kind": self.operators[o].kind,
+                                         "uid": self.operators[o].uid} for o in t.operators]}
+                         for t in self.tasks],
+            "edges": [{"source": str(e.source), "target": str(e.target), "source_vertex": vertex_of[e.source],
+                       "target_vertex": vertex_of[e.target], "partitioner": e.partitioner.upper(),
+                       "key": e.key.describe() if e.key is not None else None, "side_output": e.tag,
+                       "input": e.input_index, "chained": e.target in self.operators[e.source].chained_outputs}
+                      for e in self.edges.values()],
+        }
+
     def describe(self) -> str:
         lines = [f"Job {self.job_name!r}: parallelism {self.parallelism}, max parallelism {self.max_parallelism}"]
         for task in self.tasks:

@@ -140,6 +140,7 @@ class InputChannel:
         self.source_subtask = source_subtask
         self.input_index = input_index
         self.queue: deque[Any] = deque()
+        self.recovered = 0  # batches at the queue's head restored from channel state: they used no credit
         self.finished = False  # EndOfPartition consumed
         self.return_credit: Callable[[int], None] = lambda n: None
         # Set by the gate when barriers may overtake: called with (barrier, number of items queued
@@ -155,8 +156,18 @@ class InputChannel:
     def poll(self) -> Any:
         item = self.queue.popleft()
         if not isinstance(item, RuntimeEvent):
-            self.return_credit(1)
+            if self.recovered:
+                self.recovered -= 1
+            else:
+                self.return_credit(1)
         return item
+
+    def prepend_recovered(self, batches: list[Any]) -> None:
+        """Restored in-flight data of an unaligned checkpoint: it preceded everything the channel will
+        receive, so it goes first, and the task processes it in its loop like any input (checkpoints go
+        on meanwhile; a barrier that overtakes it records it again as channel state)."""
+        self.queue.extendleft(reversed(batches))
+        self.recovered += len(batches)
 
     def __repr__(self) -> str:
         return f"InputChannel(edge={self.edge}, from={self.source_subtask}, queued={len(self.queue)})"

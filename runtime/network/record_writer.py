@@ -119,7 +119,7 @@ class RecordWriter:
 
     def _custom(self, batch: Batch, ts: Any) -> None:
         n = len(self.channels)
-        keys = self.keys_of(batch)
+        keys = self.keys_of(batch, allow_none=True)
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
         partition = self._partition
@@ -134,9 +134,9 @@ class RecordWriter:
                              f"an int in 0..{n - 1} (num_partitions is {n})")
         split(batch, arr.astype(np.int64, copy=False), self.channels, ts)
 
-    def keys_of(self, batch: Batch) -> Any:
+    def keys_of(self, batch: Batch, allow_none: bool = False) -> Any:
         try:
-            return extract_keys(batch, self._key)
+            return extract_keys(batch, self._key, allow_none)
         except KeyError as e:
             if self._key.fn is not None:
                 raise

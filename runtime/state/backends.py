@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import STATE_BACKENDS as BACKENDS
 from ..config import ConfigError, Configuration, Options
-
-BACKENDS = ("hashmap", "rocksdb")
 
 
 def backend_type(config: Configuration) -> str:

@@ -8,6 +8,7 @@ is written by another thread while processing goes on.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Iterable
 
 from ..api.state import StateDescriptor
@@ -19,16 +20,44 @@ class StateDefinitionError(ValueError):
     pass
 
 
+class UnpicklableStateError(TypeError):
+    """A value that could never be checkpointed, refused where the user's code stores it."""
+
+
+# Value types every checkpoint can write; anything else is pickled once per state and type when first
+# stored, so that a value which cannot be checkpointed (a lock, a generator, a lambda, an open file) fails
+# at update(), naming the state, not at the next checkpoint far from the code that stored it. (A later
+# value of an already checked type is not checked again: the checkpoint still names its state then.)
+_PLAIN = frozenset({int, float, str, bytes, bool})
+
+
 class _KeyedState:
-    __slots__ = ("backend", "table", "name")
+    __slots__ = ("backend", "table", "name", "_types")
 
     def __init__(self, backend: "HashMapKeyedStateBackend", table: StateTable, name: str):
         self.backend = backend
         self.table = table
         self.name = name
+        self._types = set(_PLAIN)
 
     def clear(self) -> None:
         self.table.remove(self.backend.current_key)
+
+    def _check_all(self, values: Iterable[Any]) -> None:
+        types = self._types
+        for value in values:
+            if type(value) not in types:
+                self._check(value)
+
+    def _check(self, value: Any) -> None:
+        try:
+            pickle.dumps(value, protocol=5)
+        except Exception as e:  # noqa: BLE001 - pickle raises many kinds
+            raise UnpicklableStateError(
+                f"state {self.name!r}: a {type(value).__name__} value cannot be pickled, so no checkpoint could "
+                f"hold it ({type(e).__name__}: {e}); store plain data (numbers, strings, lists, dicts, "
+                f"dataclasses) instead") from None
+        self._types.add(type(value))
 
 
 class ValueState(_KeyedState):
@@ -45,6 +74,8 @@ class ValueState(_KeyedState):
         if value is None:
             self.table.remove(self.backend.current_key)
         else:
+            if type(value) not in self._types:
+                self._check(value)
             self.table.put(self.backend.current_key, value)
 
 
@@ -63,6 +94,8 @@ class HeapValueState(ValueState):
 
     def update(self, value: Any) -> None:
         table = self.table
+        if type(value) not in self._types and value is not None:
+            self._check(value)
         if value is None:
             table.remove(self.backend.current_key)
         elif table.delta is None:
@@ -80,6 +113,8 @@ class ListState(_KeyedState):
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError(f"list state {self.name!r}: cannot add None")
+        if type(value) not in self._types:
+            self._check(value)
         key = self.backend.current_key
         current = self.table.get(key)
         if current is None:
@@ -91,6 +126,7 @@ class ListState(_KeyedState):
         values = list(values)
         if any(v is None for v in values):
             raise ValueError(f"list state {self.name!r}: cannot add None")
+        self._check_all(values)
         if not values:
             return
         key = self.backend.current_key
@@ -104,6 +140,7 @@ class ListState(_KeyedState):
         values = list(values or [])
         if any(v is None for v in values):
             raise ValueError(f"list state {self.name!r}: cannot add None")
+        self._check_all(values)
         if values:
             self.table.put(self.backend.current_key, values)
         else:
@@ -126,9 +163,13 @@ class MapState(_KeyedState):
         return None if m is None else m.get(key)
 
     def put(self, key: Any, value: Any) -> None:
+        if type(value) not in self._types or type(key) not in self._types:
+            self._check_all((key, value))
         self._map(create=True)[key] = value  # type: ignore[index]
 
     def put_all(self, entries: dict) -> None:
+        self._check_all(entries.keys())
+        self._check_all(entries.values())
         self._map(create=True).update(entries)  # type: ignore[union-attr]
 
     def contains(self, key: Any) -> bool:
@@ -175,7 +216,10 @@ class ReducingState(_KeyedState):
     def add(self, value: Any) -> None:
         key = self.backend.current_key
         current = self.table.get(key)
-        self.table.put(key, value if current is None else self.reduce(current, value))
+        value = value if current is None else self.reduce(current, value)
+        if type(value) not in self._types:
+            self._check(value)
+        self.table.put(key, value)
 
 
 class AggregatingState(_KeyedState):
@@ -194,7 +238,10 @@ class AggregatingState(_KeyedState):
         acc = self.table.get(key)
         if acc is None:
             acc = self.fn.create_accumulator()
-        self.table.put(key, self.fn.add(value, acc))
+        acc = self.fn.add(value, acc)
+        if type(acc) not in self._types:
+            self._check(acc)
+        self.table.put(key, acc)
 
 
 class KeyedStateBackend:

@@ -7,8 +7,9 @@ Two kinds, chosen by ``execution.checkpointing.incremental``:
   (``n`` = the checkpoint that uploaded it, which lets the job manager find
   orphans); the others are referenced again. The small private files
   (MANIFEST, CURRENT, OPTIONS) go into the subtask's state file. The handle
-  maps each local SST name to its shared file; the job manager's
-  ``SharedStateRegistry`` counts the references.
+  maps each local SST name to its shared file, its size and its CRC32C
+  (checked after each download); the job manager's ``SharedStateRegistry``
+  counts the references.
 * **full** (canonical): every entry of the checkpoint, decoded and grouped by
   key group in the heap backend's format, so it restores into either backend at
   any parallelism.
@@ -26,6 +27,7 @@ import tempfile
 import uuid
 from typing import Any, Iterator
 
+from ..checkpoint import checksums
 from ..checkpoint.storage import CheckpointStorage, StateLocation
 from .rocksdb import (RocksDBKeyedStateBackend, RocksDBSnapshot, canonical_chunks, column_families_of,
                       open_read_only)
@@ -72,8 +74,8 @@ def _write_incremental(snap: RocksDBSnapshot, storage: CheckpointStorage, name: 
             if known is not None and int(known["size"]) == size:
                 sst[entry] = known
             else:
-                sst[entry] = {"file": storage.upload_shared(snap.checkpoint_id, path), "size": size}
-                uploaded += size
+                sst[entry] = storage.upload_shared(snap.checkpoint_id, path)
+                uploaded += int(sst[entry]["size"])
         else:
             with open(path, "rb") as f:
                 builder.add_file(entry, f.read())
@@ -94,7 +96,9 @@ def _check(native: Any, where: str) -> tuple[range, dict[str, str], dict[str, st
         start, stop = (int(x) for x in native["key_groups"])
         states = {str(k): str(v) for k, v in native["states"].items()}
         cfs = column_families_of(states, {str(k): str(v) for k, v in (native.get("column_families") or {}).items()})
-        sst = {str(k): {"file": str(v["file"]), "size": int(v["size"])} for k, v in native["sst"].items()}
+        sst = {str(k): {"file": str(v["file"]), "size": int(v["size"]),
+                        **({checksums.KEY: int(v[checksums.KEY])} if checksums.KEY in v else {})}
+               for k, v in native["sst"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise SnapshotFormatError(f"{where}: malformed RocksDB handle ({type(e).__name__}: {e})") from None
     return range(start, stop), states, cfs, sst
@@ -113,8 +117,16 @@ def _download(handle: dict, data: bytes, location: StateLocation, where: str, in
         except FileNotFoundError:
             raise SnapshotFormatError(f"{where}: shared state file {location.url}/{ref['file']} is missing") from None
         if os.path.getsize(target) != ref["size"]:
-            raise SnapshotFormatError(f"{where}: shared state file {ref['file']} has {os.path.getsize(target)} bytes, "
-                                      f"the checkpoint recorded {ref['size']}")
+            raise SnapshotFormatError(f"{where}: shared state file {location.url}/{ref['file']} has "
+                                      f"{os.path.getsize(target)} bytes, the checkpoint recorded {ref['size']} "
+                                      f"(truncated or overwritten)")
+        if checksums.KEY in ref:  # uploads of earlier versions carry none
+            actual = checksums.file_checksum(target)
+            if actual != ref[checksums.KEY]:
+                raise SnapshotFormatError(
+                    f"{where}: shared state file {location.url}/{ref['file']} (SST {local} of key groups "
+                    f"{key_groups.start}-{key_groups.stop - 1}): checksum mismatch ({checksums.ALGORITHM} "
+                    f"{actual:#010x}, recorded {ref[checksums.KEY]:#010x}): the file is damaged")
     for private in (handle["index"].get("files") or {}):
         if "/" in private or private.startswith("."):
             raise SnapshotFormatError(f"{where}: bad file name {private!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import inspect
 import traceback
 from typing import Any, Callable
 
@@ -45,6 +46,17 @@ from ..checkpoint.storage import StateLocation
 
 pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
 
+
+
+def _positional_arity(fn: Any) -> int:
+    """How many positional arguments ``fn`` takes (a large number for *args; 1 when unknown)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 1 << 16
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
 
 class OperatorFailure(Exception):
     """An exception raised by an operator (usually by user code), with its name and traceback."""
@@ -171,7 +183,7 @@ class StreamOperator:
             if handle is None:
                 per_subtask.append({})
                 continue
-            where = f"state of operator {self.name!r} (subtask {old + 1}/{len(handles)}) in {location.url}"
+            where = f"{location.describe(handle)} of operator {self.name!r} (subtask {old + 1}/{len(handles)})"
             index = handle["index"]
             keyed = index.get("keyed") or {}
             native = index.get("rocksdb")  # rocksdb_snapshot.NATIVE (imported only to restore it: rocksdict)
@@ -185,8 +197,8 @@ class StreamOperator:
                     int(kg) in backend.key_groups for t in keyed.values() for kg in t.get("groups", {}))
             if wanted and native is None:  # only the key groups this subtask owns (and operator state)
                 data = location.read_spans(handle, keyed_spans(index, backend.key_groups))  # type: ignore[union-attr]
-            else:
-                data = location.read(handle) if wanted or "operator" in index else b""
+            else:  # the readers check the checksum of each chunk they use, naming its key group
+                data = location.read(handle, verify=False) if wanted or "operator" in index else b""
             if wanted and native is not None:
                 from ..state.rocksdb_snapshot import restore_native
 
@@ -834,7 +846,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self._column = a if isinstance(a, str) else None
         extract = getattr(a, "extract_timestamp", None)
         if extract is None and callable(a) and not isinstance(a, str):
-            extract = lambda value, record_timestamp: a(value)  # noqa: E731 - a plain function of the record
+            # A function of the record, or of (record, record_timestamp) as Flink's TimestampAssigner.
+            extract = a if _positional_arity(a) >= 2 else (lambda value, record_timestamp: a(value))
         self._extract = extract
         if a is not None and hasattr(a, "open") and callable(a.open):
             a.open(self.ctx)

@@ -26,8 +26,9 @@ from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
 from ..checkpoint import filesystems
+from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
-from ..state.snapshot import serialize
+from ..state.snapshot import SnapshotFormatError, serialize
 from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
@@ -42,7 +43,8 @@ IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking c
 
 class RestoreError(RuntimeError):
     """A checkpoint could not be restored. Unless the cause was ``transient`` (storage unreachable:
-    the same checkpoint is tried again after the restart), the job manager falls back to the one before it."""
+    the same checkpoint is tried again after the restart), the job manager decides whether an older one
+    may be restored (``checkpoint.recovery``)."""
 
     def __init__(self, message: str, transient: bool = False):
         super().__init__(message)
@@ -382,13 +384,17 @@ class SlotRuntime:
             if entry is not None:
                 try:
                     op.initialize_state(entry["subtasks"], location, restore.get("id"))
+                except (CheckpointFormatError, SnapshotFormatError) as e:
+                    raise RestoreError(str(e), _transient(e)) from e  # names the file, operator and key group
                 except Exception as e:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
     def _recover_channel_state(self, restore: dict) -> None:
-        """Replay the in-flight data of an unaligned checkpoint before any new input: first every
-        task's output channel state is sent again (it was emitted before the snapshot), then each
-        task's input channel state goes through its operators (it preceded the barrier there)."""
+        """Restore the in-flight data of an unaligned checkpoint ahead of any new input: every task's
+        output channel state is sent again (it was emitted before the snapshot), and each input
+        channel's state is put at the head of that channel (it preceded the barrier there). The task
+        processes it in its running loop: recovery never holds back "running", so the next checkpoint
+        is not delayed by the replay and recovery time does not grow with the data in flight."""
         location = StateLocation(restore["root"])
         recovered = []
         for task in self.tasks:
@@ -416,11 +422,7 @@ class SlotRuntime:
             recovered.append((task, state, inputs))
         for task, state, inputs in recovered:
             for key, batches in state.inputs.items():
-                for batch in batches:
-                    if type(batch) is Stamped:
-                        task.head.process_batch(batch.batch, inputs[key].input_index, batch.ts)
-                    else:
-                        task.head.process_batch(batch, inputs[key].input_index)
+                inputs[key].prepend_recovered(list(batches))
 
     def _print(self, lines: list[str]) -> None:
         control = self.control

@@ -5,8 +5,13 @@ subtask (i % 3 fixes it), so each key's records arrive in one order and the
 running count of every row is deterministic: ``expected_rows`` computes it.
 
     streamjob run tests/jobs/counting.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND [hashmap|rocksdb [incremental]]
+
+With ``COUNTING_STALL_FILE=PATH`` in the environment, the counting operator waits while PATH exists:
+a test holds a checkpoint or savepoint in flight (its barrier cannot pass) for as long as it likes.
+``COUNTING_RETENTION`` overrides the externalized checkpoint retention (RETAIN_ON_CANCELLATION).
 """
 
+import os
 import random
 import sys
 import time
@@ -33,9 +38,10 @@ class Count(KeyedProcessFunction):
     """Keeps its count three ways (value, reducing, map) and checks they agree, plus a bounded list.
     With ``ballast`` > 0 every row also leaves that many bytes of state behind (big checkpoints)."""
 
-    def __init__(self, ballast: int = 0, slow_ms: float = 0.0):
+    def __init__(self, ballast: int = 0, slow_ms: float = 0.0, stall_file: str | None = None):
         self.ballast = ballast
         self.slow_s = slow_ms / 1000.0  # > 0: a slow operator, so the job runs back-pressured
+        self.stall_file = stall_file
 
     def open(self, ctx):
         self.blob = ctx.get_map_state(MapStateDescriptor("ballast"))
@@ -47,6 +53,8 @@ class Count(KeyedProcessFunction):
     def process_element(self, row, ctx):
         if self.slow_s:
             time.sleep(self.slow_s)
+        while self.stall_file and os.path.exists(self.stall_file):
+            time.sleep(0.01)
         c = self.count.value() + 1
         self.count.update(c)
         self.total.add(1)
@@ -81,7 +89,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
           mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, backend: str = "hashmap",
           incremental: bool = False, retained: int = 3, ballast: int = 0, parallelism: int = 3,
           restore: str | None = None, conf: dict | None = None, count_uid: str = "count",
-          slow_ms: float = 0.0, event_time: bool = False) -> StreamExecutionEnvironment:
+          slow_ms: float = 0.0, event_time: bool = False, stall_file: str | None = None,
+          retention: str = "RETAIN_ON_CANCELLATION") -> StreamExecutionEnvironment:
     """``restore``: a savepoint or checkpoint to start from. With any parallelism a key's rows
     still come in index order: DataGen's splits are residue classes that keep their key."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -96,12 +105,12 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_incremental(incremental)
     config.set_checkpoint_storage(checkpoints)
     config.set_num_retained_checkpoints(retained)
-    config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
+    config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention(retention))
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
-    source.key_by("key").process(Count(ballast, slow_ms)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
+    source.key_by("key").process(Count(ballast, slow_ms, stall_file)).uid(count_uid).sink_to(FileSink.jsonl(out)).uid("files")
     return env
 
 
@@ -109,4 +118,6 @@ if __name__ == "__main__":
     out, checkpoints, rows, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     backend = sys.argv[5] if len(sys.argv) > 5 else "hashmap"
     incremental = len(sys.argv) > 6 and sys.argv[6] == "incremental"
-    build(out, checkpoints, rows, rate, backend=backend, incremental=incremental).execute("counting")
+    build(out, checkpoints, rows, rate, backend=backend, incremental=incremental,
+          stall_file=os.environ.get("COUNTING_STALL_FILE") or None,
+          retention=os.environ.get("COUNTING_RETENTION") or "RETAIN_ON_CANCELLATION").execute("counting")

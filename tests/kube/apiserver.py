@@ -50,8 +50,14 @@ Recipe: an operator test
   the stored state, like a real API server that refuses a request.
 * kmock's pytest plugin (unused here) imports pytest_asyncio, which the test extras install.
 
-Limits (not emulated): schema/CEL validation and defaulting, admission, RBAC (no 401/403 except
-injected), server-side apply, strategic merge of lists (treated as a JSON merge-patch), pagination
+Authentication is emulated: a bearer token the server knows (`KubeAPI.TOKEN`, each operator's
+identity) or, on the optional TLS port, a client certificate of the test CA; anything else is 401.
+
+Pods are checked on creation with the API server's rules that no schema expresses (unique volume
+names and mount paths, mounts naming a volume: tests/kube/validation.py) and refused with 422.
+
+Limits (not emulated): schema/CEL validation and defaulting, admission, RBAC (no 403 except
+injected), token review (tokens are a fixed list, not checked against ServiceAccounts), server-side apply, strategic merge of lists (treated as a JSON merge-patch), pagination
 (`limit` is ignored: everything comes in one page), foreground deletion (treated as background),
 namespace phases (deleting a Namespace deletes its objects at once), graceful pod deletion
 (pods go at once; the fake kubelet then stops their processes), Secret stringData (kept as is),
@@ -85,6 +91,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import aiohttp.web
 import attrs
 import jsonpatch
 import jsonpointer
@@ -92,7 +99,10 @@ import kmock
 import kopf
 import pytest
 from kmock._internal import parsing as kmock_parsing
+from kmock._internal import rendering as kmock_rendering
 from kmock._internal.filtering import K8sCriteria
+
+from kube.validation import pod_invalid_message, pod_problems
 
 Body = dict[str, Any]
 
@@ -100,7 +110,7 @@ ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "up
 CRD_RESOURCE = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = kmock.resource("", "v1", "namespaces")
 
-REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
            409: "Conflict", 410: "Gone", 415: "UnsupportedMediaType", 422: "Invalid",
            429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
@@ -276,6 +286,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _closing: bool = attrs.field(default=False, init=False)
     # ADDED: scale subresource paths per resource, from the CRDs (specReplicasPath etc.).
     _scales: dict[kmock.resource, dict[str, str]] = attrs.field(factory=dict, init=False)
+    # ADDED: authentication, as a real API server does it: a request needs a known bearer token, or
+    # a client certificate signed by the test CA (checked in the TLS handshake of the TLS port), else
+    # it gets 401 and changes nothing. None lets anyone in. Refused requests: (method, path, reason).
+    tokens: set[str] | None = attrs.field(default=None)
+    unauthorized: list[tuple[str, str, str]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -289,6 +304,55 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # Creation answers 201 (kmock: 200): the kubernetes client's CustomObjectsApi returns
         # None for a 200 on create. Sub-priority 1 puts this before kmock's own create fallback.
         (self.fallback ** 1)[kmock.action.CREATE] << 201 << self._serve_create
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        refused = self._authentication_problem(raw_request)
+        if refused is None:
+            if raw_request.headers.get("Upgrade", "").lower() == "websocket":
+                return await self._serve_websocket_watch(raw_request)
+            return await super().__call__(raw_request)
+        await raw_request.read()
+        self.unauthorized.append((raw_request.method, raw_request.path, refused))
+        return aiohttp.web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                                          "message": "Unauthorized", "reason": "Unauthorized", "code": 401},
+                                         status=401)
+
+    async def _serve_websocket_watch(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """ADDED: a watch over a WebSocket, one event per text message, as the API server offers it.
+        Spark's Kubernetes client (fabric8) watches this way and waits for the upgrade forever when
+        a server answers with a plain streaming response."""
+        request = await kmock_rendering.Request._parse(raw_request, id=len(self._requests))
+        self._requests.append(request)
+        if request.params.get("watch") not in ("true", "1"):
+            return await self._render_error(_error(400, "only watches are served over WebSockets here"))
+        ws = aiohttp.web.WebSocketResponse()
+        await ws.prepare(raw_request)
+        try:
+            async for event in self._serve_watch(request):
+                if event != b"" and not ws.closed:
+                    await ws.send_str(json.dumps(event))
+        except kmock.KubernetesError as e:
+            await ws.send_str(json.dumps({"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": e.status, "message": e.message}}))
+        except ConnectionResetError:
+            pass  # the client went away
+        finally:
+            await ws.close()
+        return ws
+
+    def _authentication_problem(self, raw_request: aiohttp.web.BaseRequest) -> str | None:
+        if self.tokens is None:
+            return None
+        transport = raw_request.transport
+        if transport is not None and transport.get_extra_info("peercert"):
+            return None  # the TLS handshake verified it against the CA
+        header = raw_request.headers.get("Authorization")
+        if not header:
+            return "no credentials"
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or token not in self.tokens:
+            return f"unknown {scheme or 'empty'} credentials"
+        return None
 
     async def _handle(self, request: kmock.Request) -> Any:
         """Find the reaction for a request: kmock's RawHandler._handle, with a faster match.
@@ -394,6 +458,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if namespace:
             meta["namespace"] = namespace
         key = (resource, namespace, meta["name"])
+        if resource.group == "" and resource.plural == "pods":  # ADDED: the API server's pod rules
+            problems = pod_problems(body)
+            if problems:
+                raise kmock.KubernetesError(status=422, reason="Invalid", message=pod_invalid_message(body, problems),
+                                            details={"name": meta["name"], "kind": "Pod", "causes": problems})
         if self._current(key) is not None:
             raise kmock.KubernetesError(status=409, reason="AlreadyExists",
                                         message=f'{resource.plural} "{meta["name"]}" already exists',
@@ -793,12 +862,23 @@ class ObjectStore:
 
 
 class KubeAPI:
-    """The server in a background thread: `.url`, `.objects`, `.fail_next()`, `.requests()`."""
+    """The server in a background thread: `.url`, `.objects`, `.fail_next()`, `.requests()`.
 
-    def __init__(self) -> None:
-        self.emulator = KubeEmulator()
+    Requests need credentials, as on a real API server: the bearer token TOKEN (the kubeconfig from
+    `write_kubeconfig` and `client()` carry it; `run_operator` registers each operator's identity as a
+    token too), or, on the TLS port (`tls=True`: `.tls_url`, certificates in `.pki`), a client
+    certificate of the test CA. `authenticate=False` lets anyone in.
+    """
+
+    TOKEN = "test"
+
+    def __init__(self, *, authenticate: bool = True, tls: bool = False) -> None:
+        self.emulator = KubeEmulator(tokens={self.TOKEN} if authenticate else None)
         self.objects = ObjectStore(self)
         self.url: str = ""
+        self.tls = tls
+        self.tls_url: str = ""
+        self.pki: Any = None
         self.kubeconfig: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -830,11 +910,32 @@ class KubeAPI:
         self._stop = asyncio.Event()
         async with self.emulator, kmock.Server(self.emulator, host="127.0.0.1") as server:
             self.url = f"http://{server.host}:{server.port}"
+            runner = await self._serve_tls() if self.tls else None
             for namespace in ("default", "kube-system"):  # as in any cluster; kopf watches namespaces
                 self.emulator.create(NAMESPACES, None, {"metadata": {"name": namespace}})
             ready.set()
             await self._stop.wait()
             self.emulator.close_watches()
+            if runner is not None:
+                await runner.cleanup()
+
+    async def _serve_tls(self) -> aiohttp.web.BaseRunner:
+        """The same emulator on a second, TLS port: a server certificate for 127.0.0.1 from a test CA,
+        which also verifies client certificates (optional: token clients send none)."""
+        import ssl
+
+        from kube.pki import make_pki
+
+        self.pki = make_pki(tempfile.mkdtemp(prefix="kube-pki-"))
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.pki.ca_cert)
+        context.load_cert_chain(self.pki.server_cert, self.pki.server_key)
+        context.verify_mode = ssl.CERT_OPTIONAL
+        runner = aiohttp.web.ServerRunner(aiohttp.web.Server(self.emulator), handle_signals=False)
+        await runner.setup()
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+        await site.start()
+        self.tls_url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+        return runner
 
     def stop(self) -> None:
         if self._thread is None:
@@ -870,23 +971,30 @@ class KubeAPI:
         """Create a CustomResourceDefinition: its resources appear in discovery at once."""
         return self.objects.create(CRD_RESOURCE, body)
 
-    def write_kubeconfig(self, path: str | os.PathLike) -> str:
-        """A kubeconfig for this server (for the kubernetes client, `kopf run`, kopf.login_via_client)."""
+    def write_kubeconfig(self, path: str | os.PathLike, user: Body | None = None, *, tls: bool = False,
+                         default: bool = True) -> str:
+        """A kubeconfig for this server (for the kubernetes client, `kopf run`, kopf.login_via_client).
+
+        user: the kubeconfig's user entry (default: the bearer token TOKEN); tls: the TLS port, trusting
+        the test CA. default=False leaves `self.kubeconfig` (what subprocesses get) as it was."""
+        cluster = {"server": self.tls_url, "certificate-authority": self.pki.ca_cert} if tls else {"server": self.url}
         config = {"apiVersion": "v1", "kind": "Config", "current-context": "test",
-                  "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-                  "users": [{"name": "test", "user": {"token": "test"}}],
+                  "clusters": [{"name": "test", "cluster": cluster}],
+                  "users": [{"name": "test", "user": user if user is not None else {"token": self.TOKEN}}],
                   "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test",
                                                             "namespace": "default"}}]}
         with open(path, "w") as f:
             json.dump(config, f)  # JSON is YAML
-        self.kubeconfig = os.fspath(path)
-        return self.kubeconfig
+        if default:
+            self.kubeconfig = os.fspath(path)
+        return os.fspath(path)
 
     def client(self) -> Any:
         """A `kubernetes.client.ApiClient` for this server (not installed as the global default)."""
         import kubernetes.client
         configuration = kubernetes.client.Configuration()
         configuration.host = self.url
+        configuration.api_key = {"authorization": f"Bearer {self.TOKEN}"}
         return kubernetes.client.ApiClient(configuration)
 
     # -- failure injection and request inspection --
@@ -1053,7 +1161,9 @@ def run_operator(api: KubeAPI, *, registry: kopf.OperatorRegistry | None = None,
     op = Operator(identity=identity, registry=registry, settings=settings)
     ready = threading.Event()
     # Pre-filled credentials: kopf skips its login handlers (they run only for an empty vault).
-    # The token (never checked) tells this operator's requests apart: api.requests(by=identity).
+    # The token tells this operator's requests apart: api.requests(by=identity).
+    if api.emulator.tokens is not None:
+        api.emulator.tokens.add(identity)
     vault = Vault({"kube-api": kopf.ConnectionInfo(server=api.url, token=identity, insecure=True,
                                                    default_namespace="default")})
 

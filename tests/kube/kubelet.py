@@ -26,9 +26,10 @@ plays the node: it polls the API server (tests/kube/apiserver.py) for Pods and, 
 
 Each pod gets its own loopback address (127.0.0.10, .11, ...) as podIP, and STREAMJOB_BIND_HOST
 tells streamjob's servers to listen only there, so pods with the same fixed ports coexist.
+httpGet readiness probes run against the pod's address (the Ready condition follows them).
 Limits: other programs in pods share the host's ports, there is no
 Service networking or cluster DNS, no images (only the local interpreter and files), no resource
-limits, probes, init containers, restarts or in-cluster credentials ($KUBECONFIG points at the
+limits, liveness/startup or exec probes, init containers, restarts or in-cluster credentials ($KUBECONFIG points at the
 test API server instead). Logs: `kubelet.logs(namespace, name)`.
 
 Usage::
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -74,11 +76,44 @@ def _rewriter(rewrites: dict[str, str]) -> Callable[[str], str]:
     return lambda value: pattern.sub(lambda m: table[m.group(0)], value)
 
 
+class _Readiness:
+    """An httpGet readiness probe, run as the kubelet runs it: every periodSeconds from initialDelaySeconds
+    after the start; Ready after one success, not Ready after failureThreshold failures in a row."""
+
+    def __init__(self, probe: Body, container: Body, host: str):
+        get = probe["httpGet"]
+        port = get["port"]
+        if isinstance(port, str) and not port.isdigit():
+            port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == port)
+        self.url = f"{get.get('scheme', 'HTTP').lower()}://{host}:{port}{get.get('path', '/')}"
+        self.period, self.timeout = float(probe.get("periodSeconds", 10)), float(probe.get("timeoutSeconds", 1))
+        self.failure_threshold = int(probe.get("failureThreshold", 3))
+        self.next = time.monotonic() + float(probe.get("initialDelaySeconds", 0))
+        self.ready, self.failures = False, 0
+
+    def check(self) -> bool:
+        if time.monotonic() >= self.next:
+            self.next = time.monotonic() + self.period
+            try:
+                with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+                    ok = 200 <= response.status < 400
+            except (OSError, ValueError):
+                ok = False
+            self.failures = 0 if ok else self.failures + 1
+            self.ready = ok or (self.ready and self.failures < self.failure_threshold)
+        return self.ready
+
+
 class _Container:
     def __init__(self, name: str, image: str, proc: subprocess.Popen | None, log: str, message_file: str,
-                 policy: str, failure: str | None = None, waiting: tuple[str, str] | None = None):
+                 policy: str, failure: str | None = None, waiting: tuple[str, str] | None = None,
+                 readiness: _Readiness | None = None):
         self.name, self.image, self.proc, self.log, self.message_file = name, image, proc, log, message_file
         self.policy, self.failure, self.started, self.waiting = policy, failure, _now(), waiting
+        self.readiness = readiness
+
+    def ready(self, state: Body) -> bool:
+        return "running" in state and (self.readiness is None or self.readiness.check())
 
     def state(self) -> Body:
         if self.waiting is not None:  # not started, and the kubelet keeps trying
@@ -257,7 +292,10 @@ class FakeKubelet:
         with open(log, "wb") as out:
             proc = subprocess.Popen([rewrite(arg) for arg in command], env=env, stdout=out, stderr=subprocess.STDOUT,
                                     cwd=cwd if os.path.isdir(cwd) else workdir, start_new_session=True)
-        return _Container(name, container.get("image", ""), proc, log, message_file, policy)
+        probe = container.get("readinessProbe")
+        readiness = _Readiness(probe, container, self._pod_ips[pod["metadata"]["uid"]]) \
+            if probe and "httpGet" in probe else None
+        return _Container(name, container.get("image", ""), proc, log, message_file, policy, readiness=readiness)
 
     def _env(self, pod: Body, container: Body) -> dict[str, str]:
         namespace = pod["metadata"]["namespace"]
@@ -323,7 +361,7 @@ class FakeKubelet:
     def _report(self, pod: _Pod) -> None:
         states = [c.state() for c in pod.containers]
         statuses = [{"name": c.name, "image": c.image, "imageID": "", "restartCount": 0, "state": state,
-                     "started": "running" in state, "ready": "running" in state}
+                     "started": "running" in state, "ready": c.ready(state)}
                     for c, state in zip(pod.containers, states)]
         codes = [state.get("terminated", {}).get("exitCode") for state in states]
         if pod.lost:
@@ -341,7 +379,8 @@ class FakeKubelet:
             status.update(reason="NodeLost",
                           message=f"Node {self.node_name} which was running pod {pod.name} is unresponsive")
         # Write only changes: compare without the timestamps that move on every call.
-        comparable = (phase, pod.lost, [(s["name"], next(iter(s["state"])), code) for s, code in zip(statuses, codes)])
+        comparable = (phase, pod.lost, [(s["name"], next(iter(s["state"])), s["ready"], code)
+                                        for s, code in zip(statuses, codes)])
         if comparable == pod.reported:
             return
         try:
