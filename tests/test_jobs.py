@@ -264,7 +264,11 @@ def test_graceful_stop_drains_everything_the_sources_emitted(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(example), "-p", "2"],
                             env={**os.environ, "OUT": str(out)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(10)  # Spark start, then records flowing at 50k/s
+    # Records flowing (the sink has a file open), however long Spark took to start on a busy machine.
+    deadline = time.monotonic() + 120
+    while not (out.exists() and any(out.iterdir())) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
