@@ -120,6 +120,20 @@ def test_interval_and_min_pause_pace_the_triggers(tmp_path):
     assert cc.final_completed and not cc.should_trigger(100.0)
 
 
+def test_a_failure_after_the_final_checkpoint_lets_the_restored_attempt_take_another(tmp_path):
+    """A task died after the final checkpoint completed but before its sink committed: the restored
+    attempt reaches the end of input again and needs a final checkpoint of its own to commit."""
+    cc, storage = make(tmp_path, interval_ms=1000)
+    cc.request_final()
+    cc.trigger(0.0)
+    ack_all(cc, storage, 1, 0.1)
+    assert cc.final_completed and not cc.should_trigger(5.0)
+    cc.abort_all("task lost", 6.0)
+    assert not cc.final_completed
+    cc.request_final()
+    assert cc.should_trigger(6.1)
+
+
 def test_shutdown_follows_externalized_retention(tmp_path):
     for state, retention, kept in [("FINISHED", "RETAIN_ON_CANCELLATION", False),
                                    ("CANCELED", "RETAIN_ON_CANCELLATION", True),

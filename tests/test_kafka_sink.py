@@ -35,6 +35,17 @@ def open_transactions(bootstrap: str, prefix: str) -> list[str]:
                 if parse_transactional_id(prefix, t.transactional_id) is not None]
 
 
+def transaction_states(bootstrap: str, prefix: str) -> dict[str, int]:
+    """How many transactions of this prefix the coordinator holds in each state (for failure messages)."""
+    states = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort")
+    with TransactionClient(bootstrap) as client:
+        listed = [t for t in client.list_transactions(states) if parse_transactional_id(prefix, t.transactional_id)]
+    out: dict[str, int] = {}
+    for t in listed:
+        out[t.state] = out.get(t.state, 0) + 1
+    return out
+
+
 def kafka_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, **kw):
     """A Kafka -> count -> KafkaSink job, its input being fed (``rows=None``: until ``Feed.stop()``, and the
     job's input is unbounded): (env, output topic, prefix, feed)."""
@@ -67,7 +78,8 @@ def assert_exactly_once(bootstrap: str, topic: str, prefix: str, rows: int) -> N
     expected = counting.expected_rows(rows)
     if len(got) != len(expected):
         written = len(read_topic(bootstrap, topic, 1, "read_uncommitted"))
-        raise AssertionError(f"{len(got)} rows committed, {len(expected)} expected ({written} written in all)")
+        raise AssertionError(f"{len(got)} rows committed, {len(expected)} expected ({written} written in all); "
+                             f"transactions of {prefix}: {transaction_states(bootstrap, prefix)}")
     assert got == expected
 
 
@@ -120,6 +132,18 @@ def test_a_kill_between_checkpoint_completion_and_commit_loses_and_duplicates_no
     for c in stranded:
         d = now[c["transactional_id"]]
         assert (d.state, d.producer_id, d.producer_epoch) == ("CompleteCommit", c["producer_id"], c["epoch"])
+
+
+def test_a_kill_between_the_final_checkpoint_and_its_commit_loses_nothing(spark_slots, kafka_broker, tmp_path):
+    """The input ended, the final checkpoint completed, and a task died before committing it: the
+    restored attempt reaches the end again and takes a final checkpoint of its own (it once waited
+    for ever, the coordinator believing the final checkpoint done)."""
+    rows = 3000
+    env, topic, prefix, _ = kafka_job(kafka_broker.bootstrap, tmp_path, "final", rows, 3000,
+                                      conf={FAULT: f"sink-before-final-commit:{tmp_path / 'marker'}"})
+    result = env.execute("kafka-final-commit")
+    assert result.restarts >= 1 and json.loads((tmp_path / "marker").read_text())
+    assert_exactly_once(kafka_broker.bootstrap, topic, prefix, rows)
 
 
 def test_a_kill_right_after_the_commit_commits_again_idempotently(spark_slots, kafka_broker, tmp_path):

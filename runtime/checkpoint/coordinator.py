@@ -419,6 +419,11 @@ class CheckpointCoordinator:
             request.status, request.error, request.completed = FAILED, reason, time.time()
         self._queued = []
         self._final_requested = False
+        # A task may die after the final checkpoint (or a stop-with-savepoint) completed but before
+        # its sink committed: the restored attempt reaches the end again and needs one more final
+        # checkpoint to commit what it restored. Left set, nothing would trigger it and the attempt
+        # would wait for ever.
+        self.final_completed = False
         self.aborted.clear()  # nobody is left to tell
         return ids
 

@@ -10,6 +10,8 @@ The marker file holds the JSON ``detail`` of the point (for the sink points: the
 
 - ``sink-before-commit``: a checkpoint is complete (its ``_metadata`` is durable) and a two-phase
   commit sink is about to commit that checkpoint's transactions (Flink's hard case);
+- ``sink-before-final-commit``: the same, for the final checkpoint taken after the end of input
+  (or a stop-with-savepoint): the restored attempt must take one more final checkpoint to commit;
 - ``sink-after-commit``: it has just committed them, before anything else happened (a restore then
   commits the same transactions again: commits must be idempotent).
 

@@ -1008,6 +1008,7 @@ class SinkOperator(StreamOperator):
         self._unassigned: list[Any] = []  # prepared at the end of input, before the final checkpoint
         self._committer: BackgroundCommitter | None = None
         self._submitted_up_to = 0  # the newest checkpoint whose committables went to the committer
+        self._finished = False  # the input ended: the next checkpoint to complete is the final one
         if self.operator_state.is_restored():
             restored = self.operator_state.get_list_state(self.PENDING).get()
             if restored:
@@ -1059,12 +1060,13 @@ class SinkOperator(StreamOperator):
             return
         ready = [c for n, c in self._pending if n <= checkpoint_id]
         if ready:
-            maybe_kill(self.ctx, "sink-before-commit", ready)
+            maybe_kill(self.ctx, "sink-before-final-commit" if self._finished else "sink-before-commit", ready)
             self._guard(lambda: self._sink.commit(ready))
             maybe_kill(self.ctx, "sink-after-commit", ready)
             self._pending = [(n, c) for n, c in self._pending if n > checkpoint_id]
 
     def on_finish(self) -> None:
+        self._finished = True
         ready = self._writer.prepare_commit()
         if self._checkpointing:
             self._unassigned.extend(ready)  # committed once the final checkpoint completes
