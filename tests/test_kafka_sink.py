@@ -46,6 +46,24 @@ def transaction_states(bootstrap: str, prefix: str) -> dict[str, int]:
     return out
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict:
+    """Partition -> (last stable offset, high watermark): an LSO stuck below the high watermark with no
+    open transaction of the coordinator's is a hanging transaction on that partition."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+
+    def latest(isolation):
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
+                                     isolation_level=isolation, request_timeout=10)
+        return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+    lso, hw = latest(IsolationLevel.READ_COMMITTED), latest(IsolationLevel.READ_UNCOMMITTED)
+    return {p: (lso[p], hw[p]) for p in sorted(parts)}
+
+
 def kafka_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, **kw):
     """A Kafka -> count -> KafkaSink job, its input being fed (``rows=None``: until ``Feed.stop()``, and the
     job's input is unbounded): (env, output topic, prefix, feed)."""
@@ -79,7 +97,8 @@ def assert_exactly_once(bootstrap: str, topic: str, prefix: str, rows: int) -> N
     if len(got) != len(expected):
         written = len(read_topic(bootstrap, topic, 1, "read_uncommitted"))
         raise AssertionError(f"{len(got)} rows committed, {len(expected)} expected ({written} written in all); "
-                             f"transactions of {prefix}: {transaction_states(bootstrap, prefix)}")
+                             f"transactions of {prefix}: {transaction_states(bootstrap, prefix)}; "
+                             f"{topic} offsets: {end_offsets(bootstrap, topic)}")
     assert got == expected
 
 
