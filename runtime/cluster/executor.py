@@ -27,6 +27,7 @@ from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, fi
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
+from ..task.operators import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod
@@ -231,16 +232,42 @@ def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non
             f"To rescale, restore it at parallelism {meta.parallelism} and take a savepoint (savepoints are always "
             f"aligned: streamjob savepoint --stop --target-dir DIR), then start from it with --from-savepoint "
             f"(execution.state-recovery.path) at the new parallelism")
-    keys = {op.state_key for op in graph.operators.values()}
-    unmatched = [(k, op.get("name", "?")) for k, op in meta.operators.items()
-                 if k not in keys and any(op.get("subtasks") or [])]
-    if unmatched and not allow_non_restored:
-        names = ", ".join(f"uid {k!r} ({name})" for k, name in unmatched)
+    by_key = {op.state_key: op for op in graph.operators.values()}
+    holding = {k: op for k, op in meta.operators.items() if any(op.get("subtasks") or [])}
+    unmatched = [k for k in holding if k not in by_key]
+    # Same uid, other shape: keyed state for an operator that is not keyed here (a snapshot of another
+    # job whose operators line up by place in the program). The tasks would fail on it one by one.
+    misfit = [k for k, op in holding.items() if k in by_key and _holds_keyed(op) and not operator_is_keyed(by_key[k])]
+    if (unmatched or misfit) and not allow_non_restored:
+        problems = [f"no operator of this job has uid {k!r}" for k in unmatched]
+        problems += [f"uid {k!r} holds keyed state, but this job's operator {by_key[k].name!r} with that uid is not "
+                     f"keyed" for k in misfit]
+        listed = ", ".join(f"uid {k!r} ({op.get('name', '?')}{', keyed' if _holds_keyed(op) else ''})"
+                           for k, op in list(holding.items())[:12])
+        more = f" and {len(holding) - 12} more" if len(holding) > 12 else ""
         raise JobDefinitionError(
-            f"{what} has state for operators this job does not have: {names}; give the operator that should "
-            f"take it the same .uid(...), or drop that state with --allow-non-restored-state "
+            f"{what} was taken of job {meta.job_name!r} ({meta.job_id}), with state of operators {listed}{more}; "
+            f"job {graph.job_name!r} cannot take it: {'; '.join(problems)}. Operators are matched by uid: give each "
+            f"stateful operator the same .uid(\"...\") in both jobs (without one, its place in the program is "
+            f"used), or start without the state this job cannot take with --allow-non-restored-state "
             f"({Options.ALLOW_NON_RESTORED_STATE}=true)")
-    return [f"Not restoring state of uid {k!r} ({name}): no operator of this job has that uid" for k, name in unmatched]
+    notes = [f"Not restoring state of uid {k!r} ({holding[k].get('name', '?')}): no operator of this job has that uid"
+             for k in unmatched]
+    for k in misfit:
+        notes.append(f"Not restoring state of uid {k!r} ({holding[k].get('name', '?')}): it is keyed state, and "
+                     f"this job's operator {by_key[k].name!r} is not keyed")
+        # Dropped here, so no task tries to read it.
+        meta.operators = {key: op for key, op in meta.operators.items() if key != k}
+    return notes
+
+
+def _holds_keyed(op: dict) -> bool:
+    """The snapshot of one operator holds keyed state (heap/columnar key groups or a RocksDB snapshot)."""
+    for h in op.get("subtasks") or []:
+        index = (h or {}).get("index") or {}
+        if index.get("keyed") or index.get("rocksdb"):
+            return True
+    return False
 
 
 def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[CompletedCheckpoint]:
@@ -590,7 +617,7 @@ def _stopping_note(signum: int, coordinator: CheckpointCoordinator | None) -> st
     latest = coordinator.latest() if coordinator is not None else None
     keep = f", keeping checkpoint {latest.checkpoint_id}" if latest is not None else \
         ", keeping the latest completed checkpoint"
-    return (f"{name}: stopping gracefully: sources end, in-flight records drain, {final}. "
+    return (f"Stopping ({name}): sources end, in-flight records drain, {final}. "
             f"{name} again cancels{keep if coordinator is not None else ''}")
 
 
