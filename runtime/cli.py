@@ -63,7 +63,8 @@ def main() -> None:
 @click.option("--master", help="Spark master: local[N] (default, N = parallelism), spark://..., k8s://...")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
 @click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
-              help="Resume from a retained checkpoint: a chk-<n> directory, or a job's checkpoint directory (newest).")
+              help="Resume from a retained checkpoint: a chk-<n> directory, a job's checkpoint directory (its "
+                   "newest), or the base checkpoint directory (the newest job's newest).")
 @click.option("--from-savepoint", "from_savepoint", metavar="PATH",
               help="Start from a savepoint (at any parallelism, on either state backend).")
 @click.option("--allow-non-restored-state", is_flag=True,

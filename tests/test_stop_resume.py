@@ -124,7 +124,8 @@ def assert_everything_committed(term: Terminal, in_flight_batch: int) -> list[in
 @pytest.mark.spark
 @pytest.mark.parametrize("batch", [200, 10], ids=["drain-longer-than-5s", "drain-short"])
 def test_one_ctrl_c_drains_and_commits_every_row(tmp_path, batch):
-    term = Terminal(tmp_path, 1_000_000, batch)
+    rows = 3_000  # a minute of work at 20 ms a row: stopped long before its end
+    term = Terminal(tmp_path, rows, batch)
     first = term.wait_for_new_batch()
     term.ctrl_c()
     signalled = time.monotonic()
@@ -136,11 +137,18 @@ def test_one_ctrl_c_drains_and_commits_every_row(tmp_path, batch):
     assert_everything_committed(term, first)
     assert re.search(r"Stopped by Ctrl-C: every record the sources emitted was processed, and the output "
                      r"committed with final checkpoint \d+", text), text
-    # The default retention: said plainly that nothing stays, and how to stop with a state to resume from.
-    assert "Its checkpoints are deleted: a finished job keeps none" in text and "savepoint --stop" in text
-    assert not any(term.checkpoints.glob("*/chk-*")), "a finished job keeps no checkpoint"
+    # Under the default retention (NO_EXTERNALIZED_CHECKPOINTS) too, the stop's final checkpoint stays,
+    # named with the command that resumes from it.
+    m = re.search(r"Final checkpoint (\d+) retained at (\S+/chk-\d+) \(a graceful stop keeps it whatever the "
+                  r"retention\): resume with `streamjob run \S+ --from-checkpoint (\S+) ", text)
+    assert m and m.group(2) == m.group(3), text
+    assert [p.name for p in term.checkpoints.glob("*/chk-*/_metadata")] == ["_metadata"]
+    assert os.path.exists(os.path.join(m.group(2), "_metadata"))
     if batch == 200:
         assert drained > 0.5 * batch * SLEEP_MS / 1000, "the interrupted batch should have drained"
+        # The stop is exact: resumed from its final checkpoint, the two runs commit every row once.
+        assert len(committed(term.out)) < rows
+        resume_to_the_end(term, tmp_path, m.group(2), rows)
 
 
 @pytest.mark.spark
@@ -190,7 +198,7 @@ def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resum
     text = term.text()
     assert code == 130, text
     assert "Ctrl-C again: canceling" in text and "was canceled by Ctrl-C during its graceful stop" in text
-    m = re.search(r"Checkpoint (\d+) retained at (\S+/chk-\d+) \(kept whatever the retention: it was "
+    m = re.search(r"Checkpoint (\d+) retained at (\S+/chk-\d+) \(kept whatever the retention: the run was "
                   r"interrupted\): resume with `([^`]+)`", text)
     assert m, text
     assert os.path.exists(os.path.join(m.group(2), "_metadata"))
@@ -199,13 +207,20 @@ def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resum
     before = committed(term.out)
     assert before == list(range(len(before))) and len(before) < rows
 
-    # Resume from the base directory (the job's id is not needed), with the map fast this time.
+    # Resume from the base directory (the job's id is not needed).
+    stderr = resume_to_the_end(term, tmp_path, str(term.checkpoints), rows)
+    assert f"Restoring from checkpoint {m.group(1)} at file://{m.group(2)}" in stderr
+
+
+def resume_to_the_end(term: Terminal, tmp_path: Path, from_checkpoint: str, rows: int) -> str:
+    """A second run from ``from_checkpoint``, the map fast this time, to the end of the input: the two
+    runs' committed output is every row once."""
     r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--no-progress",
-                        "--from-checkpoint", str(term.checkpoints), "--", str(term.out), str(tmp_path / "ck2"),
+                        "--from-checkpoint", from_checkpoint, "--", str(term.out), str(tmp_path / "ck2"),
                         str(rows), "0", "100", str(term.markers)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert f"Restoring from checkpoint {m.group(1)} at file://{m.group(2)}" in r.stderr
     assert committed(term.out) == list(range(rows))
+    return r.stderr
 
 
 # -- without Spark ------------------------------------------------------------------------------------
@@ -263,6 +278,11 @@ def test_a_savepoint_of_another_job_names_it_and_suggests_uid_in_one_line(tmp_pa
 
 def test_every_ending_names_what_can_be_resumed():
     argv = ["jobs/counts.py", "out"]
+    stopped = resume.Ending("FINISHED", True, "NO_EXTERNALIZED_CHECKPOINTS", True, 9, "file:///ck/j/chk-9",
+                            stopped=True)
+    assert resume.describe(stopped, argv) == (
+        "Final checkpoint 9 retained at /ck/j/chk-9 (a graceful stop keeps it whatever the retention): resume "
+        "with `streamjob run jobs/counts.py --from-checkpoint /ck/j/chk-9 out`")
     kept = resume.Ending("FAILED", True, "RETAIN_ON_CANCELLATION", True, 7, "file:///ck/j/chk-7")
     assert resume.describe(kept, argv) == ("Checkpoint 7 retained at /ck/j/chk-7: resume with "
                                            "`streamjob run jobs/counts.py --from-checkpoint /ck/j/chk-7 out`")

@@ -549,11 +549,15 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     finally:
         if jm.status.ended is not None:
             _leave_termination_message(config, jm.final_result(), display.note)
-        # A cancel by a second Ctrl-C / SIGTERM keeps the latest checkpoint whatever the retention: the
-        # user interrupted a run, and its state is what the next run resumes from.
+        # Kept whatever the retention: after a cancel by a second Ctrl-C / SIGTERM, the latest checkpoint
+        # (the user interrupted a run; its state is what the next run resumes from), and after a graceful
+        # stop, its final checkpoint: the sources stopped where they were (event time did not end), so it
+        # is the state a later run continues from, the part Flink's stop savepoint plays.
         interrupted = stop.cancel_signal is not None and jm.status.state == "CANCELED"
-        retain = driver_lost or interrupted
+        stopped = stop.started is not None and jm.status.state == "FINISHED"
+        retain = driver_lost or interrupted or stopped
         kept = False
+        latest = coordinator.latest() if coordinator is not None else None  # before the cleanup forgets it
         if coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
@@ -563,13 +567,11 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 display.note(f"Could not clean up checkpoints: {e}")
                 kept = True  # whatever it could not delete is still there
         if jm.status.ended is not None:
-            latest = coordinator.latest() if coordinator is not None else None
             text = resume.describe(resume.Ending(
                 jm.status.state, coordinator is not None and coordinator.settings.enabled,
                 coordinator.settings.retention if coordinator is not None else "", kept,
                 latest.checkpoint_id if latest else None, latest.url if latest else None,
-                jm.status.final_savepoint, stopped=stop.started, interrupted=interrupted,
-                rest_url=jm.rest.url if jm.rest is not None else None))
+                jm.status.final_savepoint, stopped=stopped, interrupted=interrupted))
             if text:
                 display.note(text)
         interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before

@@ -24,9 +24,8 @@ class Ending:
     latest_id: int | None = None  # the newest completed checkpoint, if any
     latest_url: str | None = None
     savepoint: str | None = None  # the stop-with-savepoint that ended it, if any
-    stopped: bool = False  # the job ended on a graceful stop (Ctrl-C, SIGTERM, streamjob stop), not its input
+    stopped: bool = False  # ended by a graceful stop (Ctrl-C, SIGTERM, streamjob stop): its final checkpoint is kept
     interrupted: bool = False  # canceled by a second Ctrl-C / SIGTERM: its checkpoints are kept whatever the retention
-    rest_url: str | None = None  # where the REST API was (for the savepoint command)
 
 
 def local_path(url: str) -> str:
@@ -67,16 +66,15 @@ def describe(ending: Ending, argv: list[str] | None = None) -> str | None:
         return ("Nothing to resume from: the job ran without checkpointing (execution.checkpointing.interval); "
                 "a new run starts from the beginning")
     if ending.kept and ending.latest_url:
-        why = (" (kept whatever the retention: it was interrupted)" if ending.interrupted and ending.state == "CANCELED"
-               else "")
-        return (f"Checkpoint {ending.latest_id} retained at {local_path(ending.latest_url)}{why}: resume with "
+        if ending.stopped and ending.state == "FINISHED":
+            what, why = "Final checkpoint", " (a graceful stop keeps it whatever the retention)"
+        elif ending.interrupted and ending.state == "CANCELED":
+            what, why = "Checkpoint", " (kept whatever the retention: the run was interrupted)"
+        else:
+            what, why = "Checkpoint", ""
+        return (f"{what} {ending.latest_id} retained at {local_path(ending.latest_url)}{why}: resume with "
                 f"`{resume_command('--from-checkpoint', ending.latest_url, argv)}`")
-    if ending.latest_url is None and ending.state != "FINISHED":
+    if ending.latest_url is None:
         return "No checkpoint had completed: nothing to resume from; a new run starts from the beginning"
-    if ending.state == "FINISHED":
-        how = f"`streamjob savepoint --stop --address {ending.rest_url}`" if ending.rest_url else \
-            "`streamjob savepoint --stop`"
-        return (f"Its checkpoints are deleted: a finished job keeps none, whatever {RETENTION_KEY} says (as in "
-                f"Flink). To stop with a state to resume from, take a savepoint as you stop: {how}")
     return (f"Its checkpoints are deleted ({RETENTION_KEY}={ending.retention}): nothing to resume from. To keep "
             f"them when a job is canceled or fails, set {RETENTION_KEY}=RETAIN_ON_CANCELLATION")
