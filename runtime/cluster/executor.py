@@ -433,7 +433,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if stop.due_for_note():
                     display.note(_still_draining_note(stop, jm, coordinator))
                 if jm.stop_requested and not stop.started:
-                    stop.begin(None)  # streamjob stop (POST /v1/stop): the same drain, reported the same way
+                    stop.begin(None, jm.stop_by)  # streamjob stop (POST /v1/stop), or the program's own Ctrl-C
+                    # handling (execute_async): the same drain, reported the same way
                 if (jm.cancel_requested or client is not None and client._cancel_requested) \
                         and jm.status.state != "CANCELED":
                     jm.status.state = "CANCELED"
@@ -598,10 +599,12 @@ class _StopWatch:
         self.started: float | None = None
         self.signal: int | None = None  # None: streamjob stop (the REST API)
         self.cancel_signal: int | None = None
+        self.by = ""  # who asked: "Ctrl-C", "SIGTERM", "streamjob stop"
         self._noted = False
 
-    def begin(self, signum: int | None) -> None:
+    def begin(self, signum: int | None, by: str | None = None) -> None:
         self.started, self.signal = time.monotonic(), signum
+        self.by = NAMES.get(signum, "a signal") if signum is not None else by or "streamjob stop"
 
     def due_for_note(self) -> bool:
         if self.started is None or self._noted or self.cancel_signal is not None:
@@ -627,16 +630,16 @@ def _still_draining_note(stop: _StopWatch, jm: JobManager, coordinator: Checkpoi
     """What a long drain is waiting for, so a stuck one is seen as such."""
     with jm._lock:
         ended = len(jm.end_of_data)
-    waiting = (f"{ended} of {jm.parallelism} subtasks have ended their input" if ended < jm.parallelism
+    waiting = (f"{ended} of {jm.parallelism} subtasks have ended their input; records still in flight (or in "
+               f"user code) hold the others up" if ended < jm.parallelism
                else "every subtask ended its input; the final checkpoint is in progress" if coordinator is not None
                else "every subtask ended its input")
-    name = NAMES.get(stop.signal, "Ctrl-C") if stop.signal is not None else "streamjob cancel"
-    return (f"Still draining after {time.monotonic() - (stop.started or 0):.0f} s: {waiting} "
-            f"(a record still in user code holds it up). {name} cancels instead")
+    name = NAMES.get(stop.signal, "Ctrl-C") if stop.signal is not None else "Ctrl-C (or streamjob cancel)"
+    return f"Still draining after {time.monotonic() - (stop.started or 0):.0f} s: {waiting}. {name} cancels instead"
 
 
 def _stopped_note(stop: _StopWatch, coordinator: CheckpointCoordinator | None) -> str:
-    by = NAMES.get(stop.signal, "a signal") if stop.signal is not None else "streamjob stop"
+    by = stop.by
     if coordinator is not None and coordinator.settings.enabled:
         latest = coordinator.latest()
         final = f"with final checkpoint {latest.checkpoint_id}" if latest is not None else "with the final checkpoint"

@@ -103,6 +103,7 @@ class JobManager:
         # A graceful stop holds for the rest of the job: tasks that register later (still deploying, or
         # of an attempt after a failover) are told at once, else they would run on and never end.
         self.stop_requested = False
+        self.stop_by: str | None = None
         self.operator_names = operator_names or {}
         self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
         self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
@@ -279,8 +280,10 @@ class JobManager:
         self._fail(failure)
 
     # -- commands ----------------------------------------------------------------
-    def stop(self) -> None:
-        """Graceful stop: every source ends its input; the job drains and finishes."""
+    def stop(self, by: str | None = None) -> None:
+        """Graceful stop: every source ends its input; the job drains and finishes. ``by``: who asked,
+        for the job's last words (None: a REST client, ``streamjob stop``)."""
+        self.stop_by = self.stop_by or by
         self.stop_requested = True
         self._broadcast({"type": C.STOP})
 
