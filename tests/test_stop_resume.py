@@ -334,3 +334,23 @@ def test_signals_are_counted_not_raised_and_the_attempt_end_survives_them():
     release.set()
     attempt.join(5)
     assert not attempt.alive()
+
+
+@pytest.mark.parametrize("signum, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_signal_before_any_job_runs_ends_the_run_saying_so(tmp_path, signum, code, name):
+    """SIGTERM no longer ends `streamjob run` silently: outside a running job (here in the job file's own
+    code, before it builds anything) it ends as Ctrl-C does, with one line."""
+    job = tmp_path / "slow_start.py"
+    job.write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1]).touch()\ntime.sleep(120)\n")
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(job), str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert f"interrupted by {name} while no job was running" in stderr
+    assert "Traceback" not in stderr
