@@ -630,8 +630,8 @@ def _still_draining_note(stop: _StopWatch, jm: JobManager, coordinator: Checkpoi
     """What a long drain is waiting for, so a stuck one is seen as such."""
     with jm._lock:
         ended = len(jm.end_of_data)
-    waiting = (f"{ended} of {jm.parallelism} subtasks have ended their input; records still in flight (or in "
-               f"user code) hold the others up" if ended < jm.parallelism
+    waiting = (f"{ended} of {jm.parallelism} subtasks have ended their input (the others still process records "
+               f"in flight, or are held up in user code)" if ended < jm.parallelism
                else "every subtask ended its input; the final checkpoint is in progress" if coordinator is not None
                else "every subtask ended its input")
     name = NAMES.get(stop.signal, "Ctrl-C") if stop.signal is not None else "Ctrl-C (or streamjob cancel)"
