@@ -528,6 +528,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 except Exception as e:  # noqa: BLE001 - the JVM cannot start: no attempt can run
                     raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: the Spark JVM exited "
                                             f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
+                interrupts.install()  # the new SparkContext installed PySpark's SIGINT handler again
                 driver_lost = False
             time.sleep(max(0.0, restart_at - time.monotonic()))
         seconds = time.monotonic() - started
