@@ -356,3 +356,28 @@ def test_a_signal_before_any_job_runs_ends_the_run_saying_so(tmp_path, signum, c
     assert proc.returncode == code, stderr
     assert f"interrupted by {name} while no job was running" in stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.spark
+def test_pyspark_sigint_handler_does_not_outlive_a_job(spark_slots):
+    """PySpark's SparkContext, made in the main thread, installs a SIGINT handler that cancels every
+    Spark job; a job run here replaces it while it runs and leaves Python's own in its place."""
+    from pyspark import SparkContext
+
+    from streamjob.runtime import StreamExecutionEnvironment
+    from streamjob.runtime.connectors import DataGenSource, DiscardingSink
+
+    current = signal.getsignal(signal.SIGINT)
+    if not getattr(current, "__qualname__", "").startswith("SparkContext"):  # an earlier job already replaced it
+
+        def signal_handler(signum, frame):  # as PySpark's (pyspark/core/context.py), under its name
+            SparkContext._active_spark_context.cancelAllJobs()
+            raise KeyboardInterrupt
+
+        signal_handler.__qualname__ = "SparkContext._do_init.<locals>.signal_handler"
+        signal.signal(signal.SIGINT, signal_handler)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.from_source(DataGenSource(lambda i: i, count=10)).sink_to(DiscardingSink())
+    env.execute("handlers")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
