@@ -345,7 +345,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             display.note(note)
         rescale = (f", rescaling from parallelism {initial.metadata.parallelism} to {graph.parallelism}"
                    if initial.metadata.parallelism != graph.parallelism else "")
-        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{rescale}")
+        other = (f" (taken of job {initial.metadata.job_name!r})"
+                 if initial.metadata.job_name and initial.metadata.job_name != graph.job_name else "")
+        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{other}{rescale}")
         if claim == "CLAIM" and initial.metadata.kind == "savepoint":
             display.note("Claim mode applies to retained checkpoints; the savepoint stays the user's (NO_CLAIM)")
         elif claim == "CLAIM":
