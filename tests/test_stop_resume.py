@@ -100,6 +100,24 @@ class Terminal:
         return m.group(1)
 
 
+@pytest.fixture
+def terminal():
+    """Makes Terminals; whatever still runs when the test ends (it failed) is killed, its whole process
+    group (the session pexpect made: the JVM and the task processes too)."""
+    made: list[Terminal] = []
+
+    def make(*args, **kwargs) -> Terminal:
+        made.append(Terminal(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for term in made:
+        try:
+            os.killpg(term.child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def committed(out: Path) -> list[int]:
     return sorted(json.loads(line)["seq"] for f in out.glob("part-*") for line in f.read_text().splitlines())
 
@@ -123,9 +141,9 @@ def assert_everything_committed(term: Terminal, in_flight_batch: int) -> list[in
 
 @pytest.mark.spark
 @pytest.mark.parametrize("batch", [300, 10], ids=["drain-longer-than-5s", "drain-short"])
-def test_one_ctrl_c_drains_and_commits_every_row(tmp_path, batch):
+def test_one_ctrl_c_drains_and_commits_every_row(terminal, tmp_path, batch):
     rows = 3_000  # a minute of work at 20 ms a row: stopped long before its end
-    term = Terminal(tmp_path, rows, batch)
+    term = terminal(tmp_path, rows, batch)
     first = term.wait_for_new_batch()
     term.ctrl_c()
     signalled = time.monotonic()
@@ -154,8 +172,8 @@ def test_one_ctrl_c_drains_and_commits_every_row(tmp_path, batch):
 
 
 @pytest.mark.spark
-def test_sigterm_drains_commits_and_says_so(tmp_path):
-    term = Terminal(tmp_path, 1_000_000, 100)
+def test_sigterm_drains_commits_and_says_so(terminal, tmp_path):
+    term = terminal(tmp_path, 1_000_000, 100)
     first = term.wait_for_new_batch()
     os.kill(term.child.pid, signal.SIGTERM)  # as kill or a container stop sends it: to the driver only
     code = term.wait()
@@ -166,8 +184,8 @@ def test_sigterm_drains_commits_and_says_so(tmp_path):
 
 
 @pytest.mark.spark
-def test_streamjob_stop_drains_and_commits_every_row(tmp_path):
-    term = Terminal(tmp_path, 1_000_000, 100)
+def test_streamjob_stop_drains_and_commits_every_row(terminal, tmp_path):
+    term = terminal(tmp_path, 1_000_000, 100)
     url = term.rest_url()
     first = term.wait_for_new_batch()
     r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "stop", "--address", url],
@@ -181,13 +199,13 @@ def test_streamjob_stop_drains_and_commits_every_row(tmp_path):
 
 
 @pytest.mark.spark
-def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resumes_it(tmp_path):
+def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resumes_it(terminal, tmp_path):
     """Ctrl-C twice during a long drain: canceled, exit 130, the latest checkpoint kept (the default
     retention would delete it) and named with the command that resumes it; that command, given the
     base checkpoint directory instead, resumes the newest job's newest checkpoint, and the two runs
     together commit every row exactly once."""
     rows = 3_000
-    term = Terminal(tmp_path, rows, 100)
+    term = terminal(tmp_path, rows, 100)
     deadline = time.monotonic() + START_TIMEOUT
     while not any(term.checkpoints.glob("*/chk-*/_metadata")):  # a checkpoint (every 2 s) completed
         assert term.child.isalive() and time.monotonic() < deadline, term.text()
