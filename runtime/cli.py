@@ -169,7 +169,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         from .cluster.interrupts import Terminated
 
         name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
-        _fail(f"interrupted by {name} while no job was running (nothing ran that could be resumed)", code)
+        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
     except BaseException as e:  # an error in the job file itself
         from .api.pyflink_import import PyFlinkImportError
         from .api.unsupported import PyFlinkNotSupported
