@@ -8,9 +8,10 @@ checkpoints when it fails or is canceled (RETAIN_ON_CANCELLATION). Its sink writ
 what is committed is exactly what the state has counted. Kill it any way you like (Ctrl-C twice,
 `kill -9`, a power cut), then resume where the last checkpoint left it:
 
-    streamjob run examples/checkpointed_counts.py --parallelism 2 --from-checkpoint checkpoints/<job id>/chk-<n>
+    streamjob run examples/checkpointed_counts.py --parallelism 2 --from-checkpoint checkpoints
 
-(The job's id and the retained checkpoint's path are printed as it starts and ends.) ROWS bounds the
+(the newest job's newest checkpoint; or name one, checkpoints/<job id>/chk-<n>: a run that ends
+prints the retained checkpoint's path and this command). ROWS bounds the
 input (default: 300,000 events at 5,000 a second, a minute of work).
 """
 

@@ -63,7 +63,8 @@ def main() -> None:
 @click.option("--master", help="Spark master: local[N] (default, N = parallelism), spark://..., k8s://...")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
 @click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
-              help="Resume from a retained checkpoint: a chk-<n> directory, or a job's checkpoint directory (newest).")
+              help="Resume from a retained checkpoint: a chk-<n> directory, a job's checkpoint directory (its "
+                   "newest), or the base checkpoint directory (the newest job's newest).")
 @click.option("--from-savepoint", "from_savepoint", metavar="PATH",
               help="Start from a savepoint (at any parallelism, on either state backend).")
 @click.option("--allow-non-restored-state", is_flag=True,
@@ -82,6 +83,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
     """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
     mark("cli")
+    _end_on_sigterm()
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
@@ -113,7 +115,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     # As early as the Spark configuration is known: everything imported from here on overlaps the JVM's start.
     _prestart_jvm(conf)
     from .api.environment import execution_context
-    from .cluster.executor import JobExecutionError
+    from .cluster.executor import JobExecutionError, JobInterrupted
     from .cluster.spark import ClusterError
     from .checkpoint.metadata import CheckpointFormatError
     from .graph.job_graph import JobDefinitionError
@@ -152,14 +154,22 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         else:
             runpy.run_path(job_file, run_name="__main__")
         execution_context.wait_for_async_jobs()  # jobs run in this process: returning now would kill them
+    except JobInterrupted as e:  # canceled as the user asked: said plainly, with the signal's exit code
+        from rich.text import Text
+
+        err().print(Text(str(e), style="yellow"), soft_wrap=True)
+        sys.exit(e.exit_code)
     except JobExecutionError as e:
         _fail(str(e))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
         _fail(f"{what}: {e}", conf=conf)
     except SystemExit:
         raise
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
+        from .cluster.interrupts import Terminated
+
+        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
+        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
     except BaseException as e:  # an error in the job file itself
         from .api.pyflink_import import PyFlinkImportError
         from .api.unsupported import PyFlinkNotSupported
@@ -178,6 +188,20 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{what} built no job: {hint}", conf=conf)
+
+
+def _end_on_sigterm() -> None:
+    """SIGTERM outside a running job ends ``streamjob run`` as Ctrl-C does, saying so (not a silent 143);
+    while a job runs, the executor takes both signals over (a graceful stop, then a cancel)."""
+    import signal
+
+    from .cluster.interrupts import Terminated
+
+    def terminated(*_: Any) -> None:
+        raise Terminated()
+
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, terminated)
 
 
 def _prestart_jvm(conf: Configuration) -> None:

@@ -169,13 +169,14 @@ class _ExecutionContext:
             while not client._finished.is_set():
                 try:
                     client._finished.wait(0.25)
-                except KeyboardInterrupt:
+                except KeyboardInterrupt as e:
                     interrupts += 1
                     for c in self.clients:
                         if c._finished.is_set():
                             continue
                         if interrupts == 1 and c.job_manager is not None:
-                            c.job_manager.stop()
+                            # streamjob run turns SIGTERM into a KeyboardInterrupt named Terminated
+                            c.job_manager.stop(by="SIGTERM" if type(e).__name__ == "Terminated" else "Ctrl-C")
                         else:
                             c.cancel()
             if client._error is not None and not client._result_read:

@@ -452,9 +452,7 @@ class CheckpointCoordinator:
         FAILED keeps them unless checkpoints are not externalized. ``retain``: the job ends because its
         driver died (the Spark JVM), which is a crash rather than a job's end: as when Flink's job
         manager process dies, completed checkpoints stay for the job to be resumed from."""
-        retention = self.settings.retention
-        keep = retain or (job_state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
-            job_state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")
+        keep = keeps_checkpoints(job_state, self.settings.retention, retain)
         self.abort_all(f"job {job_state.lower()}", time.monotonic())
         if not keep:
             for c in self.completed:
@@ -468,3 +466,11 @@ class CheckpointCoordinator:
         self.history.append(stats)
         if len(self.history) > self.stats_kept:
             del self.history[0]
+
+
+def keeps_checkpoints(job_state: str, retention: str, retain: bool = False) -> bool:
+    """Whether a job ending in ``job_state`` keeps its completed checkpoints (Flink's rule, see
+    ``CheckpointCoordinator.shutdown``). FINISHED never does, whatever the retention: a finished job's
+    resumable state is a savepoint."""
+    return retain or (job_state == "CANCELED" and retention == "RETAIN_ON_CANCELLATION") or (
+        job_state == "FAILED" and retention != "NO_EXTERNALIZED_CHECKPOINTS")

@@ -21,6 +21,7 @@ memory threshold) instead of making a file per operator.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import posixpath
 import re
@@ -416,7 +417,9 @@ def load_checkpoint(url: str, storage_options: dict | None = None) -> tuple[str,
 def find_checkpoints(url: str) -> list[str]:
     """Checkpoint URLs under ``url`` that have ``_metadata``, newest first.
 
-    ``url`` is a checkpoint (``chk-<n>``) or savepoint directory itself, or a job's checkpoint directory.
+    ``url`` is a checkpoint (``chk-<n>``) or savepoint directory itself, a job's checkpoint directory,
+    or the base checkpoint directory (``execution.checkpointing.dir``) holding job directories: then
+    the job whose newest completed checkpoint completed last is taken.
     """
     url = normalize_url(url)
     if url.endswith("/" + METADATA):
@@ -433,11 +436,51 @@ def find_checkpoints(url: str) -> list[str]:
         entries = fs.ls(path, detail=False)
     except FileNotFoundError:
         raise CheckpointFormatError(f"{url}: no such checkpoint or checkpoint directory") from None
+    found = _completed_in(fs, url, entries)
+    if not found and not any(_CHK.search(e.rstrip("/")) for e in entries):
+        return _newest_job(fs, url, entries)
+    if not found:
+        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA})")
+    return [u for _, u in sorted(found, reverse=True)]
+
+
+def _completed_in(fs: Any, url: str, entries: list[str]) -> list[tuple[int, str]]:
     found = []
     for e in entries:
         m = _CHK.search(e.rstrip("/"))
         if m and fs.exists(posixpath.join(e, METADATA)):
             found.append((int(m.group(1)), f"{url.rstrip('/')}/chk-{m.group(1)}"))
-    if not found:
-        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA})")
-    return [u for _, u in sorted(found, reverse=True)]
+    return found
+
+
+def _newest_job(fs: Any, url: str, entries: list[str]) -> list[str]:
+    """A base checkpoint directory: the checkpoints of the job whose newest completed checkpoint
+    completed last (its ``_metadata``'s ``completed_ms``), newest first."""
+    best: tuple[int, int, list[str]] | None = None
+    jobs = 0
+    for e in entries:
+        name = e.rstrip("/").rsplit("/", 1)[-1]
+        if name in (SHARED, "taskowned") or name.startswith("."):
+            continue
+        try:
+            if not fs.isdir(e):
+                continue
+            found = _completed_in(fs, f"{url.rstrip('/')}/{name}", fs.ls(e, detail=False))
+        except OSError:
+            continue
+        if not found:
+            continue
+        jobs += 1
+        newest_id, newest = max(found)
+        try:
+            completed = int(json.loads(fs.cat_file(posixpath.join(fsspec.core.url_to_fs(newest)[1], METADATA)))
+                            .get("completed_ms", 0))
+        except (OSError, ValueError):
+            completed = 0  # unreadable: still a candidate, the restore says what is wrong with it
+        key = (completed, newest_id)
+        if best is None or key > best[:2]:
+            best = (completed, newest_id, [u for _, u in sorted(found, reverse=True)])
+    if best is None:
+        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA}, nor "
+                                    f"<job id>/chk-<n>/{METADATA})")
+    return best[2]

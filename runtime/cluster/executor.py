@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 
 from ..api.environment import JobExecutionResult
-from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
+from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint, keeps_checkpoints
 from ..checkpoint import filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
@@ -27,9 +27,12 @@ from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, fi
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
+from ..task.operators import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod
+from . import resume
+from .interrupts import NAMES, Interrupts, exit_code
 from .jobmanager import BindError, JobManager, TaskFailure
 
 
@@ -90,24 +93,30 @@ class _Attempt:
         self.group = f"{job_id}-{attempt}"
         self.error: BaseException | None = None
         self.deployment = deployment
+        # The attempt's end, set by its own thread as its very last act. Never Thread.is_alive():
+        # after a join() that a signal interrupted, CPython 3.11 reports a running thread as stopped
+        # (bpo-45274), and the job would be declared finished while it still drains.
+        self.ended = threading.Event()
 
         def run() -> None:
             try:
                 deployment.run_stage(self.group, name, payload, jm_address, attempt)
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 self.error = e
+            finally:
+                self.ended.set()
 
         self.thread = threading.Thread(target=run, name=f"spark-stage-{attempt}", daemon=True)
         self.thread.start()
 
     def alive(self) -> bool:
-        return self.thread.is_alive()
+        return not self.ended.is_set()
 
     def cancel(self) -> None:
         self.deployment.cancel(self.group)
 
     def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
+        self.ended.wait(timeout)
 
 
 # How long the stage's thread may take to notice that the JVM it waits on is gone (its py4j socket
@@ -223,16 +232,42 @@ def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non
             f"To rescale, restore it at parallelism {meta.parallelism} and take a savepoint (savepoints are always "
             f"aligned: streamjob savepoint --stop --target-dir DIR), then start from it with --from-savepoint "
             f"(execution.state-recovery.path) at the new parallelism")
-    keys = {op.state_key for op in graph.operators.values()}
-    unmatched = [(k, op.get("name", "?")) for k, op in meta.operators.items()
-                 if k not in keys and any(op.get("subtasks") or [])]
-    if unmatched and not allow_non_restored:
-        names = ", ".join(f"uid {k!r} ({name})" for k, name in unmatched)
+    by_key = {op.state_key: op for op in graph.operators.values()}
+    holding = {k: op for k, op in meta.operators.items() if any(op.get("subtasks") or [])}
+    unmatched = [k for k in holding if k not in by_key]
+    # Same uid, other shape: keyed state for an operator that is not keyed here (a snapshot of another
+    # job whose operators line up by place in the program). The tasks would fail on it one by one.
+    misfit = [k for k, op in holding.items() if k in by_key and _holds_keyed(op) and not operator_is_keyed(by_key[k])]
+    if (unmatched or misfit) and not allow_non_restored:
+        problems = [f"no operator of this job has uid {k!r}" for k in unmatched]
+        problems += [f"uid {k!r} holds keyed state, but this job's operator {by_key[k].name!r} with that uid is not "
+                     f"keyed" for k in misfit]
+        listed = ", ".join(f"uid {k!r} ({op.get('name', '?')}{', keyed' if _holds_keyed(op) else ''})"
+                           for k, op in list(holding.items())[:12])
+        more = f" and {len(holding) - 12} more" if len(holding) > 12 else ""
         raise JobDefinitionError(
-            f"{what} has state for operators this job does not have: {names}; give the operator that should "
-            f"take it the same .uid(...), or drop that state with --allow-non-restored-state "
+            f"{what} was taken of job {meta.job_name!r} ({meta.job_id}), with state of operators {listed}{more}; "
+            f"job {graph.job_name!r} cannot take it: {'; '.join(problems)}. Operators are matched by uid: give each "
+            f"stateful operator the same .uid(\"...\") in both jobs (without one, its place in the program is "
+            f"used), or start without the state this job cannot take with --allow-non-restored-state "
             f"({Options.ALLOW_NON_RESTORED_STATE}=true)")
-    return [f"Not restoring state of uid {k!r} ({name}): no operator of this job has that uid" for k, name in unmatched]
+    notes = [f"Not restoring state of uid {k!r} ({holding[k].get('name', '?')}): no operator of this job has that uid"
+             for k in unmatched]
+    for k in misfit:
+        notes.append(f"Not restoring state of uid {k!r} ({holding[k].get('name', '?')}): it is keyed state, and "
+                     f"this job's operator {by_key[k].name!r} is not keyed")
+        # Dropped here, so no task tries to read it.
+        meta.operators = {key: op for key, op in meta.operators.items() if key != k}
+    return notes
+
+
+def _holds_keyed(op: dict) -> bool:
+    """The snapshot of one operator holds keyed state (heap/columnar key groups or a RocksDB snapshot)."""
+    for h in op.get("subtasks") or []:
+        index = (h or {}).get("index") or {}
+        if index.get("keyed") or index.get("rocksdb"):
+            return True
+    return False
 
 
 def _claimable(job_root: str, initial: CompletedCheckpoint, note: Any) -> list[CompletedCheckpoint]:
@@ -310,7 +345,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             display.note(note)
         rescale = (f", rescaling from parallelism {initial.metadata.parallelism} to {graph.parallelism}"
                    if initial.metadata.parallelism != graph.parallelism else "")
-        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{rescale}")
+        other = (f" (taken of job {initial.metadata.job_name!r})"
+                 if initial.metadata.job_name and initial.metadata.job_name != graph.job_name else "")
+        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{other}{rescale}")
         if claim == "CLAIM" and initial.metadata.kind == "savepoint":
             display.note("Claim mode applies to retained checkpoints; the savepoint stays the user's (NO_CLAIM)")
         elif claim == "CLAIM":
@@ -360,43 +397,55 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     damaged: dict[int, str] = {}  # checkpoint id -> what a task found wrong with it
     final_state = "FAILED"
     driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
-    interrupts = 0
+    interrupts = Interrupts()  # Ctrl-C and SIGTERM: counted while the job runs, acted on by this loop
+    handled = 0  # interrupts acted on
+    stop = _StopWatch()
     try:
         # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
         # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
         deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name)
+        interrupts.install()  # after the SparkContext, which installed PySpark's cancel-every-job SIGINT handler
         while True:
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
             cancel_at: float | None = None
             jvm_exit: str | None = None  # how the JVM ended, when it did during this attempt
             while attempt.alive():
-                try:
-                    attempt.join(0.25)
-                    display.update(jm.operator_totals())
-                    if jvm_exit is None:
-                        jvm_exit = deployment.jvm_exit()
-                        if jvm_exit is not None:
-                            jm.report(_jvm_failure(jvm_exit, attempt_no))
-                    elif time.monotonic() - (cancel_at or time.monotonic()) > _JVM_STAGE_GRACE_S:
-                        break
-                    if (jm.cancel_requested or client is not None and client._cancel_requested) \
-                            and jm.status.state != "CANCELED":
-                        jm.status.state = "CANCELED"
-                        attempt.cancel()
-                    if jm.failure_event.is_set() and cancel_at is None:
-                        # Failover: never wait for Spark to notice; the job manager owns restarts.
-                        jm.status.state = "RESTARTING" if jm.status.state == "RUNNING" else jm.status.state
-                        cancel_at = time.monotonic()
-                        attempt.cancel()
-                except KeyboardInterrupt:
-                    interrupts += 1
-                    if interrupts == 1:
-                        display.note("Stopping: sources end, in-flight records drain (Ctrl-C again to cancel)")
+                attempt.join(0.25)
+                display.update(jm.operator_totals())
+                if jvm_exit is None:
+                    jvm_exit = deployment.jvm_exit()
+                    if jvm_exit is not None:
+                        jm.report(_jvm_failure(jvm_exit, attempt_no))
+                elif time.monotonic() - (cancel_at or time.monotonic()) > _JVM_STAGE_GRACE_S:
+                    break
+                while handled < interrupts.count:
+                    signum = interrupts.signals[handled]
+                    handled += 1
+                    if not stop.started:  # the first: a graceful stop; one during a drain cancels
+                        stop.begin(signum)
                         jm.stop()
-                    else:
+                        display.note(_stopping_note(signum, coordinator))
+                    elif jm.status.state != "CANCELED":
+                        stop.cancel_signal = signum
+                        display.note(f"{NAMES.get(signum, 'signal')} again: canceling (the drain is abandoned; "
+                                     f"the latest completed checkpoint is kept)")
                         jm.status.state = "CANCELED"
                         attempt.cancel()
+                if stop.due_for_note():
+                    display.note(_still_draining_note(stop, jm, coordinator))
+                if jm.stop_requested and not stop.started:
+                    stop.begin(None, jm.stop_by)  # streamjob stop (POST /v1/stop), or the program's own Ctrl-C
+                    # handling (execute_async): the same drain, reported the same way
+                if (jm.cancel_requested or client is not None and client._cancel_requested) \
+                        and jm.status.state != "CANCELED":
+                    jm.status.state = "CANCELED"
+                    attempt.cancel()
+                if jm.failure_event.is_set() and cancel_at is None:
+                    # Failover: never wait for Spark to notice; the job manager owns restarts.
+                    jm.status.state = "RESTARTING" if jm.status.state == "RUNNING" else jm.status.state
+                    cancel_at = time.monotonic()
+                    attempt.cancel()
             error = attempt.error
             if error is not None and jvm_exit is None:
                 # The stage ended with an error: was it the JVM (one this process did not launch is only
@@ -410,9 +459,19 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 failure = jm.root_failure()
             if jm.status.state == "CANCELED":
                 final_state = "CANCELED"
+                if stop.cancel_signal is not None:
+                    raise JobInterrupted(f"Job {graph.job_name!r} ({job_id}) was canceled by "
+                                         f"{NAMES.get(stop.cancel_signal, 'a signal')} during its graceful stop",
+                                         stop.cancel_signal)
                 raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) was canceled")
             if error is None and failure is None:
                 jm.wait_finished(timeout=5.0)  # final metrics travel before each task's "finished"
+                if stop.started and coordinator is not None and coordinator.settings.enabled \
+                        and not coordinator.final_completed:
+                    # The stage ended without the final checkpoint: the drained output is not committed.
+                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) stopped, but its final checkpoint "
+                                            f"did not complete: the output since the last completed checkpoint is "
+                                            f"not committed")
                 final_state = "FINISHED"
                 break
             # -- the attempt failed: restart or give up -------------------------------------------
@@ -471,35 +530,124 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 except Exception as e:  # noqa: BLE001 - the JVM cannot start: no attempt can run
                     raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: the Spark JVM exited "
                                             f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
+                interrupts.install()  # the new SparkContext installed PySpark's SIGINT handler again
                 driver_lost = False
             time.sleep(max(0.0, restart_at - time.monotonic()))
         seconds = time.monotonic() - started
         totals = jm.operator_totals()
         jm.finish("FINISHED")
         display.close(totals, "FINISHED", seconds)
+        if stop.started:
+            display.note(_stopped_note(stop, coordinator))
         named = {graph.operators[int(k)].name: {"records_in": v[0], "records_out": v[1]} for k, v in totals.items()}
         running = jm.running_seconds()
         return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named,
                                   None if running is None else int(running * 1000),
                                   checkpoints=_checkpoint_summaries(coordinator), restarts=jm.restarts)
     except BaseException as e:
-        state = "CANCELED" if jm.status.state == "CANCELED" else final_state
+        # Interrupted before the loop took the signals over (the SparkContext starting): canceled, not failed.
+        state = "CANCELED" if jm.status.state == "CANCELED" or isinstance(e, KeyboardInterrupt) else final_state
         jm.finish(state, None if state == "CANCELED" else _error_text(e))
         display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
         raise
     finally:
         if jm.status.ended is not None:
             _leave_termination_message(config, jm.final_result(), display.note)
+        # Kept whatever the retention: after a cancel by a second Ctrl-C / SIGTERM, the latest checkpoint
+        # (the user interrupted a run; its state is what the next run resumes from), and after a graceful
+        # stop, its final checkpoint: the sources stopped where they were (event time did not end), so it
+        # is the state a later run continues from, the part Flink's stop savepoint plays.
+        interrupted = stop.cancel_signal is not None and jm.status.state == "CANCELED"
+        stopped = stop.started is not None and jm.status.state == "FINISHED"
+        retain = driver_lost or interrupted or stopped
+        kept = False
+        latest = coordinator.latest() if coordinator is not None else None  # before the cleanup forgets it
         if coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
-                coordinator.shutdown(jm.status.state, retain=driver_lost)
+                coordinator.shutdown(jm.status.state, retain=retain)
+                kept = keeps_checkpoints(jm.status.state, coordinator.settings.retention, retain)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
+                kept = True  # whatever it could not delete is still there
+        if jm.status.ended is not None:
+            text = resume.describe(resume.Ending(
+                jm.status.state, coordinator is not None and coordinator.settings.enabled,
+                coordinator.settings.retention if coordinator is not None else "", kept,
+                latest.checkpoint_id if latest else None, latest.url if latest else None,
+                jm.status.final_savepoint, stopped=stopped, interrupted=interrupted))
+            if text:
+                display.note(text)
+        interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before
         _linger(config, jm, display)
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
+
+
+class JobInterrupted(JobExecutionError):
+    """The job was canceled by a second Ctrl-C or SIGTERM; ``exit_code`` is the shell's for that signal."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = exit_code(signum)
+
+
+class _StopWatch:
+    """A graceful stop in progress: when it began, by what, and whether the user was told it lingers."""
+
+    NOTE_AFTER_S = 10.0
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.signal: int | None = None  # None: streamjob stop (the REST API)
+        self.cancel_signal: int | None = None
+        self.by = ""  # who asked: "Ctrl-C", "SIGTERM", "streamjob stop"
+        self._noted = False
+
+    def begin(self, signum: int | None, by: str | None = None) -> None:
+        self.started, self.signal = time.monotonic(), signum
+        self.by = NAMES.get(signum, "a signal") if signum is not None else by or "streamjob stop"
+
+    def due_for_note(self) -> bool:
+        if self.started is None or self._noted or self.cancel_signal is not None:
+            return False
+        if time.monotonic() - self.started < self.NOTE_AFTER_S:
+            return False
+        self._noted = True
+        return True
+
+
+def _stopping_note(signum: int, coordinator: CheckpointCoordinator | None) -> str:
+    name = NAMES.get(signum, "signal")
+    final = "the final checkpoint commits" if coordinator is not None and coordinator.settings.enabled \
+        else "sinks flush"
+    latest = coordinator.latest() if coordinator is not None else None
+    keep = f", keeping checkpoint {latest.checkpoint_id}" if latest is not None else \
+        ", keeping the latest completed checkpoint"
+    return (f"Stopping ({name}): sources end, in-flight records drain, {final}. "
+            f"{name} again cancels{keep if coordinator is not None else ''}")
+
+
+def _still_draining_note(stop: _StopWatch, jm: JobManager, coordinator: CheckpointCoordinator | None) -> str:
+    """What a long drain is waiting for, so a stuck one is seen as such."""
+    with jm._lock:
+        ended = len(jm.end_of_data)
+    waiting = (f"{ended} of {jm.parallelism} subtasks have ended their input (the others still process records "
+               f"in flight, or are held up in user code)" if ended < jm.parallelism
+               else "every subtask ended its input; the final checkpoint is in progress" if coordinator is not None
+               else "every subtask ended its input")
+    name = NAMES.get(stop.signal, "Ctrl-C") if stop.signal is not None else "Ctrl-C (or streamjob cancel)"
+    return f"Still draining after {time.monotonic() - (stop.started or 0):.0f} s: {waiting}. {name} cancels instead"
+
+
+def _stopped_note(stop: _StopWatch, coordinator: CheckpointCoordinator | None) -> str:
+    by = stop.by
+    if coordinator is not None and coordinator.settings.enabled:
+        latest = coordinator.latest()
+        final = f"with final checkpoint {latest.checkpoint_id}" if latest is not None else "with the final checkpoint"
+        return f"Stopped by {by}: every record the sources emitted was processed, and the output committed {final}"
+    return f"Stopped by {by}: every record the sources emitted was processed and the sinks flushed"
 
 
 def _import_rest() -> None:

@@ -100,6 +100,10 @@ class JobManager:
         self.savepoint_schemes = (own or {"file"}) | {s.strip().lower() for s in savepoint_schemes if s.strip()}
         self.inline_threshold = inline_threshold
         self.cancel_requested = False
+        # A graceful stop holds for the rest of the job: tasks that register later (still deploying, or
+        # of an attempt after a failover) are told at once, else they would run on and never end.
+        self.stop_requested = False
+        self.stop_by: str | None = None
         self.operator_names = operator_names or {}
         self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
         self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
@@ -276,8 +280,11 @@ class JobManager:
         self._fail(failure)
 
     # -- commands ----------------------------------------------------------------
-    def stop(self) -> None:
-        """Graceful stop: every source ends its input; the job drains and finishes."""
+    def stop(self, by: str | None = None) -> None:
+        """Graceful stop: every source ends its input; the job drains and finishes. ``by``: who asked,
+        for the job's last words (None: a REST client, ``streamjob stop``)."""
+        self.stop_by = self.stop_by or by
+        self.stop_requested = True
         self._broadcast({"type": C.STOP})
 
     def _broadcast(self, msg: dict) -> None:
@@ -661,6 +668,8 @@ class JobManager:
                         await writer.drain()
                         break
                     writer.write(C.encode(self._deployment(slot)))
+                    if self.stop_requested:
+                        writer.write(C.encode({"type": C.STOP}))
                     continue
                 if kind in (C.ACK, C.DECLINE):
                     (self._on_ack if kind == C.ACK else self._on_decline)(msg)

@@ -1230,6 +1230,19 @@ OPERATORS: dict[str, type[StreamOperator]] = {
 }
 
 
+def operator_is_keyed(node: OperatorNode) -> bool:
+    """Whether the operator ``create_operator`` makes of ``node`` has a keyed state backend (the driver
+    checks a restore against it before anything is deployed)."""
+    if node.kind in (T.WINDOW, T.WINDOW_AGGREGATE, T.KEYED_BROADCAST_PROCESS):
+        return True
+    if node.kind in T.BROADCAST_PROCESS_KINDS:
+        return False
+    if _opens_state(node):
+        return True
+    cls = OPERATORS.get(node.kind)
+    return bool(cls is not None and cls.keyed)
+
+
 def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
     if node.kind == T.WINDOW:
         from .windows import WindowOperator  # it builds on this module
