@@ -303,7 +303,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
     t = target(job, address, token)
     if savepoint_path or with_savepoint:
         return _savepoint(t, savepoint_path, True, drain, False, timeout)
-    t.call("POST", "/v1/stop")
+    t.call("POST", "/v1/stop?wait=true")
     err_note("stopping: sources end their input, in-flight records drain, the final checkpoint commits")
     end = wait_for_end(t, timeout)
     echo(describe_end(end))
@@ -319,7 +319,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
 def cancel(job: str | None, address: str | None, token: str, timeout: float) -> None:
     """Cancel the job now (no final checkpoint) and wait until it has ended."""
     t = target(job, address, token)
-    t.call("POST", "/v1/cancel")
+    t.call("POST", "/v1/cancel?wait=true")
     end = wait_for_end(t, timeout)
     echo(describe_end(end))
     if end["state"] == "FAILED":

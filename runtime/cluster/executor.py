@@ -574,12 +574,19 @@ def _error_text(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
 
 
+# How long a job keeps its final result for a client that said it waits for it (`streamjob stop`, `cancel`).
+WAITING_READER_LINGER_S = 60.0
+
+
 def _linger(config: Configuration, jm: JobManager, display: Any) -> None:
     seconds = pod.result_linger_ms(config, os.environ) / 1000.0
+    if jm.reader_waiting:
+        seconds = max(seconds, WAITING_READER_LINGER_S)
     if jm.rest is None or seconds <= 0 or jm.result_was_read():
         return
-    display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
-                 f"until read ({Options.REST_RESULT_LINGER})")
+    if not jm.reader_waiting:  # else the client that asked reads it at once
+        display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
+                     f"until read ({Options.REST_RESULT_LINGER})")
     jm.linger(seconds)
 
 

@@ -102,6 +102,8 @@ class JobManager:
         self.savepoint_schemes = (own or {"file"}) | {s.strip().lower() for s in savepoint_schemes if s.strip()}
         self.inline_threshold = inline_threshold
         self.cancel_requested = False
+        self.stop_requested = False  # a graceful stop: tasks that register later (still deploying) get it too
+        self.reader_waiting = False  # see reader_waits
         self.operator_names = operator_names or {}
         self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
         self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
@@ -212,6 +214,11 @@ class JobManager:
     def result_was_read(self) -> bool:
         return self._result_read.is_set()
 
+    def reader_waits(self) -> None:
+        """A client (``streamjob stop``/``cancel``) waits for the final result: linger for it even where
+        rest.result-linger is 0, so the process does not exit between two of its polls."""
+        self.reader_waiting = True
+
     def linger(self, seconds: float) -> bool:
         """After the end, keep serving the final result until a client read it, ``seconds`` passed or
         SIGTERM came (Ctrl-C too), so a client polling once a second never misses it. True: it was read."""
@@ -287,6 +294,7 @@ class JobManager:
     # -- commands ----------------------------------------------------------------
     def stop(self) -> None:
         """Graceful stop: every source ends its input; the job drains and finishes."""
+        self.stop_requested = True
         self._broadcast({"type": C.STOP})
 
     def _broadcast(self, msg: dict) -> None:
@@ -671,6 +679,8 @@ class JobManager:
                         await writer.drain()
                         break
                     writer.write(C.encode(self._deployment(slot)))
+                    if self.stop_requested:  # asked for before this task was deployed: it must not be lost
+                        writer.write(C.encode({"type": C.STOP}))
                     continue
                 if kind in (C.ACK, C.DECLINE):
                     (self._on_ack if kind == C.ACK else self._on_decline)(msg)
