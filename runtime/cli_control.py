@@ -304,7 +304,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
     if savepoint_path or with_savepoint:
         return _savepoint(t, savepoint_path, True, drain, False, timeout)
     t.call("POST", "/v1/stop?wait=true")
-    err_note("stopping: sources end their input, in-flight records drain, the final checkpoint commits")
+    err_note("stopping: the sources end their input, in-flight records drain, sinks commit")
     end = wait_for_end(t, timeout)
     echo(describe_end(end))
     if end["state"] != "FINISHED":
