@@ -137,6 +137,10 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         conf.set(Options.SPARK_MASTER, master)
     if from_checkpoint and from_savepoint:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    try:  # an unreachable standalone master: one line now, before the job file runs and a JVM starts
+        spark_log.probe_standalone_master(str(conf.get(Options.SPARK_MASTER) or ""))
+    except spark_log.MasterURLError as e:
+        _fail(str(e), conf=conf)
     if detached and not os.environ.get(DETACHED_CHILD_ENV):
         from .detach import run_detached
 
