@@ -53,6 +53,10 @@ def operator(ctx: click.Context, namespaces: tuple[str, ...], all_namespaces: bo
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:  # not a line per handled watch event
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    from .apiserver import OneLineConnectionErrors
+
+    for handler in logging.getLogger().handlers:  # an unreachable API server: one line per retry
+        handler.addFilter(OneLineConnectionErrors())
     try:
         asyncio.run(run_operator(namespaces=list(namespaces), clusterwide=all_namespaces, peering=peering,
                                  priority=priority, peering_lifetime=peering_lifetime,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Any
 
@@ -10,13 +11,22 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .apiserver import ApiServerHealth, unreachable_reason
+from .kube import Kube
 from .metrics import OperatorMetrics
 
+logger = logging.getLogger("streamjob.operator")
+RESTART_DELAY_S = 10.0  # after kopf gave up reaching the API server
 
-async def serve_health(address: str, metrics: OperatorMetrics) -> web.AppRunner:
-    """``/healthz`` (the event loop answers) and ``/metrics`` (the operator's Prometheus metrics)."""
+
+async def serve_health(address: str, metrics: OperatorMetrics, api: ApiServerHealth | None = None) -> web.AppRunner:
+    """``/healthz`` (the event loop answers and, with ``api``, the Kubernetes API server can be reached:
+    503 with the reason while it cannot) and ``/metrics`` (the operator's Prometheus metrics)."""
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        if api is None:
+            return web.json_response({"status": "ok"})
+        status, doc = api.doc()
+        return web.json_response(doc, status=status)
 
     async def prometheus(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -50,12 +60,35 @@ async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False,
                                           max_concurrent_reconciles=max_concurrent_reconciles,
                                           **({"kubernetes_master": kubernetes_master} if kubernetes_master else {}))
     memo.metrics = getattr(memo, "metrics", None) or OperatorMetrics()
-    health = await serve_health(health_address, memo.metrics) if health_address else None
+    api = ApiServerHealth() if health_address else None
+    probe = asyncio.ensure_future(api.probe_forever(Kube)) if api is not None else None
+    health = await serve_health(health_address, memo.metrics, api) if health_address else None
     try:
-        await kopf.operator(registry=registry, settings=settings, namespaces=namespaces, clusterwide=clusterwide,
-                            standalone=peering is None, peering_name=peering, priority=priority, memo=memo,
-                            stop_flag=stop_flag, ready_flag=ready_flag)
+        while True:
+            try:
+                await kopf.operator(registry=registry, settings=settings, namespaces=namespaces,
+                                    clusterwide=clusterwide, standalone=peering is None, peering_name=peering,
+                                    priority=priority, memo=memo, stop_flag=stop_flag, ready_flag=ready_flag)
+                return
+            except Exception as e:
+                reason = unreachable_reason(e)
+                if reason is None or _is_set(stop_flag):
+                    raise
+                # kopf gave up its retries: the operator stays up (its /healthz says why it cannot work)
+                # and starts watching again, rather than exiting into a crash loop.
+                logger.error("cannot reach the Kubernetes API server (%s); watching again in %.0f s",
+                             reason, RESTART_DELAY_S)
+                await asyncio.sleep(RESTART_DELAY_S)
     finally:
+        if probe is not None:
+            probe.cancel()
         if health is not None:
             await health.cleanup()
         await asyncio.sleep(0)
+
+
+def _is_set(flag: Any) -> bool:
+    is_set = getattr(flag, "is_set", None)
+    if is_set is None:
+        return getattr(flag, "done", lambda: False)()
+    return bool(is_set())

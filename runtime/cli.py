@@ -10,8 +10,14 @@ from typing import Any
 
 import click
 
+from .cluster import spark_log
+from .cluster.tracebacks import hide_engine_frames
 from .config import ConfigError, Configuration, Options
+from .detach import DETACHED_CHILD_ENV
 from .startup_trace import mark
+
+LOG_LEVELS = spark_log.LEVELS
+VERBOSE_ENV = spark_log.VERBOSE_ENV
 
 _err = None
 
@@ -65,9 +71,9 @@ def main() -> None:
 @click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
               help="Resume from a retained checkpoint: a chk-<n> directory, a job's checkpoint directory (its "
                    "newest), or the base checkpoint directory (the newest job's newest).")
-@click.option("--from-savepoint", "from_savepoint", metavar="PATH",
+@click.option("-s", "--from-savepoint", "from_savepoint", metavar="PATH",
               help="Start from a savepoint (at any parallelism, on either state backend).")
-@click.option("--allow-non-restored-state", is_flag=True,
+@click.option("-n", "--allow-non-restored-state", is_flag=True,
               help="Drop state of operators (uids) the job no longer has, instead of refusing to start.")
 @click.option("--allow-older-checkpoint", is_flag=True,
               help="When the newest completed checkpoint cannot be read, restore an older one, accepting that "
@@ -77,13 +83,30 @@ def main() -> None:
               help="Where the REST API and /metrics listen (default 127.0.0.1, in a pod 0.0.0.0, and a free port; "
                    "'off': none).")
 @click.option("--no-progress", is_flag=True, help="No live progress table; the summary is still printed.")
+@click.option("-d", "--detached", is_flag=True,
+              help="Start the job in the background, print its id and REST API, and return (as `flink run -d`); "
+                   "its output goes to a log file; `streamjob list` shows it.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), metavar="LEVEL",
+              help="Spark's (the JVM's) log level: " + ", ".join(LOG_LEVELS) + " (default: error with local "
+                   "Spark, Spark's own otherwise).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show tracebacks whole: streamjob's, PySpark's, runpy's and Java's frames too, and the JVM's "
+                   "start-up lines.")
 @click.argument("job_args", nargs=-1, type=click.UNPROCESSED)
 def run(job_file: str | None, module: str | None, conf_file: str | None, parallelism: int | None, master: str | None,
         confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None, allow_non_restored_state: bool,
-        allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool, job_args: tuple[str, ...]) -> None:
-    """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE)."""
+        allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool, detached: bool,
+        log_level: str | None, verbose: bool, job_args: tuple[str, ...]) -> None:
+    """Run JOB_FILE, a Python file that builds a job and calls env.execute() (or --module MODULE).
+
+    Arguments after JOB_FILE are the job's (its sys.argv[1:]); put `--` before them when one starts
+    with `-` and could be taken for a streamjob option: `streamjob run job.py -- --input in.txt`."""
     mark("cli")
     _end_on_sigterm()
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+    if log_level:
+        os.environ[spark_log.LEVEL_ENV] = log_level.upper()
     try:
         conf = Configuration.from_file(conf_file) if conf_file else Configuration()
         conf.update(Configuration.from_pairs(confs))
@@ -109,13 +132,25 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     if parallelism is not None:
         conf.set(Options.PARALLELISM, parallelism)
     if master:
+        try:
+            spark_log.check_master_syntax(master)
+        except spark_log.MasterURLError as e:
+            _fail(f"--master: {e}", 2, conf)
         conf.set(Options.SPARK_MASTER, master)
     if from_checkpoint and from_savepoint:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    try:  # an unreachable standalone master: one line now, before the job file runs and a JVM starts
+        spark_log.probe_standalone_master(str(conf.get(Options.SPARK_MASTER) or ""))
+    except spark_log.MasterURLError as e:
+        _fail(str(e), conf=conf)
+    if detached and not os.environ.get(DETACHED_CHILD_ENV):
+        from .detach import run_detached
+
+        sys.exit(run_detached(rest_address))
     # As early as the Spark configuration is known: everything imported from here on overlaps the JVM's start.
     _prestart_jvm(conf)
     from .api.environment import execution_context
-    from .cluster.executor import JobExecutionError, JobInterrupted
+    from .cluster.executor import JobCanceledError, JobExecutionError, JobInterrupted
     from .cluster.spark import ClusterError
     from .checkpoint.metadata import CheckpointFormatError
     from .graph.job_graph import JobDefinitionError
@@ -159,10 +194,13 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
 
         err().print(Text(str(e), style="yellow"), soft_wrap=True)
         sys.exit(e.exit_code)
+    except JobCanceledError as e:
+        click.echo(str(e), err=True)  # as asked: not an error, but the job did not finish
+        sys.exit(1)
     except JobExecutionError as e:
-        _fail(str(e))  # the job manager left its own final result
+        _fail(_frames(str(e)))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
-        _fail(f"{what}: {e}", conf=conf)
+        _fail(f"{what}: {_frames(str(e))}", conf=conf)
     except SystemExit:
         raise
     except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
@@ -181,7 +219,7 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
             _fail(f"{what}: {e}", conf=conf)
         if isinstance(e, PyFlinkNotSupported):
             _fail(f"{what}{where}: {e}", conf=conf)
-        detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        detail = _frames("".join(traceback.format_exception(type(e), e, e.__traceback__)))
         _fail(f"{what}{where}: {type(e).__name__}: {e}\n\n{detail}", conf=conf)
     executed = [env for env in execution_context.environments if env._executed]
     if not executed:
@@ -204,6 +242,11 @@ def _end_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, terminated)
 
 
+def _frames(text: str) -> str:
+    """A traceback with the user's frames only, unless -v."""
+    return text if os.environ.get(VERBOSE_ENV) else hide_engine_frames(text)
+
+
 def _prestart_jvm(conf: Configuration) -> None:
     """The embedded local Spark's JVM starts launching now, beside the job file's imports and graph
     building (the deployment takes it only if the job changed nothing it was launched with)."""
@@ -220,141 +263,10 @@ def _prestart_jvm(conf: Configuration) -> None:
     spark.prestart_gateway(master, spark_conf)
 
 
-# -- commands against a running job's REST API ------------------------------------------------
-_address = click.option("--address", envvar="STREAMJOB_ADDRESS", required=True, metavar="URL",
-                        help="The job's REST API, as `streamjob run` printed it (env STREAMJOB_ADDRESS).")
-_token = click.option("--token", envvar="STREAMJOB_TOKEN", default="", metavar="TOKEN",
-                      help="Bearer token, if the job sets rest.auth.token (env STREAMJOB_TOKEN).")
-_json_flag = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON answer.")
+# -- commands against running jobs (list, status, checkpoints, savepoint, stop, cancel) -----------------
+from .cli_control import add_commands as _add_control_commands  # noqa: E402 - after main exists
 
-
-def _api(address: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
-    from .rest_client import RestError, call
-
-    try:
-        return call(address, token, method, path, body)
-    except RestError as e:
-        _fail(str(e))
-        raise  # unreachable
-
-
-def _print_json(doc: dict) -> None:
-    import json
-
-    click.echo(json.dumps(doc, indent=2))
-
-
-@main.command()
-@_address
-@_token
-@_json_flag
-def status(address: str, token: str, as_json: bool) -> None:
-    """The job's state, parallelism, restarts and latest checkpoint."""
-    job = _api(address, token, "GET", "/v1/job")
-    if as_json:
-        return _print_json(job)
-    latest = job["latest_checkpoint"]
-    click.echo(f"{job['name']} ({job['id']}): {job['state']}, parallelism {job['parallelism']} "
-               f"(max {job['max_parallelism']}), {job['restarts']} restarts")
-    click.echo(f"latest checkpoint: {latest['id']} at {latest['path']}" if latest else "latest checkpoint: none")
-    if job.get("final_savepoint"):
-        click.echo(f"final savepoint: {job['final_savepoint']}")
-    if job.get("error"):
-        click.echo(f"error: {job['error']}")
-
-
-@main.command()
-@_address
-@_token
-@_json_flag
-@click.option("-n", "--last", default=10, show_default=True, help="History entries to show.")
-def checkpoints(address: str, token: str, as_json: bool, last: int) -> None:
-    """Checkpoint counts and the most recent checkpoints."""
-    doc = _api(address, token, "GET", "/v1/checkpoints")
-    if as_json:
-        return _print_json(doc)
-    c = doc["counts"]
-    click.echo(f"completed {c['completed']}, failed {c['failed']}, in progress {c['in_progress']}")
-    for h in doc["history"][:last]:
-        kind = "savepoint " if h.get("savepoint") else ""
-        took = f"{h['duration_ms']:.0f} ms" if h.get("duration_ms") is not None else "-"
-        why = f"  {h['failure']}" if h.get("failure") else ""
-        click.echo(f"  {kind}{h['id']:>5}  {h['status']:<11} {took:>9}  {h['state_size']:>12,} B{why}")
-
-
-@main.command()
-@click.option("--address", envvar="STREAMJOB_ADDRESS", metavar="URL",
-              help="The job's REST API (env STREAMJOB_ADDRESS); not needed with --dispose.")
-@_token
-@click.option("--target-dir", metavar="URL", help="Where to write it (default: the job's execution.checkpointing.savepoint-dir).")
-@click.option("--stop", is_flag=True, help="Stop the job with this savepoint (sources stop after its barrier).")
-@click.option("--drain", is_flag=True, help="With --stop: end the input first, so everything is flushed.")
-@click.option("--no-wait", is_flag=True, help="Print the trigger id and return; do not wait for the outcome.")
-@click.option("--dispose", metavar="PATH", help="Delete the savepoint at PATH instead (no job needed).")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for the savepoint.")
-@click.option("--request-id", metavar="ID",
-              help="Your id for this request (1-128 of A-Z a-z 0-9 . _ : -): repeating it never takes a second "
-                   "savepoint; it becomes the savepoint's id.")
-def savepoint(address: str | None, token: str, target_dir: str | None, stop: bool, drain: bool, no_wait: bool,
-              dispose: str | None, timeout: float, request_id: str | None) -> None:
-    """Take a savepoint of a running job (or stop it with one), or dispose of one."""
-    import time
-
-    if dispose:
-        from .checkpoint import filesystems
-        from .checkpoint.metadata import CheckpointFormatError
-        from .checkpoint.storage import dispose_savepoint
-
-        filesystems.configure(Configuration())  # endpoint and credentials from the AWS environment
-        try:
-            meta = dispose_savepoint(dispose)
-        except (CheckpointFormatError, ValueError, OSError) as e:
-            _fail(f"--dispose {dispose}: {e}")
-        click.echo(f"disposed savepoint {dispose} (job {meta.job_name!r}, checkpoint {meta.checkpoint_id})")
-        return
-    if not address:
-        _fail("--address (or STREAMJOB_ADDRESS) is needed to take a savepoint")
-    if drain and not stop:
-        _fail("--drain goes with --stop")
-    body: dict = {"stop": stop, "drain": drain}
-    if target_dir:
-        body["target_dir"] = target_dir
-    if request_id:
-        body["request_id"] = request_id
-    triggered = _api(address, token, "POST", "/v1/savepoints", body)
-    if no_wait:
-        click.echo(triggered["id"])
-        return
-    deadline = time.monotonic() + timeout
-    with err().status(f"savepoint {triggered['id']} into {triggered['path']}"):
-        while True:
-            doc = _api(address, token, "GET", f"/v1/savepoints/{triggered['id']}")
-            if doc["status"] not in ("QUEUED", "IN_PROGRESS"):
-                break
-            if time.monotonic() > deadline:
-                _fail(f"savepoint {triggered['id']} did not complete within {timeout:.0f} s (still {doc['status']})")
-            time.sleep(0.2)
-    if doc["status"] != "COMPLETED":
-        _fail(f"savepoint {triggered['id']} failed: {doc['error']}")
-    click.echo(doc["path"])
-
-
-@main.command()
-@_address
-@_token
-def stop(address: str, token: str) -> None:
-    """Graceful stop: sources end their input, everything drains, the final checkpoint commits."""
-    _api(address, token, "POST", "/v1/stop")
-    click.echo("stopping")
-
-
-@main.command()
-@_address
-@_token
-def cancel(address: str, token: str) -> None:
-    """Cancel the job now (no final checkpoint)."""
-    _api(address, token, "POST", "/v1/cancel")
-    click.echo("canceling")
+_add_control_commands(main)
 
 
 @main.command("kafka-dev")

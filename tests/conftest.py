@@ -13,6 +13,15 @@ for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
                "AWS_DEFAULT_REGION": "us-east-1"}.items():
     os.environ.setdefault(_k, _v)
 
+# Jobs the tests run register in a registry of the test run's own (streamjob list), never the user's.
+if not os.environ.get("STREAMJOB_STATE_DIR"):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["STREAMJOB_STATE_DIR"] = tempfile.mkdtemp(prefix="streamjob-test-state-")
+    atexit.register(shutil.rmtree, os.environ["STREAMJOB_STATE_DIR"], ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def spark_slots():

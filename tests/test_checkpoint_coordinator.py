@@ -299,3 +299,22 @@ def test_failed_savepoint_is_reported_not_counted_and_cleaned(tmp_path):
     assert not cc.failures_exceeded() and not cc.final_completed
     assert not os.path.exists(request.path.removeprefix("file://"))
     assert cc.should_trigger(10.0)  # periodic checkpoints go on
+
+
+def test_without_periodic_checkpointing_only_savepoints_trigger(tmp_path):
+    """interval 0 (checkpointing off): nothing is triggered on its own, but a savepoint asked for is
+    (as Flink's), and it completes into its own directory."""
+    from streamjob.runtime.checkpoint.storage import SavepointTarget
+
+    storage = CheckpointStorage(f"file://{tmp_path}/checkpoints", "job1", inline_threshold=0)  # not initialized
+    cc = CheckpointCoordinator(settings(interval_ms=0), storage, job_id="job1", job_name="j", parallelism=2,
+                               max_parallelism=128, operators={"src": "Source", "sum": "Sum"}, tasks=[0, 1])
+    assert not cc.should_trigger(0.0) and not cc.should_trigger(1000.0)
+    request = cc.request_savepoint(f"file://{tmp_path}/savepoints")
+    assert cc.should_trigger(1000.0)
+    p = cc.trigger(1000.0)
+    assert p.savepoint is request and p.checkpoint_id == 1
+    done = ack_savepoint(cc, 1, SavepointTarget(request.path, inline_threshold=0), 1001.0)
+    assert done is not None and request.status == "COMPLETED" and load_checkpoint(request.path)[1].kind == "savepoint"
+    assert not cc.should_trigger(2000.0) and cc.completed == []
+    assert not os.path.exists(tmp_path / "checkpoints")  # nothing was written to checkpoint storage

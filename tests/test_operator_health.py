@@ -8,6 +8,7 @@ import socket
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from kube.apiserver import kube_api  # noqa: F401 - the fixture
 from streamjob.operator.metrics import OperatorMetrics
 from streamjob.operator.model import Condition, StreamJobStatus
 from streamjob.operator.runner import serve_health
@@ -64,3 +65,94 @@ def test_health_and_metrics_endpoint():
     assert (condition("a", "Ready"), condition("a", "Degraded")) == (1, 0)
     assert (condition("b", "Ready"), condition("b", "Degraded")) == (0, 1)
     assert condition("gone", "Degraded") is None and condition("gone", "Ready") is None
+
+
+def _kubeconfig(path, server: str) -> str:
+    import json
+
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "not-checked"}}]}))
+    return str(path)
+
+
+def _healthz(port: int) -> tuple[int, dict] | None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError:
+        return None
+
+
+def test_operator_without_api_server_says_so_in_one_line_per_retry_and_in_healthz(tmp_path):
+    """`streamjob operator` against an API server that refuses connections (nothing listens on its port):
+    /healthz answers 503 naming the server and why, the log has one line per retry and no traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    closed = _free_port()  # bound and released: nothing listens there
+    port = _free_port()
+    env = {**os.environ, "KUBECONFIG": _kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{closed}")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "operator", "-A",
+                             "--health-address", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        health = None
+        while time.monotonic() < deadline and (health is None or health[0] != 503):
+            health = _healthz(port)
+            time.sleep(0.2)
+        assert health is not None and health[0] == 503, (health, lines)
+        assert health[1] == {"status": "unhealthy", "reason": f"cannot reach the Kubernetes API server at "
+                                                             f"https://127.0.0.1:{closed}: connection refused"}
+        retries = lambda: [x for x in lines if "cannot reach the Kubernetes API server" in x]  # noqa: E731
+        while time.monotonic() < deadline and len(retries()) < 3:
+            time.sleep(0.2)
+        assert len(retries()) >= 3, lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        reader.join(5)
+    for n, line in enumerate(retries()[:3], start=1):
+        assert line.rstrip().endswith(f"cannot reach the Kubernetes API server at https://127.0.0.1:{closed} "
+                                      f"(connection refused); attempt {n}/9, retrying"), line
+    text = "".join(lines)
+    assert "Traceback" not in text and "ConnectionKey" not in text, text
+
+
+def test_healthz_is_ok_when_the_api_server_answers(kube_api, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    port = _free_port()
+    env = {**os.environ, "KUBECONFIG": kube_api.kubeconfig}
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "operator", "-A",
+                             "--health-address", f"127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        health = None
+        while time.monotonic() < deadline and (health is None or health[0] != 200):
+            health = _healthz(port)
+            time.sleep(0.2)
+        assert health == (200, {"status": "ok"})
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -227,10 +227,12 @@ class CheckpointCoordinator:
 
     def should_trigger(self, now: float) -> bool:
         s = self.settings
-        if not s.enabled or self.final_completed or self._savepoint_in_flight():
+        if self.final_completed or self._savepoint_in_flight():
             return False
-        if self._queued:
+        if self._queued:  # also without periodic checkpointing: a savepoint is the user's (as Flink's)
             return not self.pending
+        if not s.enabled:
+            return False
         if len(self.pending) >= s.max_concurrent:
             return False
         if self._final_requested:

@@ -48,6 +48,11 @@ class JobExecutionError(RuntimeError):
         self.python_traceback = python_traceback
 
 
+class JobCanceledError(JobExecutionError):
+    """The job was canceled (as asked: ``streamjob cancel``, a second Ctrl-C): it did not finish, but
+    nothing went wrong either."""
+
+
 def _register_job_modules() -> None:
     """Ship modules of the job's own folder by value: workers cannot import them by name."""
     main = sys.modules.get("__main__")
@@ -359,19 +364,20 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             checkpoint_dir = job_root.rsplit("/", 1)[0]
             adopted = _claimable(job_root, initial, display.note)
     spark_conf = pod.spark_conf(config, os.environ, graph.parallelism, addresses)
-    coordinator = None
+    storage = CheckpointStorage(checkpoint_dir, job_id,
+                                config.get_int(Options.INLINE_STATE_THRESHOLD),
+                                config.get_int(Options.MEMORY_STORAGE_MAX_STATE))
     if settings.enabled:
-        storage = CheckpointStorage(checkpoint_dir, job_id,
-                                    config.get_int(Options.INLINE_STATE_THRESHOLD),
-                                    config.get_int(Options.MEMORY_STORAGE_MAX_STATE))
         storage.initialize()
-        coordinator = CheckpointCoordinator(
-            settings, storage, job_id=job_id, job_name=graph.job_name, parallelism=graph.parallelism,
-            max_parallelism=graph.max_parallelism,
-            operators={n.state_key: n.name for n in graph.operators.values()},
-            tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
-        coordinator.adopt(adopted)
-    display.coordinator = coordinator
+    # Without periodic checkpointing the coordinator still exists, to take the savepoints a user asks
+    # for (as Flink's does): it triggers nothing on its own, and nothing is written to checkpoint storage.
+    coordinator = CheckpointCoordinator(
+        settings, storage, job_id=job_id, job_name=graph.job_name, parallelism=graph.parallelism,
+        max_parallelism=graph.max_parallelism,
+        operators={n.state_key: n.name for n in graph.operators.values()},
+        tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
+    coordinator.adopt(adopted)
+    display.coordinator = coordinator if settings.enabled else None
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=addresses.bind, advertise=addresses.advertise,
                     port=config.get_int(Options.JOBMANAGER_RPC_PORT), on_print=display.print_lines,
                     coordinator=coordinator, max_parallelism=graph.max_parallelism,
@@ -463,7 +469,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     raise JobInterrupted(f"Job {graph.job_name!r} ({job_id}) was canceled by "
                                          f"{NAMES.get(stop.cancel_signal, 'a signal')} during its graceful stop",
                                          stop.cancel_signal)
-                raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) was canceled")
+                raise JobCanceledError(f"Job {graph.job_name!r} ({job_id}) was canceled")
             if error is None and failure is None:
                 jm.wait_finished(timeout=5.0)  # final metrics travel before each task's "finished"
                 if stop.started and coordinator is not None and coordinator.settings.enabled \
@@ -716,12 +722,19 @@ def _error_text(error: BaseException) -> str:
     return str(error).strip() or type(error).__name__
 
 
+# How long a job keeps its final result for a client that said it waits for it (`streamjob stop`, `cancel`).
+WAITING_READER_LINGER_S = 60.0
+
+
 def _linger(config: Configuration, jm: JobManager, display: Any) -> None:
     seconds = pod.result_linger_ms(config, os.environ) / 1000.0
+    if jm.reader_waiting:
+        seconds = max(seconds, WAITING_READER_LINGER_S)
     if jm.rest is None or seconds <= 0 or jm.result_was_read():
         return
-    display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
-                 f"until read ({Options.REST_RESULT_LINGER})")
+    if not jm.reader_waiting:  # else the client that asked reads it at once
+        display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
+                     f"until read ({Options.REST_RESULT_LINGER})")
     jm.linger(seconds)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from typing import Any, Callable, Iterator
 from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
                                       SavepointRequest, TaskCheckpointStats)
 from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
+from .. import registry
 from ..config import Options
 from . import control as C
 from .collect import CollectBuffer
@@ -104,6 +106,7 @@ class JobManager:
         # of an attempt after a failover) are told at once, else they would run on and never end.
         self.stop_requested = False
         self.stop_by: str | None = None
+        self.reader_waiting = False  # see reader_waits
         self.operator_names = operator_names or {}
         self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
         self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
@@ -173,6 +176,10 @@ class JobManager:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)
         self.status.state = "RUNNING"
+        if self.rest is not None:  # `streamjob list`, and the CLI's commands by job id or name
+            main = sys.modules.get("__main__")
+            registry.register(self.job_id, self.job_name, self.rest.url, self.rest_config[2],
+                              job_file=getattr(main, "__file__", None))
         return self.address  # type: ignore[return-value]
 
     def _run_loop(self) -> None:
@@ -210,6 +217,11 @@ class JobManager:
     def result_was_read(self) -> bool:
         return self._result_read.is_set()
 
+    def reader_waits(self) -> None:
+        """A client (``streamjob stop``/``cancel``) waits for the final result: linger for it even where
+        rest.result-linger is 0, so the process does not exit between two of its polls."""
+        self.reader_waiting = True
+
     def linger(self, seconds: float) -> bool:
         """After the end, keep serving the final result until a client read it, ``seconds`` passed or
         SIGTERM came (Ctrl-C too), so a client polling once a second never misses it. True: it was read."""
@@ -226,6 +238,9 @@ class JobManager:
         return self.result_was_read()
 
     def shutdown(self) -> None:
+        if self.rest is not None:
+            registry.unregister(self.job_id)
+
         async def close() -> None:
             if self._ticker is not None:
                 self._ticker.cancel()
@@ -326,8 +341,7 @@ class JobManager:
         returns that request, whatever became of it: a retried trigger never takes a second savepoint."""
         cc = self.coordinator
         if cc is None:
-            raise SavepointRefused("savepoints need checkpointing: the job runs without "
-                                   "execution.checkpointing.interval, so its tasks take no snapshots")
+            raise SavepointRefused("this job runs without a checkpoint coordinator, so its tasks take no snapshots")
         if target_dir is not None:
             problem = savepoint_target_problem(target_dir, self.savepoint_schemes)
             if problem is not None:
@@ -438,7 +452,7 @@ class JobManager:
             completed = [h for h in history if h["status"] == "COMPLETED"]
             failed = [h for h in history if h["status"] == "FAILED"]
             savepoint = cc.latest_savepoint()
-            return {"enabled": True,
+            return {"enabled": cc.settings.enabled,  # off: only savepoints, as the user asks for them
                     "counts": {"completed": cc.counts["COMPLETED"], "failed": cc.counts["FAILED"],
                                "in_progress": len(cc.pending)},
                     "latest": {"completed": completed[-1] if completed else None,
@@ -624,9 +638,11 @@ class JobManager:
             restore = {"id": r.checkpoint_id, "url": r.url, "root": r.root,
                        "parallelism": r.metadata.parallelism, "operators": r.metadata.operators,
                        "channel_state": r.metadata.channel_state()}
-        storage = self.coordinator.storage.base_url if self.coordinator is not None else None
+        cc = self.coordinator
+        storage = cc.storage.base_url if cc is not None else None
+        # Without periodic checkpointing the tasks still take the snapshots of savepoints (as Flink's).
         return {"type": C.DEPLOY, "attempt": self.attempt, "job_id": self.job_id, "restore": restore,
-                "checkpoint_dir": storage}
+                "checkpoint_dir": storage, "savepoints": cc is not None}
 
     def _refusal(self, slot: int, attempt: int) -> str | None:
         """Why a registering task may not join (None: it may). Called with the lock held."""

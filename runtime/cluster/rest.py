@@ -187,14 +187,24 @@ class RestServer:
         return await self._sent(request, summary, final=summary["stop"] and summary["status"] == "COMPLETED")
 
     async def stop(self, request: web.Request) -> web.Response:
+        wait = _flag(request, "wait")
+        if isinstance(wait, web.Response):
+            return wait
         if self.jm.status.state not in ("RUNNING", "RESTARTING"):
             return _error(409, f"the job is {self.jm.status.state}")
+        if wait:
+            self.jm.reader_waits()
         self.jm.stop()
         return web.json_response({"state": "STOPPING"}, status=202)
 
     async def cancel(self, request: web.Request) -> web.Response:
+        wait = _flag(request, "wait")
+        if isinstance(wait, web.Response):
+            return wait
         if self.jm.status.state in ("FINISHED", "FAILED", "CANCELED"):
             return _error(409, f"the job is {self.jm.status.state}")
+        if wait:
+            self.jm.reader_waits()
         self.jm.cancel()
         return web.json_response({"state": "CANCELING"}, status=202)
 
@@ -468,11 +478,19 @@ OPENAPI: dict[str, Any] = {
                           "404": _json(_ref("Error"), "no such savepoint"), **_ERRORS}}},
         f"{API}/stop": {"post": {
             "summary": "Graceful stop: sources end their input, everything drains, the final checkpoint commits",
-            "responses": {"202": _json(_ref("Accepted"), "stopping"),
+            "parameters": [{"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},
+                            "description": "true: the caller waits for the outcome; the final word is kept "
+                                           "until it is read (GET /v1/job), for up to 60 s, even where "
+                                           "rest.result-linger is 0"}],
+            "responses": {"202": _json(_ref("Accepted"), "stopping"), "400": _json(_ref("Error"), "malformed query"),
                           "409": _json(_ref("Error"), "the job is not running"), **_ERRORS}}},
         f"{API}/cancel": {"post": {
             "summary": "Cancel: no final checkpoint; retained checkpoints follow the retention setting",
-            "responses": {"202": _json(_ref("Accepted"), "canceling"),
+            "parameters": [{"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},
+                            "description": "true: the caller waits for the outcome; the final word is kept "
+                                           "until it is read (GET /v1/job), for up to 60 s, even where "
+                                           "rest.result-linger is 0"}],
+            "responses": {"202": _json(_ref("Accepted"), "canceling"), "400": _json(_ref("Error"), "malformed query"),
                           "409": _json(_ref("Error"), "the job already ended"), **_ERRORS}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
                              "responses": {"200": {"description": "Prometheus text format"}}}},

@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from ..startup_trace import mark
+from . import spark_log
 
 
 class ClusterError(RuntimeError):
@@ -215,8 +216,10 @@ def spark_settings(conf: dict[str, str], master: str, cds_options: str) -> dict[
                 "spark.ui.enabled": "false",
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
-                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} {LOCAL_JVM_OPTIONS} "
-                                                 f"{cds_options}".strip(),
+                # The level is a system property the properties file reads (`streamjob run --log-level`).
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
+                                                 f"-Dstreamjob.log.level={spark_log.level() or spark_log.DEFAULT_LOCAL_LEVEL} "
+                                                 f"{LOCAL_JVM_OPTIONS} {cds_options}".strip(),
                 # The embedded JVM only schedules the one barrier stage and forks the Python
                 # workers; records never pass through it. Spark's 1 GB default heap is room it
                 # never uses (the JVM still grows into it); 512 MB is ample for the scheduler.
@@ -396,9 +399,31 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
     env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
     # stdin is a pipe: the gateway server exits when it closes (this process ends); no SIGINT (Ctrl-C
     # is the job manager's to handle).
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env,
+    quiet = not spark_log.show_banner()
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, stderr=subprocess.PIPE if quiet else None,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    if quiet:
+        threading.Thread(target=_relay_stderr, args=(proc.stderr,), name="spark-jvm-stderr", daemon=True).start()
     return proc, info, folder
+
+
+def _relay_stderr(stream: Any) -> None:
+    """The JVM's stderr, line by line, to ours without its start-up banner (`-v` shows it)."""
+    out = getattr(sys.stderr, "buffer", None)
+    try:
+        for raw in iter(stream.readline, b""):
+            if spark_log.is_banner(raw.decode("utf-8", "replace")):
+                continue
+            try:
+                if out is not None:
+                    out.write(raw)
+                    out.flush()
+                else:
+                    sys.stderr.write(raw.decode("utf-8", "replace"))
+            except (OSError, ValueError):
+                pass  # our stderr is gone (closed at exit): the JVM's lines still have to be read
+    except (OSError, ValueError):
+        pass
 
 
 def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
@@ -532,6 +557,11 @@ class SparkDeployment:
                 f"has {slots}; use --master local[{parallelism}] or lower the parallelism"
             )
         if self._spark is None:
+            try:  # a master that cannot work is one line now, not a minute of the JVM's retries
+                spark_log.check_master_syntax(self.master)
+                spark_log.probe_standalone_master(self.master)
+            except spark_log.MasterURLError as e:
+                raise ClusterError(str(e)) from None
             check_java()
             self._spark = self._create(conf, app_name)
             if self.master.startswith("k8s://"):
@@ -573,8 +603,9 @@ class SparkDeployment:
         except Exception as e:  # py4j / JVM launch problems
             raise ClusterError(f"could not start Spark with master {self.master}: {root_cause(e)}") from e
         mark("spark context")
-        if self.local:
-            sc.setLogLevel("ERROR")
+        level = spark_log.level()
+        if self.local or level:
+            sc.setLogLevel(level or spark_log.DEFAULT_LOCAL_LEVEL)
         return sc
 
     @property

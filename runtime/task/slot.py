@@ -289,6 +289,9 @@ class SlotRuntime:
         self.started_at: float | None = None  # wall clock, first loop iteration
         self.ended_at: float | None = None  # wall clock, every task finished
         self.checkpointing = conf.checkpointing_enabled()
+        # Snapshots are taken (barriers aligned, state written) with periodic checkpointing, and without
+        # it for the savepoints a user asks for, as Flink's: then no final checkpoint is awaited.
+        self.snapshotting = self.checkpointing or bool(deployment.get("savepoints"))
         self.exactly_once = str(conf.get(Options.CHECKPOINTING_MODE)).upper() == "EXACTLY_ONCE"
         # Unaligned checkpoints: barriers overtake in-flight data, which becomes channel state.
         self.unaligned, self.aligned_timeout_ms = conf.unaligned_checkpoints() if self.checkpointing else (False, 0)
@@ -376,9 +379,9 @@ class SlotRuntime:
                     on_abort=lambda n, reason, task=task: self._decline(task, n, reason),
                     on_unaligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms, overtake=True),
                     timeout_ms=self.aligned_timeout_ms)
-            elif gate is not None and self.checkpointing:
+            elif gate is not None and self.snapshotting:
                 task.barriers = BarrierHandler(
-                    gate, self.exactly_once,
+                    gate, self.exactly_once or not self.checkpointing,  # savepoints are always aligned
                     on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
                     on_abort=lambda n, reason, task=task: self._decline(task, n, reason))
             self.tasks.append(task)
@@ -452,7 +455,7 @@ class SlotRuntime:
                     op.open()
             if self.restore and self.restore.get("channel_state"):
                 self._recover_channel_state(self.restore)
-            if self.checkpointing:
+            if self.snapshotting:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
                 self.control.send({"type": "running", "slot": self.subtask, "attempt": self.attempt})
