@@ -21,7 +21,12 @@ RESTART_DELAY_S = 10.0  # after kopf gave up reaching the API server
 
 async def serve_health(address: str, metrics: OperatorMetrics, api: ApiServerHealth | None = None) -> web.AppRunner:
     """``/healthz`` (the event loop answers and, with ``api``, the Kubernetes API server can be reached:
-    503 with the reason while it cannot) and ``/metrics`` (the operator's Prometheus metrics)."""
+    503 with the reason while it cannot: the readiness probe), ``/livez`` (the event loop answers: the
+    liveness probe; an API server outage must not restart every operator pod, it cannot cure that) and
+    ``/metrics`` (the operator's Prometheus metrics)."""
+    async def livez(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
     async def healthz(_: web.Request) -> web.Response:
         if api is None:
             return web.json_response({"status": "ok"})
@@ -33,6 +38,7 @@ async def serve_health(address: str, metrics: OperatorMetrics, api: ApiServerHea
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/livez", livez)
     app.router.add_get("/metrics", prometheus)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -335,9 +335,9 @@ def test_operator_pod(chart_dir, scenario):
     assert {"name": mount["name"], "emptyDir": {}} in spec["volumes"]
     # Probes on the health endpoint the --health-address serves.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/healthz")):
         get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz" and ports[get["port"]] == 8080
+        assert get["path"] == path and ports[get["port"]] == 8080
     # The Deployment selects its pods whatever podLabels say.
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod["metadata"]["labels"].items()

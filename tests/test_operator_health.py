@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import urllib.request
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -118,6 +120,9 @@ def test_operator_without_api_server_says_so_in_one_line_per_retry_and_in_health
             health = _healthz(port)
             time.sleep(0.2)
         assert health is not None and health[0] == 503, (health, lines)
+        # Liveness stays ok: restarting the operator would not bring the API server back.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5) as r:
+            assert r.status == 200 and json.loads(r.read()) == {"status": "ok"}
         assert health[1] == {"status": "unhealthy", "reason": f"cannot reach the Kubernetes API server at "
                                                              f"https://127.0.0.1:{closed}: connection refused"}
         retries = lambda: [x for x in lines if "cannot reach the Kubernetes API server" in x]  # noqa: E731
