@@ -8,14 +8,18 @@ endpoint from the job configuration (``s3.endpoint``) in-process, and from the s
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
 from conftest import run_cli
 from jobs import counting
-from s3server import MotoServer, Proxy
+from s3server import MotoServer, Proxy, free_port
 from test_checkpointing import committed_rows
 
 HERE = os.path.dirname(__file__)
@@ -137,3 +141,78 @@ def test_s3_outage_beyond_tolerable_failures_restarts_from_s3(spark_slots, s3, t
     assert committed_rows(out) == counting.expected_rows(rows)
     restored = jm.restored_info()
     assert restored is not None and restored["path"].startswith("s3://checkpoints/jobs/")
+
+
+def probe(url: str, path: str) -> tuple[float, int, bytes]:
+    """GET ``url + path``: (seconds it took, status, body); a client that waits at most 5 s."""
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(url + path, timeout=5) as response:
+            return time.monotonic() - started, response.status, response.read()
+    except (OSError, urllib.error.URLError) as e:
+        return time.monotonic() - started, 0, repr(e).encode()
+
+
+HANG_S = 30.0
+
+
+def test_hung_s3_never_stalls_rest_metrics_or_the_control_channel(spark_slots, s3, tmp_path):
+    """The S3 server is stopped (SIGSTOP: connections are accepted, no request is answered, as a hung
+    endpoint) for HANG_S while a client probes the REST API and /metrics once a second: each answers
+    within a second, the tasks' reports keep arriving, the checkpoints of the hang fail at the checkpoint
+    timeout naming the _metadata write, and once the store answers again checkpoints complete and the
+    output is exact, without a restart.
+
+    HANG_S is 30 s, not the 60 s of the issue: what matters is that the hang outlasts every timeout on the
+    job manager's path but S3's read timeout (60 s by default, kept here), so a _metadata write stays
+    blocked for the whole hang; 30 s is 7 checkpoint timeouts and keeps the test near a minute."""
+    server, proxy, client = s3
+    out, rate = str(tmp_path / "out"), 2_000
+    rows = int(rate * (HANG_S + 18))  # the input outlasts start-up, the hang and the recovery
+    env = counting.build(out, "s3://checkpoints/jobs", rows, rate, interval_ms=300, parallelism=2,
+                         conf={"s3.endpoint": proxy.url, "execution.checkpointing.timeout": "4 s",
+                               "execution.checkpointing.tolerable-failed-checkpoints": 1000,
+                               "rest.address": f"127.0.0.1:{free_port()}"})
+    job = env.execute_async("counting")
+    assert job.wait_until_running(60)
+    jm = job.job_manager
+    cc = jm.coordinator
+    wait_for(lambda: cc.counts["COMPLETED"] >= 2, 60, "two checkpoints")
+    url = jm.rest.url
+
+    def records_in(body: bytes) -> int:
+        doc = json.loads(body)
+        return sum(op["records_in"] for v in doc["vertices"] for op in v["operators"])
+
+    probes: list[tuple[str, float, int, bytes]] = []
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    hang_started = time.monotonic()
+    try:
+        completed_at_hang = cc.counts["COMPLETED"]
+        while time.monotonic() - hang_started < HANG_S:
+            tick = time.monotonic()
+            for path in ("/v1/job?peek=true", "/v1/checkpoints?limit=5", "/metrics"):
+                probes.append((path, *probe(url, path)))
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        completed_in_hang = cc.counts["COMPLETED"] - completed_at_hang
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    slow = [(path, round(seconds, 2), status) for path, seconds, status, _ in probes if seconds >= 1.0 or status != 200]
+    assert not slow, f"{len(slow)} of {len(probes)} probes took 1 s or more, or failed: {slow[:10]}"
+    assert len(probes) >= 3 * (HANG_S - 3)
+    assert completed_in_hang == 0, "no checkpoint can complete while its _metadata cannot be written"
+    # The control channel was served: the tasks' metric reports kept coming (records counted on)...
+    counted = [records_in(body) for path, _, _, body in probes if path.startswith("/v1/job")]
+    assert counted[-1] > counted[0] + rate * (HANG_S / 2), counted
+    # ... and so did their acknowledgements: checkpoints of the hang failed while writing _metadata.
+    writing = [h for h in cc.history if h.status == "FAILED" and h.failure and "while writing" in h.failure]
+    assert len(writing) >= 3, [h.failure for h in cc.history if h.status == "FAILED"]
+    assert "_metadata: the checkpoint storage did not answer" in writing[0].failure
+    assert b"streamjob_number_of_failed_checkpoints_total" in probes[-1][3]
+
+    wait_for(lambda: cc.counts["COMPLETED"] >= completed_at_hang + 3, 60, "checkpoints completing after the hang")
+    assert not job._finished.is_set(), "the input ran out before the test saw recovery"
+    result = job.get_job_execution_result(180)
+    assert result.restarts == 0
+    assert committed_rows(out) == counting.expected_rows(rows)
+    assert not keys(client, "checkpoints", "jobs/"), "a FINISHED job leaves no checkpoints behind"
