@@ -216,3 +216,94 @@ def test_hung_s3_never_stalls_rest_metrics_or_the_control_channel(spark_slots, s
     assert result.restarts == 0
     assert committed_rows(out) == counting.expected_rows(rows)
     assert not keys(client, "checkpoints", "jobs/"), "a FINISHED job leaves no checkpoints behind"
+
+
+@pytest.fixture
+def s3_defaults(s3):
+    """This process's s3:// settings pointed at the test's proxy (as the job manager's are from the job's
+    configuration): fast connection failures, S3's default 60 s read timeout. Restored afterwards."""
+    import fsspec
+
+    from streamjob.runtime.checkpoint.filesystems import configure
+    from streamjob.runtime.config import Configuration
+
+    server, proxy, client = s3
+    saved = fsspec.config.conf.get("s3")
+    configure(Configuration({"s3.endpoint": proxy.url, "s3.connect-timeout": "1 s", "s3.max-attempts": 1}))
+    yield s3
+    if saved is None:
+        fsspec.config.conf.pop("s3", None)
+    else:
+        fsspec.config.conf["s3"] = saved
+
+
+def test_metadata_write_the_store_does_not_answer_fails_its_checkpoint_and_deletes_are_retried(s3_defaults):
+    """The coordinator's storage I/O as the job manager runs it, in threads (no Spark; the test plays the
+    job manager's loop): a _metadata write to a hung S3 server (SIGSTOP) fails its checkpoint at the
+    timeout, and what the write leaves once the server answers again is deleted; a delete while the
+    server refuses connections is logged in one line, retried, and done once it is back."""
+    from streamjob.runtime.checkpoint.background import Disposer, SerialWorker
+    from streamjob.runtime.checkpoint.coordinator import (CheckpointCoordinator, CheckpointSettings,
+                                                          TaskCheckpointStats)
+    from streamjob.runtime.checkpoint.storage import CheckpointStorage, inline_handle
+
+    server, proxy, client = s3_defaults
+    storage = CheckpointStorage("s3://checkpoints/jobs", "job1")
+    storage.initialize()
+    settings = CheckpointSettings(interval_ms=100, mode="EXACTLY_ONCE", timeout_ms=1000, min_pause_ms=0,
+                                  max_concurrent=1, tolerable_failures=100, num_retained=1,
+                                  retention="NO_EXTERNALIZED_CHECKPOINTS")
+    cc = CheckpointCoordinator(settings, storage, job_id="job1", job_name="j", parallelism=1, max_parallelism=128,
+                               operators={"op": "Op"}, tasks=[0])
+    notes: list[str] = []
+    cc.disposer = Disposer(notes.append, retry_delays=(0.5,) * 20)
+    writer = SerialWorker("test-metadata")
+    now = 0.0
+
+    def acknowledged(now: float):
+        p = cc.trigger(now)
+        write = cc.record_ack(p.checkpoint_id, 0, 0, {"op": inline_handle(b"state", {})},
+                              TaskCheckpointStats("op", 0, 1.0, 1.0, 0.0, 5), now)
+        assert write is not None
+        return write, writer.submit(lambda: cc.write_metadata(write))
+
+    def chk(n: int) -> list[str]:
+        return keys(client, "checkpoints", f"jobs/job1/chk-{n}/")
+
+    write, future = acknowledged(now)
+    assert future.result(30) is True and cc.metadata_written(write, None, now).checkpoint_id == 1
+    assert chk(1) == ["jobs/job1/chk-1/_metadata"]
+
+    # -- the store hangs while checkpoint 2's _metadata is written --------------------------------------
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        write, future = acknowledged(now := now + 1)
+        time.sleep(0.5)
+        assert not future.done() and 2 in cc.pending  # the write waits for the store; nothing decided yet
+        assert cc.expire(now + 1.5) == [2]  # the checkpoint timeout, as the job manager's tick calls it
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    [failed] = [h for h in cc.history if h.checkpoint_id == 2]
+    assert failed.status == "FAILED" and failed.failure == (
+        "expired after 1000 ms while writing s3://checkpoints/jobs/job1/chk-2/_metadata: the checkpoint "
+        "storage did not answer")
+    assert future.result(60) is True  # the server answered after all: the write went through...
+    assert cc.metadata_written(write, None, now) is None and [c.checkpoint_id for c in cc.completed] == [1]
+    assert cc.disposer.drain(30)
+    assert chk(2) == [], "... and what it wrote is deleted: checkpoint 2 failed"
+
+    # -- retention deletes checkpoint 1 while the store refuses connections ----------------------------
+    write, future = acknowledged(now := now + 3)
+    assert future.result(30) is True
+    proxy.down()
+    assert cc.metadata_written(write, None, now).checkpoint_id == 3  # retains 1: checkpoint 1 goes
+    deadline = time.monotonic() + 30
+    while not any("Could not delete checkpoint 1" in n for n in notes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.up()
+    assert cc.disposer.drain(30)
+    retried = [n for n in notes if "Could not delete checkpoint 1" in n]
+    assert retried and all(n.endswith("retrying in 0.5 s") and "\n" not in n for n in retried), notes
+    assert chk(1) == [] and chk(3) == ["jobs/job1/chk-3/_metadata"]
+    writer.close()
+    cc.disposer.close()
