@@ -438,8 +438,8 @@ class CheckpointCoordinator:
         # triggered before; whatever is not retained or in progress by now is given up for good.
         ids = self.storage.checkpoint_ids()
         listing = self.storage.shared_files() if not self.storage.in_memory else []
-        with self.lock:
-            keep = {c.checkpoint_id for c in self.completed}
+        with self.lock:  # copies first: the executor's thread may change them without the lock (restore choice)
+            keep = {c.checkpoint_id for c in list(self.completed)}
             in_progress = set(self.pending) if keep_pending else set()
             orphans = self.shared.orphans(listing, in_progress)
         for n in ids:

@@ -251,6 +251,8 @@ class JobManager:
             self._thread.join(timeout=5)
         if self._metadata_io is not None:
             self._metadata_io.close()
+            # The executor ran what was queued in coordinator.shutdown; its thread is not needed any more.
+            self.coordinator.disposer.close()  # type: ignore[union-attr]
 
     def begin_attempt(self, attempt: int, restore: CompletedCheckpoint | None) -> None:
         """A new deployment of every task; messages of earlier attempts are ignored from now on."""
