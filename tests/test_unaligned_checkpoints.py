@@ -316,3 +316,72 @@ def test_restoring_channel_state_at_another_parallelism_is_refused_naming_savepo
     with pytest.raises(JobDefinitionError, match=r"unaligned checkpoint holding in-flight data .* only be restored "
                                                  r"at parallelism 3, this job has 2.*savepoint"):
         check_restorable(checkpoint({"2": [None, {"data": "", "index": {}}, None]}), graph, False)
+
+
+def in_flight_bytes(checkpoint) -> int:
+    """The bytes of in-flight data a completed checkpoint holds (its channel state)."""
+    return sum(int(h.get("size", 0)) for handles in checkpoint.metadata.channel_state().values()
+               for h in handles if h)
+
+
+def test_repeated_failures_with_unaligned_checkpoints_do_not_pile_up_in_flight_data(spark_slots, tmp_path):
+    """Four failures in a row, each as soon as the restarted job completed a checkpoint of its own (its
+    restored in-flight data need not have drained): every restart restores a checkpoint the attempt before
+    completed (checkpoints resume after each restore, never the same one restored again), and the in-flight
+    data checkpoints persist does not grow from failure to failure: restored channel state replays inside
+    the running task, so a checkpoint holds at most what the channels hold plus what the restore put back,
+    and what is restored stays within two channels' worth. Sizes and counts only, no clock. Output exact."""
+    rng = random.Random(int(time.time()))
+    kills_wanted, rows = 4, 100_000  # ~35 s of input once back-pressured, ~50 s with the restarts
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    # Back-pressured as above (0.5 ms a row in the keyed operator, the source offering 20,000 rows/s),
+    # with batches of 500 rows so a barrier waits at most one batch (250 ms) behind a task's current work.
+    env = counting.build(out, checkpoints, rows, rate=20_000, interval_ms=300, retained=10, slow_ms=0.5,
+                         conf={"execution.checkpointing.unaligned": "true", "execution.batch-size": 500})
+    client = env.execute_async("counting-unaligned-repeated")
+    assert client.wait_until_running(60)
+    jm = client.job_manager
+
+    def history():
+        return [h for h in jm.coordinator.history if h.status == "COMPLETED"]
+
+    # The failure-free attempt runs into steady back pressure: its channels hold what they can.
+    _wait(lambda: jm.coordinator is not None and sum(h.persisted_data > 0 for h in history()) >= 3, 90,
+          "three unaligned checkpoints with in-flight data")
+    steady = max(h.persisted_data for h in history())
+    restores: list = []  # the checkpoint each restart restored
+    kills = 0
+    while kills < kills_wanted:
+        attempt, restored = jm.attempt, jm.restore
+        _wait(lambda: jm.all_running() and jm.coordinator.latest() is not None and (
+            restored is None or jm.coordinator.latest().checkpoint_id > restored.checkpoint_id), 90,
+            f"a checkpoint completed in attempt {attempt + 1}")
+        assert not client._finished.is_set(), f"the input ran out after {kills} kills"
+        time.sleep(rng.uniform(0.0, 0.3))
+        pids = jm.task_pids()
+        os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
+        kills += 1
+        _wait(lambda: jm.attempt > attempt and jm.restore is not None, 90, f"the restart after kill {kills}")
+        restores.append(jm.restore)
+    result = client.get_job_execution_result(300)
+    assert result.restarts == kills_wanted
+    ids = [r.checkpoint_id for r in restores]
+    assert ids == sorted(set(ids)), f"a restart restored the same or an older checkpoint again: {ids}"
+    completed = [c for c in result.checkpoints if c["status"] == "COMPLETED"]
+    persisted = [c["persisted_data"] for c in completed]
+    restored_bytes = [in_flight_bytes(r) for r in restores]
+    # What the channels hold varies with how full each batch was when the barrier came: a quarter of slack.
+    channels = 1.25 * steady
+    # A checkpoint persists at most what the channels hold plus what a restore put back into them...
+    assert max(persisted) <= channels + max(restored_bytes), (steady, restored_bytes, persisted)
+    # ... and what is restored does not grow with each failure (piled up, four failures would restore
+    # four or five channels' worth).
+    assert max(restored_bytes) <= 2 * channels, (steady, restored_bytes, persisted)
+    assert committed_rows(out) == counting.expected_rows(rows)
+
+
+def _wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

@@ -17,15 +17,25 @@ a savepoint committed. A stop-with-savepoint is the job's final snapshot:
 its completion is sent (sinks commit) and the job ends. A savepoint is
 triggered when no checkpoint is in flight, and no checkpoint starts while
 one is; its failure never counts toward the tolerable checkpoint failures.
+
+Storage I/O is split from the decisions so the job manager can run it off its event loop
+(``background``): ``record_ack`` says when ``_metadata`` is to be written, ``write_metadata`` writes
+it (any thread), ``metadata_written`` decides what that means. A checkpoint whose ``_metadata`` the
+store does not take within the checkpoint timeout fails like one a task did not acknowledge, and
+what the write leaves behind once it returns is deleted. Deletes go through ``disposer`` (inline by
+default; the job manager's retries them in a background thread). ``acknowledge`` does all of it at
+once, in the caller's thread.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Configuration, Options
+from .background import InlineDisposer
 from .channel_state import CHANNEL_STATE_KEY
 from .metadata import CheckpointMetadata, shared_files
 from .shared import SharedStateRegistry, uploaded_for
@@ -125,6 +135,20 @@ class PendingCheckpoint:
     stats: CheckpointStats
     savepoint: SavepointRequest | None = None
     channel_state: dict[str, list[Any]] = field(default_factory=dict)  # task vertex id -> handle per subtask
+    writing: bool = False  # every task acknowledged; its _metadata is being written (``MetadataWrite``)
+
+
+@dataclass
+class MetadataWrite:
+    """A checkpoint every task acknowledged, whose ``_metadata`` is to be written (last)."""
+
+    pending: PendingCheckpoint
+    metadata: CheckpointMetadata
+    url: str  # the checkpoint's or savepoint's directory
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.pending.checkpoint_id
 
 
 @dataclass
@@ -201,6 +225,10 @@ class CheckpointCoordinator:
         self.savepoints: dict[str, SavepointRequest] = {}
         self._queued: list[SavepointRequest] = []
         self.aborted: list[int] = []  # failed at completion: the job manager tells the tasks
+        self.disposer: Any = InlineDisposer()  # runs the deletes (see ``background``)
+        # Held while a background delete reads what is retained and in progress (the job manager's lock,
+        # which it holds whenever it calls the coordinator).
+        self.lock: Any = threading.RLock()
 
     # -- triggering ----------------------------------------------------------------
     def request_final(self) -> None:
@@ -263,10 +291,25 @@ class CheckpointCoordinator:
     # -- acknowledgements ------------------------------------------------------------
     def acknowledge(self, checkpoint_id: int, task: int, subtask: int, handles: dict[str, Any],
                     stats: TaskCheckpointStats, now: float) -> CompletedCheckpoint | None:
+        """``record_ack``, and once every task acknowledged, write ``_metadata`` here and now."""
+        write = self.record_ack(checkpoint_id, task, subtask, handles, stats, now)
+        if write is None:
+            return None
+        error = None
+        try:
+            self.write_metadata(write)
+        except Exception as e:  # noqa: BLE001 - any storage error fails this checkpoint only
+            error = f"{type(e).__name__}: {e}"
+        return self.metadata_written(write, error, now)
+
+    def record_ack(self, checkpoint_id: int, task: int, subtask: int, handles: dict[str, Any],
+                   stats: TaskCheckpointStats, now: float) -> MetadataWrite | None:
+        """Note one subtask's acknowledgement. Returns the ``_metadata`` to write once every task
+        acknowledged (the checkpoint stays pending, ``writing``, until ``metadata_written``)."""
         pending = self.pending.get(checkpoint_id)
-        if pending is None or (task, subtask) not in pending.expected:
+        if pending is None or pending.writing or (task, subtask) not in pending.expected:
             # Late (aborted, timed out, from an earlier attempt): what it uploaded belongs to nobody.
-            self.storage.discard_files([h["file"] for h in handles.values() if h and h.get("file")])
+            self.discard_acked_files(handles)
             self._discard_uploads(checkpoint_id, handles.values())
             return None
         pending.expected.discard((task, subtask))
@@ -280,9 +323,9 @@ class CheckpointCoordinator:
         pending.stats.checkpointed_size += stats.checkpointed_size
         if pending.expected:
             return None
-        return self._complete(pending, now)
+        return self._prepare(pending, now)
 
-    def _complete(self, pending: PendingCheckpoint, now: float) -> CompletedCheckpoint | None:
+    def _prepare(self, pending: PendingCheckpoint, now: float) -> MetadataWrite | None:
         n = pending.checkpoint_id
         meta = CheckpointMetadata(
             checkpoint_id=n, job_id=self.job_id, job_name=self.job_name, timestamp_ms=pending.timestamp_ms,
@@ -292,18 +335,46 @@ class CheckpointCoordinator:
             mode=self.settings.mode, completed_ms=int(time.time() * 1000),
             extra={"channel_state": pending.channel_state} if pending.channel_state else {},
         )
-        if pending.savepoint is not None:
-            return self._complete_savepoint(pending, meta, now)
+        if pending.savepoint is None and self._dangling(n, meta, now):
+            return None
+        pending.writing = True
+        url = pending.savepoint.path if pending.savepoint is not None else self.storage.checkpoint_url(n)
+        return MetadataWrite(pending, meta, url)
+
+    def _dangling(self, n: int, meta: CheckpointMetadata, now: float) -> bool:
         dangling = self.shared.dangling(n, meta.shared_files())
         if dangling:
             self.fail(n, f"reuses shared state no retained checkpoint holds any more ({dangling[0]}, "
                          f"{len(dangling)} files): a task had not yet heard of the newer checkpoint", now)
+        return bool(dangling)
+
+    def write_metadata(self, write: MetadataWrite) -> bool:
+        """The I/O of completing a checkpoint, in any thread: write its ``_metadata`` (durably, put-if-absent).
+        False: not written, because the checkpoint was given up while the write waited its turn."""
+        if self.pending.get(write.checkpoint_id) is not write.pending:
+            return False
+        if write.pending.savepoint is not None:
+            SavepointTarget(write.url).write_metadata(write.metadata)
+        else:
+            self.storage.write_metadata(write.metadata)
+        return True
+
+    def metadata_written(self, write: MetadataWrite, error: str | None, now: float) -> CompletedCheckpoint | None:
+        """``write_metadata`` returned (``error``: what it raised): complete the checkpoint, or fail it.
+        A checkpoint given up meanwhile (expired, aborted, subsumed) stays given up, and whatever the
+        write left behind is deleted now that nothing writes it any more."""
+        n, pending = write.checkpoint_id, write.pending
+        if self.pending.get(n) is not pending:
+            self._dispose_given_up(pending)
             return None
-        try:
-            self.storage.write_metadata(meta)
-        except Exception as e:  # noqa: BLE001 - any storage error fails this checkpoint only
-            self.fail(n, f"could not write {self.storage.checkpoint_url(n)}/_metadata: {type(e).__name__}: {e}", now)
+        if error is not None:
+            self.fail(n, f"could not write {write.url}/_metadata: {error}", now)
             return None
+        if pending.savepoint is not None:
+            return self._complete_savepoint(pending, write.metadata, now)
+        if self._dangling(n, write.metadata, now):  # retention ran while the write was in flight
+            return None
+        meta = write.metadata
         self._mark_completed(pending, now)
         self.consecutive_failures = 0
         self.last_completion = now
@@ -327,11 +398,6 @@ class CheckpointCoordinator:
                             now: float) -> CompletedCheckpoint | None:
         request = pending.savepoint
         assert request is not None
-        try:
-            SavepointTarget(request.path).write_metadata(meta)
-        except Exception as e:  # noqa: BLE001 - any storage error fails this savepoint only
-            self.fail(pending.checkpoint_id, f"could not write {request.path}/_metadata: {type(e).__name__}: {e}", now)
-            return None
         self._mark_completed(pending, now)
         request.status, request.completed = COMPLETED, time.time()
         if request.stop:
@@ -341,31 +407,65 @@ class CheckpointCoordinator:
     def _apply_retention(self) -> None:
         while len(self.completed) > self.settings.num_retained:
             self._discard_completed(self.completed.pop(0))
-        self.sweep()
+        self.disposer.submit("leftovers in the checkpoint directory", self._sweep_now, retry=False)
 
     def _discard_completed(self, checkpoint: CompletedCheckpoint) -> None:
         """Delete a completed checkpoint, and the shared files no other retained checkpoint references."""
-        self.storage.discard(checkpoint.checkpoint_id)
-        self.storage.discard_files(self.shared.unregister(checkpoint.checkpoint_id, checkpoint.metadata.shared_files()))
+        n, unused = checkpoint.checkpoint_id, self.shared.unregister(checkpoint.checkpoint_id,
+                                                                    checkpoint.metadata.shared_files())
+        self.disposer.submit(f"checkpoint {n} ({checkpoint.url})", lambda: self._delete(n, unused))
+
+    def _delete(self, checkpoint_id: int | None, files: list[str]) -> None:
+        if checkpoint_id is not None:
+            self.storage.discard(checkpoint_id, strict=True)
+        self.storage.discard_files(files, strict=True)
+
+    def discard_acked_files(self, handles: dict[str, Any]) -> None:
+        """Delete the state files of an acknowledgement nobody takes (late, or of an attempt that is over)."""
+        files = [h["file"] for h in handles.values() if isinstance(h, dict) and h.get("file")]
+        if files:
+            self.disposer.submit(f"{len(files)} state files of a late acknowledgement",
+                                 lambda: self._delete(None, files))
 
     def sweep(self, keep_pending: bool = True) -> None:
         """Delete every chk-<n> directory that is neither retained nor in progress, and every shared
         file no retained checkpoint references (leftovers of failed, aborted or killed uploads)."""
-        keep = {c.checkpoint_id for c in self.completed}
-        in_progress = set(self.pending) if keep_pending else set()
         try:
-            for n in self.storage.checkpoint_ids():
-                if n not in keep and n not in in_progress:
-                    self.storage.discard(n)
-            if not self.storage.in_memory:
-                self.storage.discard_files(self.shared.orphans(self.storage.shared_files(), in_progress))
+            self._sweep_now(keep_pending)
         except Exception:  # noqa: BLE001 - store unreachable: the next sweep does it
             pass
 
+    def _sweep_now(self, keep_pending: bool = True) -> None:
+        # Listed first, then decided under the lock: a directory listed exists, so its checkpoint was
+        # triggered before; whatever is not retained or in progress by now is given up for good.
+        ids = self.storage.checkpoint_ids()
+        listing = self.storage.shared_files() if not self.storage.in_memory else []
+        with self.lock:  # copies first: the executor's thread may change them without the lock (restore choice)
+            keep = {c.checkpoint_id for c in list(self.completed)}
+            in_progress = set(self.pending) if keep_pending else set()
+            orphans = self.shared.orphans(listing, in_progress)
+        for n in ids:
+            if n not in keep and n not in in_progress:
+                self.storage.discard(n, strict=True)
+        self.storage.discard_files(orphans, strict=True)
+
     def _discard_uploads(self, checkpoint_id: int, handles: Any) -> None:
         """Delete the shared files uploaded for checkpoint n that never became part of a completed one."""
-        self.storage.discard_files([f for h in handles for f in shared_files(h)
-                                    if uploaded_for(f) == checkpoint_id and f not in self.shared.references])
+        files = [f for h in handles for f in shared_files(h)
+                 if uploaded_for(f) == checkpoint_id and f not in self.shared.references]
+        if files:
+            self.disposer.submit(f"{len(files)} shared files of checkpoint {checkpoint_id}",
+                                 lambda: self._delete(None, files))
+
+    def _dispose_given_up(self, pending: PendingCheckpoint) -> None:
+        """Delete what a failed checkpoint (or savepoint) wrote: its directory and its own uploads."""
+        n = pending.checkpoint_id
+        request = pending.savepoint
+        if request is not None:
+            self.disposer.submit(f"failed savepoint {n} ({request.path})", lambda: SavepointTarget(request.path).discard())
+            return
+        self.disposer.submit(f"failed checkpoint {n} ({self.storage.checkpoint_url(n)})", lambda: self._delete(n, []))
+        self._discard_uploads(n, [h for hs in pending.handles.values() for h in hs])
 
     def adopt(self, checkpoints: list[CompletedCheckpoint]) -> None:
         """Claim retained checkpoints found in storage (oldest first), e.g. after the job manager restarted:
@@ -385,17 +485,15 @@ class CheckpointCoordinator:
         pending.stats.failure = reason
         pending.stats.duration_ms = (now - pending.started) * 1000.0
         self.aborted.append(checkpoint_id)
+        # Its _metadata still being written: deleted when that write returns (``metadata_written``),
+        # never before, or the write would leave a _metadata behind.
+        if not pending.writing:
+            self._dispose_given_up(pending)
         if pending.savepoint is not None:
             request = pending.savepoint
             request.status, request.error, request.completed = FAILED, reason, time.time()
-            try:
-                SavepointTarget(request.path).discard()
-            except Exception:  # noqa: BLE001 - the store may be the reason it failed
-                pass
             self.counts[FAILED] += 1  # but not toward the tolerable checkpoint failures
             return
-        self.storage.discard(checkpoint_id)
-        self._discard_uploads(checkpoint_id, [h for hs in pending.handles.values() for h in hs])
         if count:
             self.counts[FAILED] += 1
             self.consecutive_failures += 1
@@ -407,7 +505,11 @@ class CheckpointCoordinator:
         timeout = self.settings.timeout_ms / 1000.0
         expired = [n for n, p in self.pending.items() if now - p.started > timeout]
         for n in expired:
-            self.fail(n, f"expired after {self.settings.timeout_ms} ms before every task acknowledged", now)
+            p = self.pending[n]
+            where = p.savepoint.path if p.savepoint is not None else self.storage.checkpoint_url(n)
+            self.fail(n, f"expired after {self.settings.timeout_ms} ms while writing {where}/_metadata: the "
+                         f"checkpoint storage did not answer" if p.writing else
+                         f"expired after {self.settings.timeout_ms} ms before every task acknowledged", now)
         return expired
 
     def failures_exceeded(self) -> bool:
@@ -455,6 +557,9 @@ class CheckpointCoordinator:
         driver died (the Spark JVM), which is a crash rather than a job's end: as when Flink's job
         manager process dies, completed checkpoints stay for the job to be resumed from."""
         keep = keeps_checkpoints(job_state, self.settings.retention, retain)
+        # The end of the job: what the background deletes had not done yet is done here, in this thread.
+        self.disposer.close(timeout=10.0)
+        self.disposer = InlineDisposer()
         self.abort_all(f"job {job_state.lower()}", time.monotonic())
         if not keep:
             for c in self.completed:

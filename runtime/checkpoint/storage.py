@@ -275,21 +275,27 @@ class CheckpointStorage(StateLocation):
 
     # Deletes are best effort: when the store is unreachable, what stays behind is an orphan the
     # sweep after the next completed checkpoint removes; a failed delete never fails the job.
-    def discard(self, checkpoint_id: int) -> None:
+    # ``strict``: raise instead (the job manager's disposer logs it and tries again later).
+    def discard(self, checkpoint_id: int, strict: bool = False) -> None:
         path = self.checkpoint_path(checkpoint_id)
         try:
             if self.fs.exists(path):
                 self.fs.rm(path, recursive=True)
-        except Exception:  # noqa: BLE001 - see above
+        except FileNotFoundError:
             pass
+        except Exception:  # noqa: BLE001 - see above
+            if strict:
+                raise
 
-    def discard_files(self, relatives: list[str]) -> None:
+    def discard_files(self, relatives: list[str], strict: bool = False) -> None:
         for rel in relatives:
             try:
                 self.fs.rm(self.path(rel))
             except FileNotFoundError:
                 pass
             except Exception:  # noqa: BLE001 - see above
+                if strict:
+                    raise
                 return
 
     def checkpoint_ids(self) -> list[int]:

@@ -384,7 +384,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
                     inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
                     operator_names=_metric_names(graph), rest=rest_config, plan=graph.plan(),
-                    savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")))
+                    savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")),
+                    on_note=display.note)
     if client is not None:
         client._attach(jm)
     try:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, SavepointConflict,
-                                      SavepointRequest, TaskCheckpointStats)
+from ..checkpoint.background import Disposer, SerialWorker
+from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, MetadataWrite,
+                                      SavepointConflict, SavepointRequest, TaskCheckpointStats)
 from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
 from .. import registry
 from ..config import Options
@@ -90,7 +91,8 @@ class JobManager:
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
                  operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
-                 savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None):
+                 savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None,
+                 on_note: Callable[[str], None] | None = None):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism
@@ -148,6 +150,14 @@ class JobManager:
         self.failure_event = threading.Event()
         self._result_read = threading.Event()  # a client saw the final result: no need to linger
         self.collected = CollectBuffer()  # records of collect sinks, for execute_and_collect
+        # Checkpoint storage I/O never runs on the loop (it serves the control channel, REST and the
+        # metrics, which must answer while the store hangs): _metadata is written by one thread, in
+        # order, bounded by the checkpoint timeout; deletes are retried by another.
+        self._metadata_io: SerialWorker | None = None
+        if coordinator is not None:
+            coordinator.lock = self._lock
+            coordinator.disposer = Disposer(on_note)
+            self._metadata_io = SerialWorker("checkpoint-metadata")
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> tuple[str, int]:
@@ -258,6 +268,10 @@ class JobManager:
                 pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+        if self._metadata_io is not None:
+            self._metadata_io.close()
+            # The executor ran what was queued in coordinator.shutdown; its thread is not needed any more.
+            self.coordinator.disposer.close()  # type: ignore[union-attr]
 
     def begin_attempt(self, attempt: int, restore: CompletedCheckpoint | None) -> None:
         """A new deployment of every task; messages of earlier attempts are ignored from now on."""
@@ -537,10 +551,33 @@ class JobManager:
                                     float(msg.get("start_delay_ms", 0.0)))
         with self._lock:
             if int(msg.get("attempt", -1)) != self.attempt or self.fenced:
-                cc.storage.discard_files([h["file"] for h in (msg.get("handles") or {}).values() if h and h.get("file")])
+                cc.discard_acked_files(msg.get("handles") or {})
                 return
             now = time.monotonic()
-            done = cc.acknowledge(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {}, stats, now)
+            write = cc.record_ack(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {},
+                                  stats, now)
+            self._send_aborts()
+        if write is not None:
+            self._write_metadata(write)
+
+    def _write_metadata(self, write: MetadataWrite) -> None:
+        """Every task acknowledged: write ``_metadata`` in the metadata thread. The loop goes on; the
+        checkpoint timeout (``expire``) fails the checkpoint if the store does not answer in time."""
+        cc = self.coordinator
+        assert cc is not None and self._metadata_io is not None
+        future = asyncio.wrap_future(self._metadata_io.submit(lambda: cc.write_metadata(write)), loop=self._loop)
+        future.add_done_callback(lambda f: self._metadata_written(write, f))
+
+    def _metadata_written(self, write: MetadataWrite, future: asyncio.Future) -> None:
+        cc = self.coordinator
+        assert cc is not None
+        e = future.exception()
+        error = None if e is None else f"{type(e).__name__}: {e}"
+        with self._lock:
+            now = time.monotonic()
+            if self.fenced:  # the attempt is over: nothing of it completes (see ``fenced``)
+                cc.fail(write.checkpoint_id, f"attempt {self.attempt + 1} is being restarted", now, count=False)
+            done = cc.metadata_written(write, error, now)
             self._send_aborts()
             # An intermediate savepoint is not announced: sinks commit its output with the next checkpoint.
             if done is not None and (done.savepoint is None or done.savepoint.stop):

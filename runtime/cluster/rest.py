@@ -85,6 +85,11 @@ class RestServer:
         """Every error is JSON, also aiohttp's own 404 and 405."""
         try:
             return await handler(request)
+        except ConnectionError:
+            # The client hung up mid-request or before its answer was out (a probe that gave up, a closed
+            # tab): nobody to answer and nothing wrong here. This answer cannot be sent either, and aiohttp
+            # drops the connection quietly, where the error itself would be logged with a traceback.
+            return web.Response(status=499, reason="Client Closed Request")
         except web.HTTPException as e:
             if e.status < 400:
                 raise
