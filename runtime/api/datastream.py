@@ -550,7 +550,7 @@ class _FieldReduce:
         self.how, self.field = how, field
 
     def reduce(self, a: Any, b: Any) -> Any:
-        from ..task.operators import _replace
+        from ..task.keyed import _replace
 
         x, y = a[self.field], b[self.field]
         v = x + y if self.how == "sum" else (min(x, y) if self.how == "min" else max(x, y))

@@ -34,7 +34,10 @@ from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
-from .operators import OperatorFailure, OperatorSnapshot, SinkOperator, SourceOperator, StreamOperator, create_operator
+from .base import OperatorFailure, OperatorSnapshot, StreamOperator
+from .factory import create_operator
+from .sink import SinkOperator
+from .source import SourceOperator
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
