@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..api.environment import JobExecutionResult
+from ..api.job_result import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint
 from ..checkpoint import filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError

@@ -26,6 +26,7 @@ from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_sc
 from ..config import Options
 from . import control as C
 from .collect import CollectBuffer
+from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 
@@ -33,14 +34,8 @@ from .tracebacks import map_user_frames
 CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
-FAILURE_HISTORY = 100  # task failures kept for GET /v1/exceptions (a job restarting forever must not grow)
-SAVEPOINT_HISTORY = 100  # savepoints listed by GET /v1/savepoints, newest first
 # Flink's back pressure levels: the share of time a task could not emit
 BACKPRESSURE_LEVELS = ((0.1, "OK"), (0.5, "LOW"), (float("inf"), "HIGH"))
-
-
-class SavepointRefused(RuntimeError):
-    """A savepoint request that cannot be served; the message says why."""
 
 
 class BindError(RuntimeError):

@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from ..startup_trace import mark
+from .pod import is_local
 
 
 class ClusterError(RuntimeError):
@@ -56,10 +57,6 @@ def _local_slots(master: str) -> int | None:
     if n is None:
         return 1
     return os.cpu_count() or 1 if n == "*" else int(n)
-
-
-def is_local(master: str) -> bool:
-    return master.strip().startswith("local")
 
 
 def _readable(duration: str) -> str:
