@@ -1,4 +1,5 @@
-"""One slot: a subtask of every operator, run by a single-threaded loop.
+"""One slot: a subtask of every operator (slot i: subtask i of each operator whose parallelism
+is above i; see ``graph/job_graph.py``), run by a single-threaded loop.
 
 The loop (Flink's mailbox, without threads: Python has one core per process
 anyway) repeatedly lets each task take a few batches from its input gate or
@@ -316,10 +317,11 @@ class SlotRuntime:
 
     # -- wiring ------------------------------------------------------------------
     def _build(self) -> None:
-        g, i, p = self.graph, self.subtask, self.parallelism
-        for op_id in g.operator_order():
+        g, i = self.graph, self.subtask
+        here = [v for v in g.tasks if v.parallelism > i]  # the task vertices with a subtask in this slot
+        for op_id in (o for v in here for o in v.operators):
             node = g.operators[op_id]
-            ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
+            ctx = RuntimeContext(node.name, i, node.parallelism, node.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
             ctx._collector = self.collect_channel
@@ -336,9 +338,10 @@ class SlotRuntime:
         writers_of: dict[int, RecordWriter] = {}
         for e in g.edges.values():
             src_node = g.operators[e.source]
-            if e.target in src_node.chained_outputs:
+            if e.target in src_node.chained_outputs or e.source not in self.operators:
                 continue
-            targets = [i] if e.partitioner == T.FORWARD else list(range(p))
+            target_node = g.operators[e.target]
+            targets = [i] if e.partitioner == T.FORWARD else list(range(target_node.parallelism))
             channels: list[OutputChannel] = []
             for j in targets:
                 if j == i:
@@ -347,7 +350,7 @@ class SlotRuntime:
                 else:
                     out = self.transport.output_channel(e.id, j, self.batch_size, self.buffer_timeout)
                 channels.append(out)
-            writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, g.max_parallelism)
+            writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, target_node.max_parallelism)
         for op_id, op in self.operators.items():
             node = g.operators[op_id]
             by_target = {g.edges[e].target: g.edges[e] for e in node.outputs}
@@ -356,7 +359,7 @@ class SlotRuntime:
                 op.output.connect(chained.push, by_target[target].tag, chained.process_event)
             for eid in node.channel_outputs:
                 op.output.connect(writers_of[eid].emit, g.edges[eid].tag, writers_of[eid].broadcast_event)
-        for vertex in g.tasks:
+        for vertex in here:
             ops = [self.operators[o] for o in vertex.operators]
             channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
             gate = None
@@ -364,7 +367,7 @@ class SlotRuntime:
                 inputs = []
                 for eid in vertex.input_edges:
                     e = g.edges[eid]
-                    sources = [i] if e.partitioner == T.FORWARD else list(range(p))
+                    sources = [i] if e.partitioner == T.FORWARD else list(range(g.operators[e.source].parallelism))
                     for s in sources:
                         if s == i:
                             inputs.append(local_inputs[(eid, i)])
