@@ -121,6 +121,43 @@ def test_streamjob_run_parallelism_is_the_default_of_operators_without_their_own
     assert mixed.committed(str(out)) == mixed.expected_rows(rows)
 
 
+def test_a_failure_names_the_subtask_of_the_operators_own_parallelism(spark_slots):
+    from streamjob.runtime.cluster.executor import JobExecutionError
+    from streamjob.runtime.connectors import DataGenSource
+
+    def explode(x):
+        if x == 1234:
+            raise ValueError(f"bad record {x}")
+        return x
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_source(DataGenSource(lambda i: i, count=5_000)).map(explode).name("explode").set_parallelism(1) \
+        .sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError, match=r"operator 'explode' \(subtask 1/1\) raised ValueError: bad record"):
+        env.execute("failing")
+
+
+def test_event_time_windows_across_parallelism_changes(spark_slots):
+    """Source 1 -> timestamps 2 (not chained to the source: rebalanced) -> window 3: watermarks
+    from subtasks of another parallelism hold the windows back until every input passed them."""
+    from streamjob.runtime import Time, TumblingEventTimeWindows, WatermarkStrategy
+    from streamjob.runtime.connectors import DataGenSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = 6000
+    source = env.from_source(DataGenSource(lambda i: {"key": i % 5, "t": i}, count=rows, rows_per_second=20_000),
+                             None, "numbers").set_parallelism(1)
+    stamped = source.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("t"))  # the default: 2
+    counts = stamped.map(lambda r: (r["key"], r["t"] // 1000, 1)).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(1000))) \
+        .reduce(lambda a, b: (a[0], a[1], a[2] + b[2])).set_parallelism(3)
+    got = sorted(counts.execute_and_collect())
+    assert got == sorted((k, w, 200) for k in range(5) for w in range(rows // 1000))
+
+
 def _run(env, name="mixed-parallelism"):
     return env.execute_async(name)
 

@@ -55,12 +55,13 @@ class TaskFailure:
     attempt: int = 0
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)
+    operator_parallelism: int | None = None  # the failed operator's own (set_parallelism), when the task said
 
     def summary(self, parallelism: int) -> str:
         if self.cause == "jvm":
             return self.error
         if self.operator:
-            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})"
+            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{self.operator_parallelism or parallelism})"
         elif self.slot >= 0:
             where = f"slot {self.slot + 1}/{parallelism}"
         else:
@@ -698,7 +699,8 @@ class JobManager:
                     self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
                                            msg.get("error", ""), map_user_frames(msg.get("traceback", "")),
                                            msg.get("cause", "task"),
-                                           attempt or 0, msg.get("checkpoint")))
+                                           attempt or 0, msg.get("checkpoint"),
+                                           operator_parallelism=msg.get("parallelism")))
                 elif kind == C.FINISHED:
                     finished = True
                     self.finished.add(int(msg["slot"]))

@@ -329,7 +329,7 @@ class SlotRuntime:
         for op in self.operators.values():
             node = op.node
             if node.kind == T.TIMESTAMPS and len(node.inputs) == 1:
-                upstream = self.operators[g.edges[node.inputs[0]].source]
+                upstream = self.operators.get(g.edges[node.inputs[0]].source)  # absent: lower parallelism
                 if isinstance(upstream, SourceOperator) and node.id in upstream.node.chained_outputs:
                     op.source = upstream  # type: ignore[attr-defined]  # split-aware watermarks
         if self.restore:
@@ -762,7 +762,7 @@ class SlotRuntime:
                    "cause": "storage" if e.transient else "restore", "checkpoint": (self.restore or {}).get("id")}
         elif isinstance(e, OperatorFailure):
             msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
-                   "cause": "operator"}
+                   "cause": "operator", "parallelism": e.parallelism}
         else:
             msg = {"operator": None, "error_type": type(e).__name__, "error": str(e),
                    "traceback": traceback.format_exc(), "cause": "peer" if isinstance(e, PeerLost) else "task"}
