@@ -27,6 +27,32 @@ if TYPE_CHECKING:  # pragma: no cover
     from .environment import StreamExecutionEnvironment
 
 
+def _set_parallelism(t: Transformation, parallelism: int) -> None:
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        raise ValueError(f"set_parallelism of operator {t.name!r} needs a positive int, got {parallelism!r}")
+    t.parallelism = parallelism
+
+
+def _set_max_parallelism(t: Transformation, max_parallelism: int) -> None:
+    from ..state.keygroups import check_max_parallelism
+
+    if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int):
+        raise ValueError(f"set_max_parallelism of operator {t.name!r} needs an int, got {max_parallelism!r}")
+    try:
+        check_max_parallelism(max_parallelism, 1)
+    except ValueError as e:
+        raise ValueError(f"operator {t.name!r}: {e}") from None
+    t.max_parallelism = max_parallelism
+
+
+def _group_name(group: Any) -> str:
+    """A slot sharing group by name, or PyFlink's ``SlotSharingGroup`` object (its name)."""
+    name = group if isinstance(group, str) else getattr(group, "get_name", lambda: None)()
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"slot_sharing_group needs a name (str), got {group!r}")
+    return name
+
+
 def _all_key(value: Any) -> int:
     """The one key of window_all: every record to the same subtask."""
     return 0
@@ -53,6 +79,42 @@ class DataStream:
 
     def get_name(self) -> str:
         return self._t.name
+
+    # -- parallelism and chaining (per operator, as Flink) ------------------
+    def set_parallelism(self, parallelism: int) -> "DataStream":
+        """This operator's parallelism (the job's, ``env.set_parallelism``, when not set)."""
+        _set_parallelism(self._operator_transformation(), parallelism)
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "DataStream":
+        """This operator's max parallelism: the number of key groups its keyed state is split into,
+        and the largest parallelism it can be rescaled to (the job's when not set)."""
+        _set_max_parallelism(self._operator_transformation(), max_parallelism)
+        return self
+
+    def force_non_parallel(self) -> "DataStream":
+        """Parallelism and max parallelism 1, as Flink."""
+        t = self._operator_transformation()
+        _set_parallelism(t, 1)
+        _set_max_parallelism(t, 1)
+        return self
+
+    def start_new_chain(self) -> "DataStream":
+        """Begin a new chain at this operator: it is not chained to the one before it."""
+        self._operator_transformation().chaining = T.NEW_CHAIN
+        return self
+
+    def disable_chaining(self) -> "DataStream":
+        """Chain this operator to neither the one before nor the ones after it."""
+        self._operator_transformation().chaining = T.NO_CHAINING
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStream":
+        """Accepted as a hint: operators of different groups are not chained together, but every
+        operator shares the slots (a slot runs at most one subtask of each operator), so the job
+        needs max(parallelism) slots whatever the groups."""
+        self._operator_transformation().slot_sharing_group = _group_name(slot_sharing_group)
+        return self
 
     def get_type(self) -> Any:
         """The declared type of the records (``Types.PICKLED_BYTE_ARRAY()`` when none was, as PyFlink)."""
@@ -315,6 +377,28 @@ class KeyedStream(DataStream):
     def uid(self, uid: str) -> "KeyedStream":
         raise ValueError("key_by creates no operator: set the uid of the operator before or after it")
 
+    def _no_operator(self, what: str) -> Any:
+        raise ValueError(f"key_by creates no operator: {what} of the operator before or after it "
+                         "(PyFlink: \"Set parallelism for KeyedStream is not supported\")")
+
+    def set_parallelism(self, parallelism: int) -> "KeyedStream":
+        return self._no_operator("set the parallelism")
+
+    def set_max_parallelism(self, max_parallelism: int) -> "KeyedStream":
+        return self._no_operator("set the max parallelism")
+
+    def force_non_parallel(self) -> "KeyedStream":
+        return self._no_operator("set the parallelism")
+
+    def start_new_chain(self) -> "KeyedStream":
+        return self._no_operator("start the chain")
+
+    def disable_chaining(self) -> "KeyedStream":
+        return self._no_operator("disable chaining")
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> "KeyedStream":
+        return self._no_operator("set the slot sharing group")
+
     # Functions on a keyed stream reach keyed state through their runtime context (open), as in Flink.
     def map(self, func: Any, output_type: Any = None) -> DataStream:
         as_callable(func, "map", "map")
@@ -550,7 +634,7 @@ class _FieldReduce:
         self.how, self.field = how, field
 
     def reduce(self, a: Any, b: Any) -> Any:
-        from ..task.operators import _replace
+        from ..task.keyed import _replace
 
         x, y = a[self.field], b[self.field]
         v = x + y if self.how == "sum" else (min(x, y) if self.how == "min" else max(x, y))
@@ -685,6 +769,28 @@ class DataStreamSink:
 
     def set_description(self, description: str) -> "DataStreamSink":
         self._t.params["description"] = str(description)
+        return self
+
+    def set_parallelism(self, parallelism: int) -> "DataStreamSink":
+        """The sink's parallelism (the job's when not set)."""
+        _set_parallelism(self._t, parallelism)
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "DataStreamSink":
+        _set_max_parallelism(self._t, max_parallelism)
+        return self
+
+    def start_new_chain(self) -> "DataStreamSink":
+        self._t.chaining = T.NEW_CHAIN
+        return self
+
+    def disable_chaining(self) -> "DataStreamSink":
+        self._t.chaining = T.NO_CHAINING
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStreamSink":
+        """Accepted as a hint (see ``DataStream.slot_sharing_group``)."""
+        self._t.slot_sharing_group = _group_name(slot_sharing_group)
         return self
 
     __getattr__ = unsupported.lookup("DataStreamSink", unsupported.DATA_STREAM_SINK)

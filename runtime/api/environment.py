@@ -8,7 +8,6 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..config import Configuration, Options
@@ -23,25 +22,7 @@ from . import transformations as T
 from .datastream import DataStream
 from .transformations import Transformation
 from . import unsupported
-
-
-@dataclass
-class JobExecutionResult:
-    job_id: str
-    job_name: str
-    net_runtime_ms: int
-    operators: dict[str, dict[str, int]]
-    # From the first task starting to process to the last one finishing:
-    # the net runtime less deployment (Spark stage start, address exchange).
-    running_time_ms: int | None = None
-    checkpoints: list[dict] = field(default_factory=list)  # statistics of each checkpoint, oldest first
-    restarts: int = 0
-
-    def get_job_id(self) -> str:
-        return self.job_id
-
-    def get_net_runtime(self) -> int:
-        return self.net_runtime_ms
+from .job_result import JobExecutionResult
 
 
 class JobStatus(str, Enum):

@@ -46,6 +46,9 @@ BROADCAST_PROCESS_KINDS = (BROADCAST_PROCESS, KEYED_BROADCAST_PROCESS)  # input 
 TWO_INPUT_KINDS = (CO_PROCESS, CO_MAP, CO_FLAT_MAP, KEYED_CO_PROCESS) + BROADCAST_PROCESS_KINDS
 
 # Partitioners of PARTITION transformations
+NEW_CHAIN = "new_chain"
+NO_CHAINING = "no_chaining"
+
 FORWARD = "forward"
 HASH = "hash"
 REBALANCE = "rebalance"
@@ -105,6 +108,11 @@ class Transformation:
     params: dict = field(default_factory=dict)
     uid: str | None = None
     id: int = field(default_factory=lambda: next(_ids))
+    # Per operator, as Flink's set_parallelism / set_max_parallelism: None takes the job's.
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    chaining: str | None = None  # None, NEW_CHAIN (start_new_chain) or NO_CHAINING (disable_chaining)
+    slot_sharing_group: str | None = None  # None: "default", as Flink
 
     def __repr__(self) -> str:
         return f"Transformation({self.id}, {self.kind}, {self.name!r})"

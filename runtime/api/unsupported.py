@@ -33,10 +33,9 @@ class PyFlinkNameNotSupported(PyFlinkNotSupported, ImportError):
 
 _RECORDS_ARE_PICKLED = ("records are Python objects, pickled (dict records columnar as Arrow): there are no Java "
                         "serializers to register; remove the call")
-_ONE_PARALLELISM = ("every operator runs at the job's parallelism (one subtask of each per slot); set it for the "
-                    "whole job with env.set_parallelism(n) or `streamjob run --parallelism n`")
-_CHAINING = ("streamjob chains every forward edge and has no slot sharing groups (each slot runs one subtask of "
-             "every operator); chaining changes no result, so remove the call")
+_CHAINING = ("streamjob chains every forward edge between operators of equal parallelism unless an operator says "
+             "otherwise (start_new_chain(), disable_chaining()), and every slot sharing group shares the job's slots "
+             "(each slot runs at most one subtask of every operator); chaining changes no result, so remove the call")
 _PYTHON_DEPS = ("the job's own folder is shipped to the tasks with the job; install other packages in the image "
                 "(or the virtualenv) the job runs in, then remove the call")
 _NO_JAVA = "streamjob runs no Java: its connectors are Python (streamjob.runtime.connectors); remove the call"
@@ -68,13 +67,7 @@ ENVIRONMENT: dict[str, str] = {
 }
 
 _STREAM_COMMON: dict[str, str] = {
-    "set_parallelism": _ONE_PARALLELISM,
-    "set_max_parallelism": "max parallelism is the job's: env.set_max_parallelism(n)",
-    "force_non_parallel": _ONE_PARALLELISM,
     "set_uid_hash": _UID_HASH,
-    "slot_sharing_group": _CHAINING,
-    "start_new_chain": _CHAINING,
-    "disable_chaining": _CHAINING,
     "set_buffer_timeout": "the buffer timeout is the job's: env.set_buffer_timeout(ms)",
 }
 
@@ -91,10 +84,7 @@ CONNECTED_STREAMS: dict[str, str] = {
 }
 
 DATA_STREAM_SINK: dict[str, str] = {
-    "set_parallelism": _ONE_PARALLELISM,
     "set_uid_hash": _UID_HASH,
-    "slot_sharing_group": _CHAINING,
-    "disable_chaining": _CHAINING,
 }
 
 

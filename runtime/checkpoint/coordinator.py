@@ -200,8 +200,11 @@ class TooManyCheckpointFailures(RuntimeError):
 
 class CheckpointCoordinator:
     def __init__(self, settings: CheckpointSettings, storage: CheckpointStorage, *, job_id: str, job_name: str,
-                 parallelism: int, max_parallelism: int, operators: dict[str, str], tasks: list[int],
-                 first_id: int = 1, stats_kept: int = 200):
+                 parallelism: int, max_parallelism: int, operators: dict[str, str], tasks: list[int] | dict[int, int],
+                 first_id: int = 1, stats_kept: int = 200, operator_parallelism: dict[str, tuple[int, int]] | None = None):
+        """``tasks``: task vertex ids (each at ``parallelism``), or vertex id -> its parallelism;
+        ``operator_parallelism``: op key -> (parallelism, max parallelism) of operators that have
+        their own (set_parallelism); the others have the job's."""
         self.settings = settings
         self.storage = storage
         self.job_id = job_id
@@ -209,7 +212,9 @@ class CheckpointCoordinator:
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
         self.operators = operators  # op key -> display name
-        self.tasks = tasks  # task vertex ids; every subtask of each acknowledges
+        # task vertex id -> its parallelism; every subtask of each acknowledges
+        self.tasks = dict(tasks) if isinstance(tasks, dict) else {v: parallelism for v in tasks}
+        self.operator_parallelism = dict(operator_parallelism or {})
         self.next_id = first_id
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[CompletedCheckpoint] = []
@@ -277,10 +282,11 @@ class CheckpointCoordinator:
         savepoint = self._queued.pop(0) if self._queued else None
         final = savepoint.stop if savepoint is not None else self._final_requested
         stats = CheckpointStats(n, ts / 1000.0, final=final, savepoint=savepoint.path if savepoint else None)
-        expected = {(t, i) for t in self.tasks for i in range(self.parallelism)}
-        pending = self.pending[n] = PendingCheckpoint(n, ts, now, expected,
-                                                      {k: [None] * self.parallelism for k in self.operators}, stats,
-                                                      savepoint)
+        expected = {(t, i) for t, p in self.tasks.items() for i in range(p)}
+        own = self.operator_parallelism
+        pending = self.pending[n] = PendingCheckpoint(
+            n, ts, now, expected, {k: [None] * (own[k][0] if k in own else self.parallelism) for k in self.operators},
+            stats, savepoint)
         if savepoint is not None:
             savepoint.status, savepoint.checkpoint_id = "IN_PROGRESS", n
         self._remember(stats)
@@ -317,7 +323,7 @@ class CheckpointCoordinator:
             if key in pending.handles:
                 pending.handles[key][subtask] = handle
         if handles.get(CHANNEL_STATE_KEY):
-            pending.channel_state.setdefault(str(task), [None] * self.parallelism)[subtask] = handles[CHANNEL_STATE_KEY]
+            pending.channel_state.setdefault(str(task), [None] * self.tasks[task])[subtask] = handles[CHANNEL_STATE_KEY]
         pending.stats.tasks.append(stats)
         pending.stats.state_size += stats.state_size
         pending.stats.checkpointed_size += stats.checkpointed_size
@@ -325,12 +331,20 @@ class CheckpointCoordinator:
             return None
         return self._prepare(pending, now)
 
+    def _own_parallelism(self, key: str) -> dict[str, int]:
+        """An operator's own parallelism and max parallelism, for its metadata entry (none: the job's)."""
+        if key not in self.operator_parallelism:
+            return {}
+        p, maxp = self.operator_parallelism[key]
+        return {"parallelism": p, "max_parallelism": maxp}
+
     def _prepare(self, pending: PendingCheckpoint, now: float) -> MetadataWrite | None:
         n = pending.checkpoint_id
         meta = CheckpointMetadata(
             checkpoint_id=n, job_id=self.job_id, job_name=self.job_name, timestamp_ms=pending.timestamp_ms,
             parallelism=self.parallelism, max_parallelism=self.max_parallelism,
-            operators={k: {"name": self.operators[k], "subtasks": hs} for k, hs in pending.handles.items()},
+            operators={k: {"name": self.operators[k], "subtasks": hs, **self._own_parallelism(k)}
+                       for k, hs in pending.handles.items()},
             kind="savepoint" if pending.savepoint else "checkpoint",
             mode=self.settings.mode, completed_ms=int(time.time() * 1000),
             extra={"channel_state": pending.channel_state} if pending.channel_state else {},

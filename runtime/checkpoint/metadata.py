@@ -41,7 +41,9 @@ class CheckpointMetadata:
     timestamp_ms: int
     parallelism: int
     max_parallelism: int
-    operators: dict[str, dict[str, Any]]  # op key -> {"name": str, "subtasks": [handle | None, ...]}
+    # op key -> {"name": str, "subtasks": [handle | None, ...]}, and, for an operator whose parallelism or
+    # max parallelism is its own (set_parallelism), "parallelism" and "max_parallelism"
+    operators: dict[str, dict[str, Any]]
     kind: str = "checkpoint"  # or "savepoint"
     mode: str = "EXACTLY_ONCE"
     completed_ms: int = 0
@@ -84,7 +86,7 @@ class CheckpointMetadata:
             for i, h in enumerate(op["subtasks"]):
                 if not h:
                     continue
-                groups = handle_key_groups(h, self.max_parallelism, len(op["subtasks"]), i)
+                groups = handle_key_groups(h, self.operator_max_parallelism(key), len(op["subtasks"]), i)
                 owner = (f"operator {op.get('name', key)!r} (subtask {i + 1}/{len(op['subtasks'])}"
                          + (f", key groups {groups}" if groups else "") + ")")
                 if h.get("file"):
@@ -98,6 +100,13 @@ class CheckpointMetadata:
                 if h and h.get("file"):
                     refs.append(FileRef(h["file"], h.get("size"), f"channel state of task {task} (subtask {i + 1})"))
         return refs
+
+    def operator_parallelism(self, key: str) -> int:
+        op = self.operators[key]
+        return int(op.get("parallelism", len(op["subtasks"])))
+
+    def operator_max_parallelism(self, key: str) -> int:
+        return int(self.operators[key].get("max_parallelism", self.max_parallelism))
 
     def state_size(self) -> int:
         return sum(int(h.get("size", 0)) for op in self.operators.values() for h in op["subtasks"] if h)
@@ -166,10 +175,18 @@ def parse(data: bytes, where: str) -> CheckpointMetadata:
     for key, op in operators.items():
         if not isinstance(op, dict) or not isinstance(op.get("subtasks"), list):
             raise CheckpointFormatError(f"{where}: operators[{key!r}].subtasks is missing or not a list")
-        if len(op["subtasks"]) != parallelism:
+        own = op.get("parallelism", parallelism)  # an operator's own parallelism (set_parallelism), else the job's
+        if isinstance(own, bool) or not isinstance(own, int) or not 1 <= own <= parallelism:
+            raise CheckpointFormatError(f"{where}: operators[{key!r}].parallelism must be an int from 1 to the "
+                                        f"job's {parallelism}, got {own!r}")
+        if len(op["subtasks"]) != own:
             raise CheckpointFormatError(
-                f"{where}: operators[{key!r}].subtasks has {len(op['subtasks'])} entries for parallelism {parallelism}"
+                f"{where}: operators[{key!r}].subtasks has {len(op['subtasks'])} entries for parallelism {own}"
             )
+        own_max = op.get("max_parallelism", 1)
+        if isinstance(own_max, bool) or not isinstance(own_max, int) or own_max < 1:
+            raise CheckpointFormatError(f"{where}: operators[{key!r}].max_parallelism must be a positive int, "
+                                        f"got {own_max!r}")
         for i, h in enumerate(op["subtasks"]):
             if h is None:
                 continue

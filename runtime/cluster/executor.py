@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..api.environment import JobExecutionResult
+from ..api.job_result import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint, keeps_checkpoints
 from ..checkpoint import filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError
@@ -27,7 +27,7 @@ from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, fi
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
-from ..task.operators import operator_is_keyed
+from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod
@@ -224,13 +224,22 @@ def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non
     job; returns notes about state that is dropped (``allow_non_restored``)."""
     meta = checkpoint.metadata
     what = f"{meta.kind} {checkpoint.url}"
-    if meta.max_parallelism != graph.max_parallelism:
-        raise JobDefinitionError(
-            f"{what} was taken with max parallelism {meta.max_parallelism}, this job has {graph.max_parallelism}: "
-            f"keyed state is sharded into max-parallelism key groups, which cannot change; "
-            f"set env.set_max_parallelism({meta.max_parallelism}) (or --conf pipeline.max-parallelism="
-            f"{meta.max_parallelism})")
-    if meta.channel_state() and meta.parallelism != graph.parallelism:
+    nodes = {op.state_key: op for op in graph.operators.values()}
+    for key in meta.operators:
+        node = nodes.get(key)
+        if node is None or not any(meta.operators[key].get("subtasks") or []):
+            continue
+        old_max = meta.operator_max_parallelism(key)
+        if old_max != node.max_parallelism:
+            own = node.max_parallelism != graph.max_parallelism or old_max != meta.max_parallelism
+            fix = (f".set_max_parallelism({old_max}) on operator {node.name!r}" if own else
+                   f"env.set_max_parallelism({old_max}) (or --conf pipeline.max-parallelism={old_max})")
+            raise JobDefinitionError(
+                f"{what} was taken with max parallelism {old_max}, this job has {node.max_parallelism} (operator "
+                f"{node.name!r}): keyed state is sharded into max-parallelism key groups, which cannot change; "
+                f"set {fix}")
+    if meta.channel_state() and (meta.parallelism != graph.parallelism or any(
+            nodes[k].parallelism != meta.operator_parallelism(k) for k in meta.operators if k in nodes)):
         raise JobDefinitionError(
             f"{what} is an unaligned checkpoint holding in-flight data (channel state) of {meta.parallelism} "
             f"subtasks; it can only be restored at parallelism {meta.parallelism}, this job has {graph.parallelism}. "
@@ -375,7 +384,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         settings, storage, job_id=job_id, job_name=graph.job_name, parallelism=graph.parallelism,
         max_parallelism=graph.max_parallelism,
         operators={n.state_key: n.name for n in graph.operators.values()},
-        tasks=[t.id for t in graph.tasks], first_id=initial.checkpoint_id + 1 if initial else 1)
+        tasks={t.id: t.parallelism for t in graph.tasks}, first_id=initial.checkpoint_id + 1 if initial else 1,
+        operator_parallelism={n.state_key: (n.parallelism, n.max_parallelism) for n in graph.operators.values()
+                              if n.parallelism != graph.parallelism or n.max_parallelism != graph.max_parallelism})
     coordinator.adopt(adopted)
     display.coordinator = coordinator if settings.enabled else None
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=addresses.bind, advertise=addresses.advertise,

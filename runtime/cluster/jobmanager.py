@@ -29,6 +29,7 @@ from .. import registry
 from ..config import Options
 from . import control as C
 from .collect import CollectBuffer
+from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 
@@ -36,14 +37,8 @@ from .tracebacks import map_user_frames
 CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
-FAILURE_HISTORY = 100  # task failures kept for GET /v1/exceptions (a job restarting forever must not grow)
-SAVEPOINT_HISTORY = 100  # savepoints listed by GET /v1/savepoints, newest first
 # Flink's back pressure levels: the share of time a task could not emit
 BACKPRESSURE_LEVELS = ((0.1, "OK"), (0.5, "LOW"), (float("inf"), "HIGH"))
-
-
-class SavepointRefused(RuntimeError):
-    """A savepoint request that cannot be served; the message says why."""
 
 
 class BindError(RuntimeError):
@@ -63,12 +58,13 @@ class TaskFailure:
     attempt: int = 0
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)
+    operator_parallelism: int | None = None  # the failed operator's own (set_parallelism), when the task said
 
     def summary(self, parallelism: int) -> str:
         if self.cause == "jvm":
             return self.error
         if self.operator:
-            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{parallelism})"
+            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{self.operator_parallelism or parallelism})"
         elif self.slot >= 0:
             where = f"slot {self.slot + 1}/{parallelism}"
         else:
@@ -765,7 +761,8 @@ class JobManager:
                     self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
                                            msg.get("error", ""), map_user_frames(msg.get("traceback", "")),
                                            msg.get("cause", "task"),
-                                           attempt or 0, msg.get("checkpoint")))
+                                           attempt or 0, msg.get("checkpoint"),
+                                           operator_parallelism=msg.get("parallelism")))
                 elif kind == C.FINISHED:
                     finished = True
                     self.finished.add(int(msg["slot"]))

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..config import ConfigError, Configuration, Options
-from .spark import is_local
 
 POD_IP = "POD_IP"  # the downward API's status.podIP, set by the operator's pod spec
 POD_NAME = "POD_NAME"
@@ -44,6 +43,12 @@ TRUNCATED = " [truncated]"
 class Addresses:
     bind: str  # the interface servers listen on
     advertise: str  # the address peers reach them at (never loopback outside local mode)
+
+
+def is_local(master: str) -> bool:
+    """Whether a Spark master runs everything in this process (``local``, ``local[N]``). Here, not
+    in ``spark.py``, which imports this module."""
+    return master.strip().startswith("local")
 
 
 def host_address() -> str:

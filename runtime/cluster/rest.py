@@ -14,13 +14,16 @@ import hmac
 import json
 import re
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .jobmanager import FAILURE_HISTORY, SAVEPOINT_HISTORY, JobManager, SavepointRefused
+from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .metrics import JobMetrics
 from .pod import is_wildcard
+
+if TYPE_CHECKING:
+    from .jobmanager import JobManager  # it starts this server
 
 API = "/v1"
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # safe in a URL path, a label and a log line

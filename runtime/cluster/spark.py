@@ -26,6 +26,7 @@ from typing import Any
 
 from ..startup_trace import mark
 from . import spark_log
+from .pod import is_local
 
 
 class ClusterError(RuntimeError):
@@ -57,10 +58,6 @@ def _local_slots(master: str) -> int | None:
     if n is None:
         return 1
     return os.cpu_count() or 1 if n == "*" else int(n)
-
-
-def is_local(master: str) -> bool:
-    return master.strip().startswith("local")
 
 
 def _readable(duration: str) -> str:

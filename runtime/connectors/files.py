@@ -76,9 +76,9 @@ class FileSource(Source):
     @staticmethod
     def for_record_stream_format(stream_format: Any, *paths: str) -> Any:
         """PyFlink's way: ``FileSource.for_record_stream_format(StreamFormat.text_line_format(), path).build()``."""
-        from .file_system import FileSourceBuilder
+        from .file_formats import FileSourceBuilder
 
-        return FileSourceBuilder(stream_format, paths)
+        return FileSourceBuilder(stream_format, paths, FileSource)
 
     @staticmethod
     def for_bulk_file_format(bulk_format: Any, *paths: str) -> Any:
@@ -295,9 +295,9 @@ class FileSink(Sink):
     @staticmethod
     def for_row_format(base_path: str, encoder: Any) -> Any:
         """PyFlink's way: ``FileSink.for_row_format(path, Encoder.simple_string_encoder()) ... .build()``."""
-        from .file_system import RowFormatBuilder
+        from .file_formats import RowFormatBuilder
 
-        return RowFormatBuilder(base_path, encoder)
+        return RowFormatBuilder(base_path, encoder, FileSink)
 
     @staticmethod
     def for_bulk_format(base_path: str, writer_factory: Any) -> Any:

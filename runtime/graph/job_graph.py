@@ -3,9 +3,20 @@
 Virtual transformations (``key_by``, ``rebalance``, ``union``) become edge
 properties. An operator is chained to its input (runs in the same task, called
 directly, no channel) when it has exactly one input and that input is a
-forward edge; every other edge becomes a channel edge between tasks. All
-operators run at the job's parallelism, one subtask of each per slot (Flink's
-slot sharing), so forward edges never leave the slot.
+forward edge, and neither asked for a new chain (``start_new_chain``,
+``disable_chaining``) nor sits in another slot sharing group; every other edge
+becomes a channel edge between tasks.
+
+Parallelism is per operator, as in Flink: ``set_parallelism`` (and
+``set_max_parallelism``) on the operator, else the job's. An edge left forward by
+the program (no partitioning named) becomes rebalance where the parallelism
+changes, as Flink's StreamGraph does; an explicit ``forward()`` across a change
+is refused. So a chain (and a task vertex) has one parallelism, and forward
+edges never leave the slot. Slot sharing: slot i runs subtask i of every task
+vertex whose parallelism is above i, so the job needs max(parallelism) slots
+(``JobGraph.parallelism``) and a lower-parallelism operator is simply absent
+from the higher slots. Hash edges route by the target operator's own key groups
+(its max parallelism, its parallelism).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ class Edge:
     key: KeySpec | None = None
     input_index: int = 0  # 0 or 1 for two-input operators
     tag: str | None = None  # a side output of the source operator (OutputTag name); None: its main output
+    explicit: bool = False  # the program named the partitioning (forward() cannot change parallelism)
 
 
 @dataclass
@@ -47,6 +59,10 @@ class OperatorNode:
     chained_outputs: list[int] = field(default_factory=list)  # operator ids (forward, same task)
     channel_outputs: list[int] = field(default_factory=list)  # edge ids leaving the task
     position: int = 0  # 1-based place among the job's operators, in the order the program made them
+    parallelism: int = 1  # its own (set_parallelism), else the job's
+    max_parallelism: int = 128  # its own (set_max_parallelism), else the job's: its key groups
+    chaining: str | None = None  # T.NEW_CHAIN / T.NO_CHAINING, or None
+    slot_sharing_group: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -71,6 +87,7 @@ class TaskVertex:
     head: int
     operators: list[int]  # topological order, head first
     input_edges: list[int]  # channel edges into the head
+    parallelism: int = 1  # of every operator in the chain
 
     def name(self, graph: "JobGraph") -> str:
         return " -> ".join(graph.operators[o].name for o in self.operators)
@@ -79,15 +96,23 @@ class TaskVertex:
 @dataclass
 class JobGraph:
     job_name: str
-    parallelism: int
-    max_parallelism: int
+    parallelism: int  # slots: the largest parallelism of any operator (slot i runs subtask i of each above i)
+    max_parallelism: int  # the job's; an operator may have its own (OperatorNode.max_parallelism)
     operators: dict[int, OperatorNode]
     edges: dict[int, Edge]
     tasks: list[TaskVertex]
     config: dict[str, Any]
 
+    default_parallelism: int | None = None  # the job's (env.set_parallelism); None: same as ``parallelism``
+
     def operator_order(self) -> list[int]:
         return [o for t in self.tasks for o in t.operators]
+
+    @property
+    def uniform(self) -> bool:
+        """Every operator at the same parallelism and max parallelism (no set_parallelism in use)."""
+        return all(op.parallelism == self.parallelism and op.max_parallelism == self.max_parallelism
+                   for op in self.operators.values())
 
     def plan(self) -> dict[str, Any]:
         """The graph as JSON, for the REST API and the dashboard: task vertices (chains) with their
@@ -95,7 +120,7 @@ class JobGraph:
         the same task, no channel). Operator ids are strings, as in the tasks' metric reports."""
         vertex_of = {o: t.id for t in self.tasks for o in t.operators}
         return {
-            "vertices": [{"id": t.id, "name": t.name(self), "parallelism": self.parallelism,
+            "vertices": [{"id": t.id, "name": t.name(self), "parallelism": t.parallelism,
                           "operators": [{"id": str(o), "name": self.operators[o].name, "kind": self.operators[o].kind,
                                          "uid": self.operators[o].uid} for o in t.operators]}
                          for t in self.tasks],
@@ -112,7 +137,8 @@ class JobGraph:
             ins = ", ".join(
                 f"{self.operators[self.edges[e].source].name} ={self.edges[e].partitioner}=>" for e in task.input_edges
             )
-            lines.append(f"  task {task.id}: {(ins + ' ') if ins else ''}{task.name(self)}")
+            own = f" [parallelism {task.parallelism}]" if task.parallelism != self.parallelism else ""
+            lines.append(f"  task {task.id}: {(ins + ' ') if ins else ''}{task.name(self)}{own}")
         return "\n".join(lines)
 
 
@@ -146,29 +172,45 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE])
     names = _display_names(real)
     operators = {
-        t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos)
+        t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos,
+                           parallelism=t.parallelism or parallelism,
+                           max_parallelism=t.max_parallelism or max_parallelism,
+                           chaining=t.chaining, slot_sharing_group=t.slot_sharing_group)
         for pos, t in enumerate(sorted(real, key=lambda t: t.id), start=1)
     }
+    for op in operators.values():
+        if op.parallelism > op.max_parallelism:
+            raise JobDefinitionError(f"operator {op.name!r}: parallelism {op.parallelism} is above its max parallelism "
+                                     f"{op.max_parallelism}; raise the max parallelism (set_max_parallelism) or lower "
+                                     "the parallelism")
 
     # Resolve virtual nodes into (upstream operator, partitioner, key, side output) tuples.
-    def upstreams(t: Transformation, partitioner: str, key: KeySpec | None,
-                  tag: str | None = None) -> list[tuple[int, str, KeySpec | None, str | None]]:
+    def upstreams(t: Transformation, partitioner: str, key: KeySpec | None, tag: str | None = None,
+                  explicit: bool = False) -> list[tuple[int, str, KeySpec | None, str | None, bool]]:
         if t.kind == T.UNION:
-            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag)]
+            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag, explicit)]
         if t.kind == T.PARTITION:
             # The partitioning nearest to the consumer wins, as in Flink.
-            if partitioner == T.FORWARD:
-                partitioner, key = t.params["partitioner"], t.params.get("key")
-            return upstreams(t.inputs[0], partitioner, key, tag)
+            if partitioner == T.FORWARD and not explicit:
+                partitioner, key, explicit = t.params["partitioner"], t.params.get("key"), True
+            return upstreams(t.inputs[0], partitioner, key, tag, explicit)
         if t.kind == T.SIDE_OUTPUT:  # its input is the process operator itself (the API checks)
-            return upstreams(t.inputs[0], partitioner, key, t.params["tag"])
-        return [(t.id, partitioner, key, tag)]
+            return upstreams(t.inputs[0], partitioner, key, t.params["tag"], explicit)
+        return [(t.id, partitioner, key, tag, explicit)]
 
     edges: dict[int, Edge] = {}
     for t in real:
         for input_index, inp in enumerate(t.inputs):
-            for src, partitioner, key, tag in upstreams(inp, T.FORWARD, None):
-                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag)
+            for src, partitioner, key, tag, explicit in upstreams(inp, T.FORWARD, None):
+                if partitioner == T.FORWARD and operators[src].parallelism != operators[t.id].parallelism:
+                    if explicit:
+                        raise JobDefinitionError(
+                            f"forward() from {operators[src].name!r} (parallelism {operators[src].parallelism}) to "
+                            f"{operators[t.id].name!r} (parallelism {operators[t.id].parallelism}): forward "
+                            "partitioning does not allow a change of parallelism; use rebalance(), shuffle(), "
+                            "broadcast() or key_by(), or give both the same parallelism")
+                    partitioner = T.REBALANCE  # Flink's choice where the parallelism changes
+                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag, explicit)
                 edges[e.id] = e
                 operators[t.id].inputs.append(e.id)
                 operators[src].outputs.append(e.id)
@@ -176,9 +218,11 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     # Chaining.
     chained_into: dict[int, int] = {}
     for op in operators.values():
-        if len(op.inputs) == 1 and not op.is_source:
+        if len(op.inputs) == 1 and not op.is_source and op.chaining is None:
             e = edges[op.inputs[0]]
-            if e.partitioner == T.FORWARD and op.kind not in T.TWO_INPUT_KINDS:
+            up = operators[e.source]
+            if (e.partitioner == T.FORWARD and op.kind not in T.TWO_INPUT_KINDS and up.chaining != T.NO_CHAINING
+                    and up.slot_sharing_group == op.slot_sharing_group):
                 chained_into[op.id] = e.source
     for op in operators.values():
         for eid in op.outputs:
@@ -198,7 +242,7 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
             o = stack.pop(0)
             members.append(o)
             stack.extend(operators[o].chained_outputs)
-        tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs)))
+        tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs), op.parallelism))
 
     for op in operators.values():
         if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE, T.WINDOW, T.WINDOW_AGGREGATE):
@@ -218,8 +262,9 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                 raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "
                                          "connect two keyed streams, or call connected.key_by(key1, key2)")
 
-    return JobGraph(job_name, parallelism, max_parallelism, operators, edges, tasks,
-                    {**config.to_dict(), Options.RUNTIME_MODE: mode})
+    slots = max(t.parallelism for t in tasks)
+    return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
+                    {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism)
 
 
 def _runtime_mode(config: Configuration, sources: list[Transformation]) -> str:

@@ -19,7 +19,7 @@ import decimal
 import struct
 import uuid
 import zlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -148,3 +148,20 @@ def subtasks_for_keys(keys: Iterable[Any] | np.ndarray, max_parallelism: int, pa
     if not isinstance(keys, (np.ndarray, list, tuple)):
         keys = list(keys)
     return operator_index_for_key_group(max_parallelism, parallelism, assign_key_groups(keys, max_parallelism))
+
+
+def group_entries(data: dict, max_parallelism: int) -> Iterator[tuple[int, dict]]:
+    """A dict's entries by key group, in key-group order (the heap tables' and TTL states' snapshots)."""
+    n = len(data)
+    if not n:
+        return
+    keys = list(data)
+    groups = assign_key_groups(keys, max_parallelism)
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    # Object arrays hold references to the keys and values (fromiter does not unpack tuples or lists).
+    sorted_keys = np.fromiter(keys, dtype=object, count=n)[order]
+    sorted_values = np.fromiter(data.values(), dtype=object, count=n)[order]
+    bounds = (np.flatnonzero(np.diff(sorted_groups)) + 1).tolist()
+    for start, stop in zip([0, *bounds], [*bounds, n]):
+        yield int(sorted_groups[start]), dict(zip(sorted_keys[start:stop].tolist(), sorted_values[start:stop].tolist()))

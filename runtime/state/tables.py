@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..lazy import LazyModule
-from .keygroups import assign_key_groups
+from .keygroups import group_entries
 from .ttl import TtlValue
 
 pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
@@ -138,22 +138,6 @@ class FrozenDict:
         entries in table order: what ``keys`` and ``chunk`` give, with no Python code per key
         (the snapshot writer shares the GIL with the task thread)."""
         yield from group_entries(self.data, max_parallelism)
-
-
-def group_entries(data: dict, max_parallelism: int) -> Iterator[tuple[int, dict]]:
-    n = len(data)
-    if not n:
-        return
-    keys = list(data)
-    groups = assign_key_groups(keys, max_parallelism)
-    order = np.argsort(groups, kind="stable")
-    sorted_groups = groups[order]
-    # Object arrays hold references to the keys and values (fromiter does not unpack tuples or lists).
-    sorted_keys = np.fromiter(keys, dtype=object, count=n)[order]
-    sorted_values = np.fromiter(data.values(), dtype=object, count=n)[order]
-    bounds = (np.flatnonzero(np.diff(sorted_groups)) + 1).tolist()
-    for start, stop in zip([0, *bounds], [*bounds, n]):
-        yield int(sorted_groups[start]), dict(zip(sorted_keys[start:stop].tolist(), sorted_values[start:stop].tolist()))
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -36,6 +36,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..api import state as api_state
+from .keygroups import group_entries
 
 TTL_SUFFIX = "+ttl"
 
@@ -164,8 +165,6 @@ class FrozenTtlView:
         return {k: data[k] for k in keys}
 
     def grouped(self, max_parallelism: int) -> Any:
-        from .tables import group_entries
-
         return group_entries(self._data(), max_parallelism)
 
 

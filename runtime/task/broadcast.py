@@ -21,7 +21,8 @@ from ..api.state import MapStateDescriptor, StateDescriptor
 from ..batch import Batch, to_rows
 from ..state.operator_state import BroadcastState
 from ..state.ttl import table_kind
-from .operators import StreamOperator, _Context, _emit_process_results, _keyed_records, _run_rows, _TimerFiring
+from .base import StreamOperator
+from .context import _Context, _emit_process_results, _keyed_records, _run_rows, _TimerFiring
 from .timers import TimerService, processing_time_ms
 
 # state descriptor kind -> the backend call that gives that state for the current key

@@ -1,4 +1,5 @@
-"""One slot: a subtask of every operator, run by a single-threaded loop.
+"""One slot: a subtask of every operator (slot i: subtask i of each operator whose parallelism
+is above i; see ``graph/job_graph.py``), run by a single-threaded loop.
 
 The loop (Flink's mailbox, without threads: Python has one core per process
 anyway) repeatedly lets each task take a few batches from its input gate or
@@ -34,7 +35,10 @@ from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_state
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
-from .operators import OperatorFailure, OperatorSnapshot, SinkOperator, SourceOperator, StreamOperator, create_operator
+from .base import OperatorFailure, OperatorSnapshot, StreamOperator
+from .factory import create_operator
+from .sink import SinkOperator
+from .source import SourceOperator
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
@@ -316,10 +320,11 @@ class SlotRuntime:
 
     # -- wiring ------------------------------------------------------------------
     def _build(self) -> None:
-        g, i, p = self.graph, self.subtask, self.parallelism
-        for op_id in g.operator_order():
+        g, i = self.graph, self.subtask
+        here = [v for v in g.tasks if v.parallelism > i]  # the task vertices with a subtask in this slot
+        for op_id in (o for v in here for o in v.operators):
             node = g.operators[op_id]
-            ctx = RuntimeContext(node.name, i, p, g.max_parallelism, self.attempt, g.config,
+            ctx = RuntimeContext(node.name, i, node.parallelism, node.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
             ctx._collector = self.collect_channel
@@ -327,7 +332,7 @@ class SlotRuntime:
         for op in self.operators.values():
             node = op.node
             if node.kind == T.TIMESTAMPS and len(node.inputs) == 1:
-                upstream = self.operators[g.edges[node.inputs[0]].source]
+                upstream = self.operators.get(g.edges[node.inputs[0]].source)  # absent: lower parallelism
                 if isinstance(upstream, SourceOperator) and node.id in upstream.node.chained_outputs:
                     op.source = upstream  # type: ignore[attr-defined]  # split-aware watermarks
         if self.restore:
@@ -336,9 +341,10 @@ class SlotRuntime:
         writers_of: dict[int, RecordWriter] = {}
         for e in g.edges.values():
             src_node = g.operators[e.source]
-            if e.target in src_node.chained_outputs:
+            if e.target in src_node.chained_outputs or e.source not in self.operators:
                 continue
-            targets = [i] if e.partitioner == T.FORWARD else list(range(p))
+            target_node = g.operators[e.target]
+            targets = [i] if e.partitioner == T.FORWARD else list(range(target_node.parallelism))
             channels: list[OutputChannel] = []
             for j in targets:
                 if j == i:
@@ -347,7 +353,7 @@ class SlotRuntime:
                 else:
                     out = self.transport.output_channel(e.id, j, self.batch_size, self.buffer_timeout)
                 channels.append(out)
-            writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, g.max_parallelism)
+            writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, target_node.max_parallelism)
         for op_id, op in self.operators.items():
             node = g.operators[op_id]
             by_target = {g.edges[e].target: g.edges[e] for e in node.outputs}
@@ -356,7 +362,7 @@ class SlotRuntime:
                 op.output.connect(chained.push, by_target[target].tag, chained.process_event)
             for eid in node.channel_outputs:
                 op.output.connect(writers_of[eid].emit, g.edges[eid].tag, writers_of[eid].broadcast_event)
-        for vertex in g.tasks:
+        for vertex in here:
             ops = [self.operators[o] for o in vertex.operators]
             channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
             gate = None
@@ -364,7 +370,7 @@ class SlotRuntime:
                 inputs = []
                 for eid in vertex.input_edges:
                     e = g.edges[eid]
-                    sources = [i] if e.partitioner == T.FORWARD else list(range(p))
+                    sources = [i] if e.partitioner == T.FORWARD else list(range(g.operators[e.source].parallelism))
                     for s in sources:
                         if s == i:
                             inputs.append(local_inputs[(eid, i)])
@@ -759,7 +765,7 @@ class SlotRuntime:
                    "cause": "storage" if e.transient else "restore", "checkpoint": (self.restore or {}).get("id")}
         elif isinstance(e, OperatorFailure):
             msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
-                   "cause": "operator"}
+                   "cause": "operator", "parallelism": e.parallelism}
         else:
             msg = {"operator": None, "error_type": type(e).__name__, "error": str(e),
                    "traceback": traceback.format_exc(), "cause": "peer" if isinstance(e, PeerLost) else "task"}

@@ -40,7 +40,7 @@ from ..batch import Batch, extract_keys, try_columnar
 from ..state.heap import HashMapKeyedStateBackend
 from ..state.key_index import KeyIndex
 from ..state.tables import AccumulatorTable, FrozenAccumulators
-from .operators import StreamOperator
+from .base import StreamOperator
 from .windows import NoTimestampError
 
 _TABLE = re.compile(r"^_wagg-(-?\d+)-(\d+)$")

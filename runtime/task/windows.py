@@ -33,7 +33,8 @@ from ..api.windowing import (
     window_function,
 )
 from ..batch import NO_TIMESTAMP, Batch, extract_keys, to_rows
-from .operators import StreamOperator, _emit_process_results, _Context
+from .base import StreamOperator
+from .context import _Context, _emit_process_results
 from .timers import InternalTimerService, TimeDomain, processing_time_ms
 
 _EMPTY = object()

@@ -1,0 +1,207 @@
+"""Per-operator parallelism, as Flink's ``set_parallelism`` / ``set_max_parallelism``.
+
+Job graph (no Spark): operators of different parallelism are connected by rebalance where the
+program left the edge forward, chains break there, an explicit forward() across a change is
+refused, the job needs max(parallelism) slots, and start_new_chain / disable_chaining /
+slot_sharing_group cut chains. On real local Spark: a job with source 1, map 3, keyed 2, sink 1
+is exactly-once under random task kills, and a savepoint of it restores with every operator's
+parallelism changed; outputs are compared row for row with what one failure-free run computes
+(``tests/jobs/mixed_parallelism.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+
+from jobs import mixed_parallelism as mixed
+from streamjob.runtime import JobDefinitionError, KeyedProcessFunction, StreamExecutionEnvironment
+from streamjob.runtime.api import transformations as T
+from streamjob.runtime.checkpoint.storage import load_checkpoint
+from streamjob.runtime.connectors import DiscardingSink
+from streamjob.runtime.graph.job_graph import build_job_graph
+from conftest import run_cli
+from test_checkpointing import kill_tasks_at_random
+
+HERE = os.path.dirname(__file__)
+
+
+def graph_of(env):
+    return build_job_graph(env._transformations, env.get_config(), "test")
+
+
+def test_parallelism_per_operator_rebalances_where_it_changes_and_chains_break_there():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    src = env.from_collection([{"k": 1}]).set_parallelism(1)
+    mapped = src.map(lambda r: r).set_parallelism(3).filter(bool).set_parallelism(3)
+    keyed = mapped.key_by("k").process(KeyedProcessFunction()).set_max_parallelism(64)
+    keyed.map(str).sink_to(DiscardingSink()).set_parallelism(1)
+    g = graph_of(env)
+    assert [(t.name(g), t.parallelism) for t in g.tasks] == [
+        ("Source: Collection", 1), ("Map -> Filter", 3), ("KeyedProcess -> Map (2)", 2), ("Sink: Discard", 1)]
+    assert g.parallelism == 3  # slots: the largest parallelism
+    assert g.default_parallelism == 2
+    by_target = {g.operators[e.target].name: e for e in g.edges.values()}
+    assert by_target["Map"].partitioner == T.REBALANCE  # 1 -> 3: left forward by the program
+    assert by_target["Filter"].partitioner == T.FORWARD  # 3 -> 3: chained
+    assert by_target["KeyedProcess"].partitioner == T.HASH
+    assert by_target["Sink: Discard"].partitioner == T.REBALANCE  # 2 -> 1
+    keyed_node = next(op for op in g.operators.values() if op.kind == T.KEYED_PROCESS)
+    assert (keyed_node.parallelism, keyed_node.max_parallelism) == (2, 64)
+    assert not g.uniform
+    assert [v["parallelism"] for v in g.plan()["vertices"]] == [1, 3, 2, 1]
+
+
+def test_a_job_without_set_parallelism_is_the_same_graph_as_before():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_collection([1]).map(str).key_by(lambda x: x).map(str).sink_to(DiscardingSink())
+    g = graph_of(env)
+    assert g.uniform and g.parallelism == 3 and all(t.parallelism == 3 for t in g.tasks)
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection -> Map", "Map (2) -> Sink: Discard"]
+
+
+def test_explicit_forward_across_a_parallelism_change_is_refused():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).set_parallelism(1).forward().map(str).set_parallelism(2).sink_to(DiscardingSink())
+    with pytest.raises(JobDefinitionError, match=r"forward\(\) from 'Source: Collection' \(parallelism 1\) to "
+                                                 r"'Map' \(parallelism 2\).*rebalance"):
+        graph_of(env)
+
+
+def test_chaining_hints_cut_chains():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    s = env.from_collection([1])
+    s.map(str).map(str).start_new_chain().map(str).sink_to(DiscardingSink())
+    g = graph_of(env)
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection -> Map", "Map (2) -> Map (3) -> Sink: Discard"]
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).map(str).disable_chaining().map(str).sink_to(DiscardingSink())
+    g = graph_of(env)
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection", "Map", "Map (2) -> Sink: Discard"]
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1]).map(str).slot_sharing_group("heavy").map(str).slot_sharing_group("heavy") \
+        .sink_to(DiscardingSink())
+    g = graph_of(env)
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection", "Map -> Map (2)", "Sink: Discard"]
+    assert g.parallelism == 1  # groups share the slots here: max(parallelism) of them, not a sum
+
+
+def test_bad_settings_say_what_is_wrong():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    s = env.from_collection([1])
+    with pytest.raises(ValueError, match="positive int"):
+        s.set_parallelism(0)
+    with pytest.raises(ValueError, match="key_by creates no operator.*KeyedStream"):
+        s.key_by(lambda x: x).set_parallelism(2)
+    s.map(str).set_parallelism(8).set_max_parallelism(4).sink_to(DiscardingSink())
+    with pytest.raises(JobDefinitionError, match="operator 'Map': parallelism 8 is above its max parallelism 4"):
+        graph_of(env)
+    sink = env.from_collection([1]).sink_to(DiscardingSink())
+    assert sink.set_parallelism(1) is sink and sink.disable_chaining() is sink
+
+
+def test_streamjob_run_parallelism_is_the_default_of_operators_without_their_own(tmp_path):
+    """The job sets parallelism 1 on its source and sink only: the map and the keyed operator take
+    ``--parallelism``; the job needs 3 slots."""
+    rows, subtasks = 3000, tmp_path / "subtasks"
+    subtasks.mkdir()
+    out = tmp_path / "out"
+    proc = run_cli("run", os.path.join(HERE, "jobs", "mixed_parallelism.py"), "--parallelism", "3", "--no-progress",
+                   "--", str(out), f"file://{tmp_path}/checkpoints", str(rows), "20000",
+                   env={"MIXED_SUBTASKS": str(subtasks)})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(subtasks)) == ["totals-0-of-3", "totals-1-of-3", "totals-2-of-3"]
+    assert mixed.committed(str(out)) == mixed.expected_rows(rows)
+
+
+def test_a_failure_names_the_subtask_of_the_operators_own_parallelism(spark_slots):
+    from streamjob.runtime.cluster.executor import JobExecutionError
+    from streamjob.runtime.connectors import DataGenSource
+
+    def explode(x):
+        if x == 1234:
+            raise ValueError(f"bad record {x}")
+        return x
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_source(DataGenSource(lambda i: i, count=5_000)).map(explode).name("explode").set_parallelism(1) \
+        .sink_to(DiscardingSink())
+    with pytest.raises(JobExecutionError, match=r"operator 'explode' \(subtask 1/1\) raised ValueError: bad record"):
+        env.execute("failing")
+
+
+def test_event_time_windows_across_parallelism_changes(spark_slots):
+    """Source 1 -> timestamps 2 (not chained to the source: rebalanced) -> window 3: watermarks
+    from subtasks of another parallelism hold the windows back until every input passed them."""
+    from streamjob.runtime import Time, TumblingEventTimeWindows, WatermarkStrategy
+    from streamjob.runtime.connectors import DataGenSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = 6000
+    source = env.from_source(DataGenSource(lambda i: {"key": i % 5, "t": i}, count=rows, rows_per_second=20_000),
+                             None, "numbers").set_parallelism(1)
+    stamped = source.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("t"))  # the default: 2
+    counts = stamped.map(lambda r: (r["key"], r["t"] // 1000, 1)).key_by(lambda r: r[0]) \
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(1000))) \
+        .reduce(lambda a, b: (a[0], a[1], a[2] + b[2])).set_parallelism(3)
+    got = sorted(counts.execute_and_collect())
+    assert got == sorted((k, w, 200) for k in range(5) for w in range(rows // 1000))
+
+
+def _run(env, name="mixed-parallelism"):
+    return env.execute_async(name)
+
+
+def test_mixed_parallelism_is_exactly_once_under_random_kills(spark_slots, tmp_path):
+    rng = random.Random(int(time.time()))
+    rows = 18_000
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    env = mixed.build(out, checkpoints, rows, rate=3000, interval_ms=rng.randint(200, 400))
+    client = _run(env)
+    killed = kill_tasks_at_random(client, 3, rng)
+    result = client.get_job_execution_result(300)
+    assert len(killed) >= 3, "the job finished before the test could kill 3 tasks"
+    assert result.restarts >= 3
+    assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 0
+    assert mixed.committed(out) == mixed.expected_rows(rows)
+
+
+def test_a_savepoint_restores_with_every_operators_parallelism_changed(spark_slots, tmp_path):
+    rows = 16_000
+    out, savepoints = str(tmp_path / "out"), str(tmp_path / "savepoints")
+    env = mixed.build(out, str(tmp_path / "c1"), rows, rate=4000, interval_ms=250)
+    client = _run(env)
+    assert client.wait_until_running(60)
+    deadline = time.monotonic() + 60
+    while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    path = client.stop_with_savepoint(False, savepoints, timeout=120)
+    client.get_job_execution_result(120)
+    _, meta = load_checkpoint(path)
+    assert meta.parallelism == 3  # the slots
+    assert {k: (meta.operator_parallelism(k), meta.operator_max_parallelism(k)) for k in meta.operators} == {
+        "numbers": (1, 128), "square": (3, 128), "totals": (2, 64), "files": (1, 128)}
+    partial = len(mixed.committed(out))
+    assert 0 < partial < rows, "the first run should stop in the middle"
+
+    # max parallelism of an operator's keyed state is fixed by the first run
+    env = mixed.build(out, str(tmp_path / "c2"), rows, rate=4000, restore=path, keyed_max=32)
+    with pytest.raises(JobDefinitionError, match=r"max parallelism 64, this job has 32 \(operator 'KeyedProcess'\)"
+                                                 r".*set_max_parallelism\(64\)"):
+        env.execute("mixed-parallelism")
+
+    env = mixed.build(out, str(tmp_path / "c3"), rows, rate=8000, restore=path,
+                      parallelism={"source": 2, "map": 1, "keyed": 3, "sink": 2})
+    env.execute("mixed-parallelism")
+    assert mixed.committed(out) == mixed.expected_rows(rows)
