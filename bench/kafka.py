@@ -38,10 +38,11 @@ Measured:
 * checkpoint cost = 1 - records/s exactly-once with 1 s checkpoints / records/s of the same job
   without checkpoints, same run;
 * latency p50/p99 (with --latency-rate R > 0): a second run per engine (exactly-once, 1 s
-  checkpoints) on a live topic: a producer writes R records/s, each carrying its produce time ``t``;
+  checkpoints) on a live topic: a producer writes 10 records/s until the first output is visible
+  (the job is up), then R records/s (at most half of what the case sustained in the throughput run;
+  ``--pyflink-latency-rate`` with ``--latency-only``), each record carrying its produce time ``t``;
   the read_committed consumer notes when each output record became visible; latency = visible - t,
-  over the records produced from 1 s after the first output was visible for --latency-s seconds
-  (start-up excluded), then the job is stopped;
+  over the records produced from 2 s after the switch for --latency-s seconds, then the job is stopped;
 * peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once;
 * sink wrote = the output topic read back with read_committed after the run: the record count
   must equal the input's, the last sum of every key its total, and the sum of all output ``v`` the
@@ -377,18 +378,21 @@ def run_latency(case: str, bootstrap: str, rate: int, seconds: float, interval_m
         threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()
         produced, i, tick = 0, 0, 0.01
         end: float | None = None
-        next_at = time.time()
+        next_at = started = time.time()
         try:
             while end is None or time.time() < end:
                 if proc.poll() is not None:
                     time.sleep(1)
                     raise RuntimeError(f"{case} (latency run) exited ({proc.returncode}):\n{''.join(errors)[-4000:]}")
                 if since[0] is None and watcher.first_visible is not None:
-                    since[0] = int((time.time() + 1) * 1e6)
-                    end = time.time() + 1 + seconds
-                elif since[0] is None and time.time() - next_at > 300:
+                    # The job is up: from now on the full rate, measured from 2 s later (the first
+                    # records at that rate meet a job that saw only a trickle while it started).
+                    since[0] = int((time.time() + 2) * 1e6)
+                    end = time.time() + 2 + seconds
+                elif since[0] is None and time.time() - started > 300:
                     raise RuntimeError(f"{case} (latency run): no output in 300 s")
-                for _ in range(max(1, int(rate * tick))):
+                # Until the first output, a trickle (10 records/s): no backlog built up during start-up.
+                for _ in range(max(1, int(rate * tick)) if since[0] is not None else int(i < 10 * (time.time() - started))):
                     k = i % KEYS
                     producer.produce(topic_in, value(i, int(time.time() * 1e6)), b"%d" % k, partition=k % PARTITIONS)
                     i += 1
@@ -483,6 +487,9 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--latency-rate", type=int, default=10_000, help="records/s of the latency runs (0: none)")
     ap.add_argument("--latency-s", type=float, default=15.0)
+    ap.add_argument("--latency-only", action="store_true", help="only the latency runs (at --latency-rate, PyFlink at "
+                    "--pyflink-latency-rate)")
+    ap.add_argument("--pyflink-latency-rate", type=int, default=500)
     ap.add_argument("--setup", action="store_true", help="make the PyFlink and Bytewax venvs and fetch Flink's jars")
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -509,14 +516,14 @@ def main() -> None:
     with KafkaBroker() as broker:
         bootstrap = broker.bootstrap
         inputs: dict[int, str] = {}
-        for n in {records_of(c, args) for c in cases}:
+        for n in {records_of(c, args) for c in cases} if not args.latency_only else []:
             inputs[n] = f"in-{n}-{uuid.uuid4().hex[:8]}"
             t0 = time.time()
             preload(bootstrap, inputs[n], n)
             print(f"preloaded {n:,} records in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
         for r in range(args.repeat):
             order = cases if r % 2 == 0 else cases[::-1]  # interleaved, alternating order
-            for case in order:
+            for case in order if not args.latency_only else []:
                 print(f"run {r + 1}/{args.repeat}: {case}", file=sys.stderr, flush=True)
                 try:
                     n = records_of(case, args)
@@ -531,10 +538,13 @@ def main() -> None:
                       file=sys.stderr, flush=True)
                 runs[case].append(res)
             if args.latency_rate > 0:
-                for case in [c for c in order if not c.endswith("-off") and runs[c]]:
+                for case in [c for c in order if not c.endswith("-off") and (runs[c] or args.latency_only)]:
                     # At most half of what the case sustained in this repeat: a job that cannot keep up
                     # has no steady latency to measure.
-                    rate = int(min(args.latency_rate, runs[case][-1]["records_per_s"] / 2))
+                    if args.latency_only:
+                        rate = args.pyflink_latency_rate if case == "pyflink" else args.latency_rate
+                    else:
+                        rate = int(min(args.latency_rate, runs[case][-1]["records_per_s"] / 2))
                     print(f"run {r + 1}/{args.repeat}: {case} latency at {rate:,} records/s", file=sys.stderr,
                           flush=True)
                     try:
@@ -569,6 +579,13 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
     for case in cases:
         engine = case.removesuffix("-off")
         rs = runs[case]
+        if args.latency_only:
+            lat = latency.get(case, [])
+            if lat:
+                print(f"| {LABELS[engine]:<52} | {lat[0]['rate']:>7,} records/s | p50 {med([x['p50_ms'] for x in lat]):,.0f} ms "
+                      f"| p99 {med([x['p99_ms'] for x in lat]):,.0f} ms | max {med([x['max_ms'] for x in lat]):,.0f} ms "
+                      f"| {lat[0]['measured']:,} measured{'' if all(x['complete'] for x in lat) else ', FELL BEHIND'} |")
+            continue
         if not rs:
             print(f"| {LABELS[engine]:<52} | {case:<20} | failed: {failed.get(case, '?')} |")
             continue
