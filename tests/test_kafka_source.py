@@ -396,3 +396,30 @@ def test_a_dead_letter_topic_gets_each_bad_record_once_under_task_kills(spark_sl
         own = [(k, v) for k, v in headers if not k.startswith(HEADER_PREFIX)]
         got.append((int(h[HEADER_PREFIX + "partition"]), int(h[HEADER_PREFIX + "offset"]), key, value, own))
     assert sorted(got) == sorted((b["partition"], b["offset"], b["key"], b["value"], b["headers"]) for b in bad)
+
+
+def test_side_outputs_of_a_source_are_checked_where_the_job_is_built():
+    """Only a side output the source declares can be read; raw records are never undecodable; a
+    dead-letter topic is a KafkaSink on the source's failure output (its graph, no broker needed)."""
+    from streamjob.runtime import OutputTag
+
+    def builder():
+        return (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t")
+                .set_value_only_deserializer(SimpleStringSchema()))
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    plain = env.from_source(builder().build(), WatermarkStrategy.for_monotonous_timestamps(), "plain")
+    with pytest.raises(ValueError, match="source 'plain' has no such side output"):
+        plain.get_side_output(OutputTag("undecodable"))
+    with pytest.raises(ValueError, match="raw\\(\\) records are never undecodable"):
+        builder().set_deserializer(KafkaRecordDeserializationSchema.raw()) \
+            .set_deserialization_failure_output(OutputTag("x")).build()
+    tag = OutputTag("undecodable")
+    env.from_source(builder().set_deserialization_failure_output(tag).build(), None, "k").get_side_output(tag).print()
+    source = builder().set_group_id("g").set_dead_letter_topic("t-dlq").build()
+    env.from_source(source, None, "with-dlq")
+    sinks = [t for t in env._transformations if t.kind == "sink"]
+    dlq = sinks[-1].fn
+    assert sinks[-1].name == "DeadLetters(t-dlq)" and dlq.record_serializer.topic == "t-dlq"
+    assert dlq.exactly_once and dlq.transactional_id_prefix == "g-dlq-t-dlq"
+    assert sinks[-1].inputs[0].kind == "side_output" and sinks[-1].inputs[0].params["tag"] == source.failure_output.tag_id

@@ -1099,6 +1099,7 @@ class SourceOperator(StreamOperator):
         if store.is_restored():
             self.reader.restore_state(self._splits.get())
         self._snapshotted: dict[int, list] = {}  # checkpoint id -> the splits it holds, until it completes
+        self._take_side = getattr(self.reader, "take_side_outputs", None)  # readers need not subclass SourceReader
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         splits = self.reader.snapshot_state()
@@ -1126,7 +1127,7 @@ class SourceOperator(StreamOperator):
         else:
             self.records_in += num_rows(batch)
             self.output.emit(batch)
-        side = self.reader.take_side_outputs()
+        side = self._take_side() if self._take_side is not None else None
         if side:  # in the same step as the batch: no barrier between them and the position they moved
             self.output.emit_side({tag: rows for tag, (rows, _) in side.items()},
                                   {tag: ts for tag, (_, ts) in side.items()})
