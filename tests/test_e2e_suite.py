@@ -18,7 +18,9 @@ assertions below pin which tests pass and which are skipped for which reason, so
 stops running here (skipped, or silently passing nothing) fails this test.
 
 Run time: each scenario starts one or more Spark drivers (about 30-100 s each on 2 cores). CI runs
-a representative subset (CI_SCENARIOS: about 3 minutes with the no-cluster check);
+a representative subset (CI_SCENARIOS: about 3 minutes with the no-cluster check, plus about 2
+for the Kafka scenario and its broker; 9 minutes in all measured on a 2-core machine shared with
+other test runs);
 STREAMJOB_E2E_ALL=1 runs them all (about 8 minutes, and the alert test then also waits for its
 `for: 1m` to fire); STREAMJOB_E2E_SCENARIOS=name,name runs the ones named.
 """
