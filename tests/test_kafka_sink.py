@@ -419,7 +419,9 @@ def test_the_broker_back_within_the_restart_strategy_resumes_the_job_exactly_onc
         wait_checkpoints(client, 2)
         jm = client.job_manager
         broker.stop()
-        deadline = time.monotonic() + 60
+        # The job notices at the next barrier's flush (message.timeout.ms), or when the sink's next
+        # producer gives up initializing (60 s, sink.py's init_transactions limit), whichever is first.
+        deadline = time.monotonic() + 150
         while not jm.failure_count and time.monotonic() < deadline:  # the job noticed
             time.sleep(0.1)
         assert jm.failure_count, "the job did not notice the broker is gone"
