@@ -108,6 +108,21 @@ def store(settings, cluster) -> Store:
     return s
 
 
+@pytest.fixture(scope="session")
+def kafka(settings, cluster) -> str:
+    """The Kafka cluster's bootstrap address as this process reaches it; its address (as the pods
+    reach it) and login go into the Secret the Kafka StreamJobs name (keys bootstrap-servers,
+    username, password)."""
+    if not settings.kafka_bootstrap:
+        pytest.skip("no Kafka: set E2E_KAFKA_BOOTSTRAP (and E2E_KAFKA_USERNAME / E2E_KAFKA_PASSWORD for a "
+                    "cluster that wants a SASL login) to run the Kafka scenario (see e2e/README.md)")
+    data = {"bootstrap-servers": settings.kafka_bootstrap}
+    if settings.kafka_username:
+        data.update({"username": settings.kafka_username, "password": settings.kafka_password})
+    cluster.put_secret(settings.kafka_secret, data)
+    return settings.kafka_test_bootstrap
+
+
 @pytest.fixture
 def mode(request, settings) -> str:
     m = request.param

@@ -66,6 +66,19 @@ class Settings:
     alert_name: str = field(default_factory=lambda: _env("E2E_ALERT_NAME", "StreamJobCheckpointsFailing"))
     prometheus: str = field(default_factory=lambda: _env("E2E_PROMETHEUS", "prometheus"))
     keep: bool = field(default_factory=lambda: _env("E2E_KEEP") == "1")  # leave StreamJobs and S3 objects
+    # Kafka (the Kafka scenario; skipped without a bootstrap address): the address as the job's pods
+    # reach it and as this test process reaches it, the login if the cluster wants one, and the Secret
+    # the suite writes them into (the StreamJob's pods get them as env from it).
+    kafka_bootstrap: str = field(default_factory=lambda: _env("E2E_KAFKA_BOOTSTRAP"))
+    kafka_test_bootstrap: str = field(default_factory=lambda: _env("E2E_KAFKA_TEST_BOOTSTRAP",
+                                                                   _env("E2E_KAFKA_BOOTSTRAP")))
+    kafka_username: str = field(default_factory=lambda: _env("E2E_KAFKA_USERNAME"))
+    kafka_password: str = field(default_factory=lambda: _env("E2E_KAFKA_PASSWORD"))
+    kafka_mechanism: str = field(default_factory=lambda: _env("E2E_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"))
+    kafka_security_protocol: str = field(default_factory=lambda: _env("E2E_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"))
+    kafka_secret: str = field(default_factory=lambda: _env("E2E_KAFKA_SECRET", "streamjob-e2e-kafka"))
+    # Where the image holds examples/ (the Kafka scenario runs examples/kafka_click_counts.py).
+    examples_dir: str = field(default_factory=lambda: _env("E2E_EXAMPLES_DIR", "/opt/streamjob/examples"))
 
     @property
     def s3_configured(self) -> bool:

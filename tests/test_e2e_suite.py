@@ -7,7 +7,9 @@ dead code: as a pytest subprocess against what this machine has in place of a cl
   create as local processes: the image's entrypoint /opt/streamjob/entrypoint.sh is this repo's
   docker/entrypoint.sh, and E2E_JOBS_DIR points the job files at this repo's e2e/jobs;
 * a real operator process (`streamjob operator`);
-* moto's S3 server on 127.0.0.1 as the object store, for the pods and the suite alike.
+* moto's S3 server on 127.0.0.1 as the object store, for the pods and the suite alike;
+* the real Apache Kafka broker of the ``kafka_broker`` fixture, for the Kafka scenario (its address
+  reaches the job's pod through a Secret, as on a cluster).
 
 Mode local only (E2E_MODES=local): Spark's Kubernetes backend cannot create executor pods here.
 What the test API server cannot do is found out by the suite itself, which then skips with the
@@ -16,7 +18,9 @@ assertions below pin which tests pass and which are skipped for which reason, so
 stops running here (skipped, or silently passing nothing) fails this test.
 
 Run time: each scenario starts one or more Spark drivers (about 30-100 s each on 2 cores). CI runs
-a representative subset (CI_SCENARIOS: about 3 minutes with the no-cluster check);
+a representative subset (CI_SCENARIOS: about 3 minutes with the no-cluster check, plus about 2
+for the Kafka scenario and its broker; 9 minutes in all measured on a 2-core machine shared with
+other test runs);
 STREAMJOB_E2E_ALL=1 runs them all (about 8 minutes, and the alert test then also waits for its
 `for: 1m` to fire); STREAMJOB_E2E_SCENARIOS=name,name runs the ones named.
 """
@@ -43,13 +47,15 @@ NS = "default"
 
 # The CI subset: the rescale (apply, savepoint by annotation, kubectl scale, exactly once), the
 # lost driver pod (redeploy from the checkpoint, exactly once), the API server refusals (skipped
-# here: no validation) and the storage-outage alert. The others (suspend/resume + upgrade, delete
+# here: no validation), the storage-outage alert and Kafka (the click event count example, its
+# address from a Secret, a lost driver pod, an exact output topic). The others (suspend/resume + upgrade, delete
 # with savepointOnDeletion, missing job file) exercise the same machinery as the operator's own
 # e2e tests (tests/test_operator_e2e.py) and run with STREAMJOB_E2E_ALL=1.
 CI_SCENARIOS = ("test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once",
                 "test_deleted_driver_pod_is_redeployed_from_the_latest_checkpoint",
                 "test_api_server_refuses_invalid_specs",
-                "test_checkpoint_alert_fires_when_storage_fails")
+                "test_checkpoint_alert_fires_when_storage_fails",
+                "test_kafka_click_counts_survive_a_lost_driver_exactly_once")
 ALL_SCENARIOS = CI_SCENARIOS + ("test_suspend_resume_and_upgrade_restore_savepoints",
                                 "test_delete_with_savepoint_on_deletion_leaves_a_savepoint_and_nothing_else",
                                 "test_missing_job_file_is_reported_on_the_field_and_nothing_else_is_lost")
@@ -104,11 +110,15 @@ def test_without_a_cluster_every_e2e_test_is_skipped_saying_why(tmp_path):
 
 @pytest.mark.spark
 @pytest.mark.timeout(1500)
-def test_e2e_suite_passes_against_the_test_api_server_and_fake_kubelet(kube_api, tmp_path):
+def test_e2e_suite_passes_against_the_test_api_server_and_fake_kubelet(kube_api, tmp_path, request):
     every = os.environ.get("STREAMJOB_E2E_ALL") == "1"
     scenarios = ALL_SCENARIOS if every else CI_SCENARIOS
     if os.environ.get("STREAMJOB_E2E_SCENARIOS"):  # a developer's choice: comma-separated test names
         scenarios = tuple(os.environ["STREAMJOB_E2E_SCENARIOS"].split(","))
+    kafka = {}
+    if any("kafka" in name for name in scenarios):  # the broker starts only for the Kafka scenario
+        broker = request.getfixturevalue("kafka_broker")
+        kafka = {"E2E_KAFKA_BOOTSTRAP": broker.bootstrap, "E2E_EXAMPLES_DIR": str(REPO / "examples")}
     moto = MotoServer()
     try:
         env = suite_env(
@@ -118,7 +128,7 @@ def test_e2e_suite_passes_against_the_test_api_server_and_fake_kubelet(kube_api,
             E2E_S3_SECRET_ACCESS_KEY=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             # The alert test waits for "pending" (the expression true at every evaluation) and not for
             # its `for: 1m` on top: firing is the same evaluation a minute later, and CI time is scarce.
-            E2E_ALERT_WAIT_FIRING="1" if every else "0")
+            E2E_ALERT_WAIT_FIRING="1" if every else "0", **kafka)
         commands = {resources.ENTRYPOINT: [str(REPO / "docker" / "entrypoint.sh")]}
         with FakeKubelet(kube_api, commands=commands), \
                 spawn_process(kube_api, ["-m", "streamjob.runtime.cli", "operator", "--namespace", NS,

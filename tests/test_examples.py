@@ -90,3 +90,38 @@ def test_checkpointed_counts_resume_after_a_kill_exactly_once(tmp_path):
     for r in committed:
         per_user.setdefault(r["user"], []).append(r["count"])
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in per_user.values()), "counts continue, no gap"
+
+
+def test_kafka_click_counts_are_exact_on_the_real_broker(kafka_broker, tmp_path):
+    """The Operations Playground job of the README's walk-through, bounded: the generator's 3 windows
+    of clicks in, 1000 per page and window out (read_committed), each once; --verify agrees."""
+    from kafka_util import unique_topic
+
+    generator, job = load_example("kafka_click_generator"), load_example("kafka_click_counts")
+    bootstrap, clicks, counts = kafka_broker.bootstrap, unique_topic("input"), unique_topic("output")
+    generator.ensure_topics(bootstrap, [clicks, counts])
+    start = 1_700_000_010_000  # a window boundary
+    assert generator.generate(bootstrap, clicks, windows=3, rate=0, start_ms=start) == 3 * 6 * 1000
+    proc = streamjob("run", str(EXAMPLES / "kafka_click_counts.py"), "-p", "2", "--no-progress", "--",
+                     "--bootstrap", bootstrap, "--input-topic", clicks, "--output-topic", counts, "--bounded",
+                     "--checkpoints", str(tmp_path / "chk"), cwd=tmp_path)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    got = sorted((c["windowStart"], c["windowEnd"], c["page"], c["count"]) for c in job.read_counts(bootstrap, counts))
+    assert got == sorted((start + w * 15_000, start + (w + 1) * 15_000, page, 1000)
+                         for w in range(3) for page in generator.PAGES)
+    verify = subprocess.run([sys.executable, str(EXAMPLES / "kafka_click_counts.py"), "--verify", "--bootstrap",
+                             bootstrap, "--output-topic", counts], capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0 and "3 windows, 18 counts: exact" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_kafka_click_counts_verify_finds_what_is_wrong():
+    """--verify's check: a count off, a window twice, a page or a whole window missing."""
+    check = load_example("kafka_click_counts").check
+    good = [{"windowStart": w * 15_000, "page": p, "count": 1000} for w in range(3) for p in "ab"]
+    assert check(good, 2) == []
+    assert check(good + [good[0]], 2) == ["window 0 of a is in the output twice"]
+    assert check([{**c, "count": 999} if c is good[1] else c for c in good], 2) == [
+        "window 0 of b: 999 clicks, not 1000"]
+    assert check(good[:-1], 2) == ["window 30000: 1 of 2 pages in the output"]
+    assert check([c for c in good if c["windowStart"] != 15_000], 2) == ["window 15000: 0 of 2 pages in the output"]

@@ -41,3 +41,25 @@ def test_example_is_accepted(doc):
     errors = [e.message for e in strict_validator(SCHEMA).iter_errors(obj)]
     assert errors == [] and cel_violations(SCHEMA, obj) == []
     StreamJobSpec.model_validate(obj["spec"])
+
+
+def test_the_kafka_example_takes_its_address_and_login_from_a_secret():
+    """examples/k8s/kafka-click-counts.yaml: the driver pod the operator renders gets the bootstrap
+    address and the SASL login as env from the Secret of the same file (nothing secret in the spec),
+    and the job file reads those names."""
+    from streamjob.operator import resources as r
+
+    path = Path(__file__).parent.parent / "examples" / "k8s" / "kafka-click-counts.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    job = next(d for d in docs if d["kind"] == "StreamJob")
+    spec = StreamJobSpec.model_validate(apply_defaults(job, SCHEMA)["spec"])
+    pod = r.driver_pod(r.Owner(job["metadata"]["name"], "default", "uid-1"), spec, r.DeploymentTarget(1, 2))
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    refs = {name: env[name]["valueFrom"]["secretKeyRef"] for name in
+            ("KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")}
+    assert {ref["name"] for ref in refs.values()} == {secret["metadata"]["name"]}
+    assert {ref["key"] for ref in refs.values()} <= set(secret["stringData"])
+    assert secret["stringData"]["password"] not in path.read_text().split("---", 1)[1]
+    job_file = (path.parent.parent / Path(spec.job.file).name).read_text()
+    assert all(f'"{name}"' in job_file for name in refs)

@@ -414,3 +414,79 @@ def test_a_record_the_broker_refuses_fails_the_job_naming_topic_and_partition(sp
         env.execute("kafka-refused-record")
     if guarantee is DeliveryGuarantee.EXACTLY_ONCE:  # the transaction that held "small" never committed
         assert read_topic(kafka_broker.bootstrap, topic) == []
+
+
+# Short client timeouts, so that a broker that is gone shows within seconds: librdkafka gives up on a
+# record after message.timeout.ms (5 min by default). The input comes from DataGen, so records reach
+# the sink while the broker is away (a Kafka source would have nothing new to read: it waits, as
+# Flink's does, and the broker restart test above covers it).
+QUICK = {"message.timeout.ms": 3000}
+
+
+def datagen_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, restarts: int, delay_ms: int,
+                guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE):
+    topic, prefix = unique_topic("out"), unique_topic(name)
+    create_topic(bootstrap, topic)
+    env = kafka_counting.build(bootstrap, topic, prefix, str(tmp_path / "chk"), rows, rate, restarts=restarts,
+                               restart_delay_ms=delay_ms, sink_props=QUICK, guarantee=guarantee)
+    return env, topic, prefix
+
+
+def wait_checkpoints(client, n: int) -> None:
+    assert client.wait_until_running(60)
+    jm = client.job_manager
+    deadline = time.monotonic() + 60
+    while jm.coordinator.counts["COMPLETED"] < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert jm.coordinator.counts["COMPLETED"] >= n
+
+
+def test_the_broker_gone_longer_than_the_restart_strategy_tolerates_fails_the_job(spark_slots, kafka_broker_private,
+                                                                                  tmp_path):
+    """The broker stops for good: the job fails (a record not delivered within message.timeout.ms),
+    restarts once (all fixed_delay_restart(1, ...) allows), fails again at the sink's start, and the
+    error names the bootstrap address. (AT_LEAST_ONCE: an EXACTLY_ONCE writer's next producer waits
+    60 s in init_transactions for a coordinator that is gone, which only makes this test slower.)"""
+    broker = kafka_broker_private
+    env, _topic, _prefix = datagen_job(broker.bootstrap, tmp_path, "gone", None, 500, restarts=1, delay_ms=100,
+                                       guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
+    client = env.execute_async("kafka-broker-gone")
+    try:
+        wait_checkpoints(client, 2)
+        broker.stop()
+        with pytest.raises(JobExecutionError) as info:
+            client.get_job_execution_result(120)
+    finally:
+        if client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+            client.cancel()
+    assert f"no Kafka broker of {broker.bootstrap} answered" in str(info.value)
+    assert client.job_manager.restarts == 1
+
+
+def test_the_broker_back_within_the_restart_strategy_resumes_the_job_exactly_once(spark_slots, kafka_broker_private,
+                                                                                   tmp_path):
+    """The broker is gone for seconds: the job fails (and may fail again while it is away), within what
+    fixed_delay_restart(30, 1 s) allows; once the broker is back the job goes on from its last
+    checkpoint, and the output is exact, row for row."""
+    broker = kafka_broker_private
+    rows = 8000
+    env, topic, prefix = datagen_job(broker.bootstrap, tmp_path, "back", rows, 1000, restarts=30, delay_ms=1000)
+    client = env.execute_async("kafka-broker-back")
+    try:
+        wait_checkpoints(client, 2)
+        jm = client.job_manager
+        broker.stop()
+        # The job notices at the next barrier's flush (message.timeout.ms), or when the sink's next
+        # producer gives up initializing (60 s, sink.py's init_transactions limit), whichever is first.
+        deadline = time.monotonic() + 150
+        while not jm.failure_count and time.monotonic() < deadline:  # the job noticed
+            time.sleep(0.1)
+        assert jm.failure_count, "the job did not notice the broker is gone"
+        time.sleep(2)
+        broker.start()
+        result = client.get_job_execution_result(180)
+    finally:
+        if client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+            client.cancel()
+    assert result.restarts >= 1
+    assert_exactly_once(broker.bootstrap, topic, prefix, rows)

@@ -278,3 +278,148 @@ def test_a_missing_topic_and_an_unreachable_bootstrap_address_are_clear_errors(s
         with pytest.raises(JobExecutionError) as info:
             env.execute("bad kafka")
         assert reason in str(info.value)
+
+
+def with_bad_records(start: int, stop: int, partitions: int, stamp: int) -> tuple[list[tuple], list[dict]]:
+    """kafka_sum's records with undecodable ones between them: (what to produce, the bad ones with the
+    partition and offset each gets; one producer, in order, so offsets are 0, 1, 2... per partition)."""
+    out: list[tuple] = []
+    bad: list[dict] = []
+    offsets = [0] * partitions
+    for p, key, value in kafka_sum.records(start, stop, partitions):
+        i = json.loads(value)["i"]
+        extra = []
+        if i % 250 == 7:  # a field of the wrong type
+            extra.append((p, b"bad-" + key, b'{"k": 1, "i": "oops", "v": 1}', stamp, [("origin", b"test")]))
+        if i % 400 == 11:  # not JSON at all, two in a row
+            extra += [(p, None, f"not json {i}-{n}".encode(), stamp, [("n", str(n).encode())]) for n in range(2)]
+        out.append((p, key, value, stamp, []))
+        out.extend(extra)
+        offsets[p] += 1
+        for record in extra:
+            bad.append({"partition": p, "offset": offsets[p], "key": record[1], "value": record[2],
+                        "headers": record[4]})
+            offsets[p] += 1
+    return out, bad
+
+
+def test_undecodable_records_go_to_the_side_output_when_asked(spark_slots, kafka_broker, tmp_path):
+    """With set_deserialization_failure_output, bad messages are side output records naming topic,
+    partition, offset and the error; the good ones are the stream, all of them, once."""
+    from streamjob.runtime import OutputTag
+
+    bootstrap, topic = kafka_broker.bootstrap, unique_topic()
+    create_topic(bootstrap, topic, 2)
+    records, bad = with_bad_records(0, 1000, 2, 1_700_000_000_000)
+    produce(bootstrap, topic, records)
+    tag = OutputTag("undecodable")
+    source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+              .set_bounded(KafkaOffsetsInitializer.latest())
+              .set_value_only_deserializer(kafka_sum.source(bootstrap, topic).deserializer.value_schema)
+              .set_deserialization_failure_output(tag).build())
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    stream = env.from_source(source, WatermarkStrategy.for_monotonous_timestamps(), "kafka")
+    stream.key_by("k").sum("v").sink_to(FileSink.jsonl(str(tmp_path / "good")))
+    stream.get_side_output(tag).map(
+        lambda r: {**r, "key": r["key"] and r["key"].decode(), "value": r["value"].decode(),
+                   "headers": [[k, v.decode()] for k, v in r["headers"]]}).sink_to(FileSink.jsonl(str(tmp_path / "bad")))
+    env.execute("side-output")
+    assert kafka_sum.committed_rows(str(tmp_path / "good")) == kafka_sum.expected_rows(1000)
+    got = sorted((json.loads(line) for f in (tmp_path / "bad").iterdir() if not f.name.startswith((".", "_"))
+                  for line in f.open()), key=lambda r: (r["partition"], r["offset"]))  # committed files only
+    assert [(r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["headers"]) for r in got] == [
+        (topic, b["partition"], b["offset"], b["key"] and b["key"].decode(), b["value"].decode(),
+         [[k, v.decode()] for k, v in b["headers"]]) for b in sorted(bad, key=lambda r: (r["partition"], r["offset"]))]
+    assert all(r["timestamp"] == 1_700_000_000_000 for r in got)
+    assert {r["error"].split(":")[0] for r in got} == {"DeserializationError"}
+    assert all(f"topic {topic} partition {r['partition']} offset {r['offset']}" in r["error"] for r in got)
+    assert any("oops" in r["error"] for r in got) and any("is not JSON" in r["error"] for r in got)
+
+
+def test_a_dead_letter_topic_gets_each_bad_record_once_under_task_kills(spark_slots, kafka_broker, tmp_path):
+    """set_dead_letter_topic: bad messages land in the dead-letter topic (read_committed) once each,
+    with their key, value and headers and the error headers, while tasks are killed; the good ones
+    flow into the exactly-once FileSink, row for row."""
+    from streamjob.runtime.connectors.kafka.dead_letters import HEADER_PREFIX
+
+    rng = random.Random(int(time.time()))
+    bootstrap, topic, dlq = kafka_broker.bootstrap, unique_topic(), unique_topic("dlq")
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    create_topic(bootstrap, topic, 2)
+    create_topic(bootstrap, dlq, 1)
+    rows, kills = 6000, 2
+    records, bad = with_bad_records(0, rows, 2, int(time.time() * 1000))
+    ends = {p: sum(1 for r in records if r[0] == p) for p in range(2)}
+    source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
+              .set_bounded(KafkaOffsetsInitializer.offsets({(topic, p): n for p, n in ends.items()}))
+              .set_value_only_deserializer(kafka_sum.source(bootstrap, topic).deserializer.value_schema)
+              .set_dead_letter_topic(dlq, transactional_id_prefix=unique_topic("dlq-tx")).build())
+    chunks = [records[i:i + len(records) // (kills + 1) + 1] for i in range(0, len(records),
+                                                                               len(records) // (kills + 1) + 1)]
+    produce(bootstrap, topic, chunks.pop(0))
+    env = kafka_sum.build(source, out, chk, parallelism=2, interval_ms=200)
+    client = env.execute_async("dead-letters")
+    try:
+        assert client.wait_until_running(60)
+        jm = client.job_manager
+        killed = 0
+        deadline = time.monotonic() + 120
+        while killed < kills and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.5, 1.5))
+            pids = jm.task_pids()
+            if not jm.all_running() or len(pids) < 2 or jm.coordinator.counts["COMPLETED"] < 1:
+                continue
+            try:
+                os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed += 1
+            produce(bootstrap, topic, chunks.pop(0))
+        assert killed == kills, f"only {killed} kills in 120 s"
+        result = client.get_job_execution_result(120)
+    finally:
+        if client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+            client.cancel()
+    assert result.restarts >= kills
+    assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(rows)
+    from jobs.kafka_counting import read_topic
+
+    letters = read_topic(bootstrap, dlq)  # read_committed
+    got = []
+    for key, value, _partition, headers in letters:
+        h = dict(headers)
+        assert h[HEADER_PREFIX + "topic"] == topic.encode()
+        assert h[HEADER_PREFIX + "exception.class.name"] == b"DeserializationError"
+        where = f"topic {topic} partition {int(h[HEADER_PREFIX + 'partition'])} offset {int(h[HEADER_PREFIX + 'offset'])}"
+        assert where in h[HEADER_PREFIX + "exception.message"].decode()
+        own = [(k, v) for k, v in headers if not k.startswith(HEADER_PREFIX)]
+        got.append((int(h[HEADER_PREFIX + "partition"]), int(h[HEADER_PREFIX + "offset"]), key, value, own))
+    assert sorted(got) == sorted((b["partition"], b["offset"], b["key"], b["value"], b["headers"]) for b in bad)
+
+
+def test_side_outputs_of_a_source_are_checked_where_the_job_is_built():
+    """Only a side output the source declares can be read; raw records are never undecodable; a
+    dead-letter topic is a KafkaSink on the source's failure output (its graph, no broker needed)."""
+    from streamjob.runtime import OutputTag
+
+    def builder():
+        return (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t")
+                .set_value_only_deserializer(SimpleStringSchema()))
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    plain = env.from_source(builder().build(), WatermarkStrategy.for_monotonous_timestamps(), "plain")
+    with pytest.raises(ValueError, match="source 'plain' has no such side output"):
+        plain.get_side_output(OutputTag("undecodable"))
+    with pytest.raises(ValueError, match="raw\\(\\) records are never undecodable"):
+        builder().set_deserializer(KafkaRecordDeserializationSchema.raw()) \
+            .set_deserialization_failure_output(OutputTag("x")).build()
+    tag = OutputTag("undecodable")
+    env.from_source(builder().set_deserialization_failure_output(tag).build(), None, "k").get_side_output(tag).print()
+    source = builder().set_group_id("g").set_dead_letter_topic("t-dlq").build()
+    env.from_source(source, None, "with-dlq")
+    sinks = [t for t in env._transformations if t.kind == "sink"]
+    dlq = sinks[-1].fn
+    assert sinks[-1].name == "DeadLetters(t-dlq)" and dlq.record_serializer.topic == "t-dlq"
+    assert dlq.exactly_once and dlq.transactional_id_prefix == "g-dlq-t-dlq"
+    assert sinks[-1].inputs[0].kind == "side_output" and sinks[-1].inputs[0].params["tag"] == source.failure_output.tag_id

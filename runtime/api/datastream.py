@@ -194,10 +194,17 @@ class DataStream:
         ``ctx.output(tag, value)``); they never reach its main output."""
         if not isinstance(output_tag, OutputTag):
             raise TypeError(f"get_side_output needs an OutputTag, got {output_tag!r}")
-        if self._t.kind not in T.SIDE_OUTPUT_KINDS:
+        owner = self._t
+        if owner.kind == T.TIMESTAMPS and owner.inputs[0].kind == T.SOURCE:
+            owner = owner.inputs[0]  # from_source(source, strategy): the strategy's operator is chained on
+        if owner.kind == T.SOURCE:  # a source's own side outputs (KafkaSource's undecodable records)
+            if output_tag.tag_id not in getattr(owner.fn, "side_output_tags", ()):
+                raise ValueError(f"get_side_output({output_tag.tag_id!r}): source {owner.name!r} has no such side "
+                                 "output (KafkaSource: .set_deserialization_failure_output(tag))")
+        elif owner.kind not in T.SIDE_OUTPUT_KINDS:
             raise ValueError(f"get_side_output({output_tag.tag_id!r}) needs the stream a process function returns "
                              f"(stream.process(...)), not the output of {self._t.name!r}")
-        t = self._env._add(Transformation(T.SIDE_OUTPUT, f"SideOutput({output_tag.tag_id!r})", [self._t],
+        t = self._env._add(Transformation(T.SIDE_OUTPUT, f"SideOutput({output_tag.tag_id!r})", [owner],
                                           params={"tag": output_tag.tag_id}))
         return DataStream(self._env, t, output_tag.type_info)
 

@@ -309,6 +309,9 @@ class StreamExecutionEnvironment:
         label = name or source_name or getattr(source, "default_name", type(source).__name__)
         stream = DataStream(self, self._add(Transformation(T.SOURCE, label, [], fn=source)),
                             type_info if type_info is not None else getattr(source, "produced_type", None))
+        wire = getattr(source, "wire_side_outputs", None)
+        if wire is not None:  # e.g. a KafkaSource's dead-letter topic: a sink on one of its side outputs
+            wire(stream)
         if watermark_strategy is not None and (watermark_strategy.kind != WatermarkStrategy.NONE
                                                or watermark_strategy.assigner is not None):
             # Flink generates watermarks inside the source operator; chained right after it, the same.

@@ -73,6 +73,11 @@ class SourceReader:
         """The splits this reader has not finished (ids as ``current_split`` gives them)."""
         return None
 
+    def take_side_outputs(self) -> dict | None:
+        """Records of the batch ``poll`` just returned that go to side outputs, by OutputTag name:
+        ``{tag: (records, event timestamps)}`` (e.g. Kafka messages that could not be decoded)."""
+        return None
+
     def wakeup_at(self, now: float) -> float:
         return now + 0.01
 

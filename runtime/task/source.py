@@ -23,6 +23,7 @@ class SourceOperator(StreamOperator):
         if store.is_restored():
             self.reader.restore_state(self._splits.get())
         self._snapshotted: dict[int, list] = {}  # checkpoint id -> the splits it holds, until it completes
+        self._take_side = getattr(self.reader, "take_side_outputs", None)  # readers need not subclass SourceReader
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         splits = self.reader.snapshot_state()
@@ -47,9 +48,13 @@ class SourceOperator(StreamOperator):
         if type(batch) is Stamped:  # records with event timestamps (e.g. Kafka's)
             self.records_in += num_rows(batch.batch)
             self.output.emit(batch.batch, batch.ts)
-            return
-        self.records_in += num_rows(batch)
-        self.output.emit(batch)
+        else:
+            self.records_in += num_rows(batch)
+            self.output.emit(batch)
+        side = self._take_side() if self._take_side is not None else None
+        if side:  # in the same step as the batch: no barrier between them and the position they moved
+            self.output.emit_side({tag: rows for tag, (rows, _) in side.items()},
+                                  {tag: ts for tag, (_, ts) in side.items()})
 
     def process(self, batch: Batch, input_index: int) -> None:  # pragma: no cover - sources have no input
         raise RuntimeError("a source has no input")

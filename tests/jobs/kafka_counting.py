@@ -99,7 +99,7 @@ def build(bootstrap: str, topic: str, prefix: str | None, checkpoints: str, rows
           backend: str = "hashmap", unaligned: bool = False, parallelism: int = 3, conf: dict | None = None,
           restarts: int = 40, sink_props: dict | None = None,
           guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
-          input_topic: str | None = None) -> StreamExecutionEnvironment:
+          input_topic: str | None = None, restart_delay_ms: int = 100) -> StreamExecutionEnvironment:
     """``input_topic``: read the rows from that topic (``Feed`` them at ``rate``; ``rows=None``: unbounded);
     else from DataGen at ``rate``."""
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -113,7 +113,7 @@ def build(bootstrap: str, topic: str, prefix: str | None, checkpoints: str, rows
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     if unaligned:
         config.enable_unaligned_checkpoints()
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 100))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, restart_delay_ms))
     if input_topic is not None:
         source = env.from_source(kafka_source(bootstrap, input_topic, rows), None, "kafka-in").uid("kafka-in")
     else:

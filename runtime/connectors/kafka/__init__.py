@@ -1,6 +1,7 @@
 """Apache Kafka: ``KafkaSource`` (PyFlink's names, ``pyflink.datastream.connectors.kafka``) and a
 real single-node broker for development and tests (``broker.KafkaBroker``, ``streamjob kafka-dev``)."""
 
+from .dead_letters import dead_letter_serializer
 from .offsets import KafkaOffsetResetStrategy, KafkaOffsetsInitializer, KafkaTopicPartition
 from .records import KafkaRecordDeserializationSchema
 from .source import KafkaSource, KafkaSourceBuilder, KafkaSourceError
@@ -13,4 +14,5 @@ __all__ = [
     "KafkaSourceBuilder",
     "KafkaSourceError",
     "KafkaTopicPartition",
+    "dead_letter_serializer",
 ]

@@ -44,8 +44,13 @@ class KafkaRecordDeserializationSchema:
     def raw() -> "KafkaRecordDeserializationSchema":
         return KafkaRecordDeserializationSchema(None)
 
-    def deserialize(self, run: list, topic: str, partition: int) -> tuple[Batch, np.ndarray]:
-        """(batch, event timestamps) of one run of messages of one partition."""
+    def deserialize(self, run: list, topic: str, partition: int,
+                    failures: list | None = None) -> tuple[Batch, np.ndarray]:
+        """(batch, event timestamps) of one run of messages of one partition.
+
+        An undecodable value fails (the error names topic, partition and offset), unless
+        ``failures`` is given: then the run's good values make the batch and each bad message is
+        appended there as ``undecodable_record(message, error)`` (the source's side output)."""
         def where(i: int) -> str:
             return f"topic {topic} partition {partition} offset {run[i].offset()}"
 
@@ -55,7 +60,32 @@ class KafkaRecordDeserializationSchema:
         if None in values:  # tombstones carry no record
             run = [m for m in run if m.value() is not None]
             values = [v for v in values if v is not None]
-        return self.value_schema.deserialize_values(values, where), _timestamps(run)
+        decode = self.value_schema.deserialize_values
+        if failures is None:
+            return decode(values, where), _timestamps(run)
+        try:
+            return decode(values, where), _timestamps(run)
+        except Exception:  # noqa: BLE001 - user schemas raise what they raise; sorted out one value at a time
+            pass
+        # The slow path, only for a run with a bad value: which ones fail alone, then the rest at once
+        # (so the good records stay one batch, columnar for a row type).
+        good: list[int] = []
+        for i, v in enumerate(values):
+            try:
+                decode([v], lambda _j, i=i: where(i))
+            except Exception as e:  # noqa: BLE001
+                failures.append(undecodable_record(run[i], e))
+            else:
+                good.append(i)
+        kept = [run[i] for i in good]
+        return decode([values[i] for i in good], lambda j: where(good[j])), _timestamps(kept)
+
+
+def undecodable_record(m: Any, error: BaseException) -> dict:
+    """What the side output of undecodable records carries: the message as it was, and why."""
+    return {"topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "timestamp": m.timestamp()[1],
+            "key": m.key(), "value": m.value(), "headers": list(m.headers() or ()),
+            "error": f"{type(error).__name__}: {error}"}
 
 
 def _timestamps(run: list) -> np.ndarray:

@@ -12,6 +12,9 @@ discovers), whichever subtask owns it.
 A poll turns one run of messages of one partition into one batch, with the records' Kafka
 timestamps as their event timestamps. Offsets are committed back to Kafka (with a group id) when a
 checkpoint completes, for monitoring only: a restore starts from the checkpoint, never from them.
+
+An undecodable value fails the job naming topic, partition and offset, or, when the user asks, goes
+to a side output or a dead-letter topic with the same address (``dead_letters.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from ...batch import Stamped
 from ..base import END, Source, SourceReader, batch_size_of, share
 from ..serialization import DeserializationSchema
+from .dead_letters import DeadLetterTopic
 from .offsets import (
     KafkaOffsetsInitializer,
     OffsetResolutionError,
@@ -58,7 +62,8 @@ class KafkaSource(Source):
 
     def __init__(self, bootstrap_servers: str, topics: list[str] | None, topic_pattern: str | None,
                  group_id: str | None, starting: KafkaOffsetsInitializer, stopping: KafkaOffsetsInitializer | None,
-                 deserializer: KafkaRecordDeserializationSchema, properties: dict[str, str]):
+                 deserializer: KafkaRecordDeserializationSchema, properties: dict[str, str],
+                 failure_output: Any = None, dead_letters: DeadLetterTopic | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.topics = topics
         self.topic_pattern = topic_pattern
@@ -67,10 +72,24 @@ class KafkaSource(Source):
         self.stopping = stopping
         self.deserializer = deserializer
         self.properties = properties
+        self.failure_output = failure_output  # the OutputTag of undecodable records, or None: they fail the job
+        self.dead_letters = dead_letters
 
     @staticmethod
     def builder() -> "KafkaSourceBuilder":
         return KafkaSourceBuilder()
+
+    @property
+    def side_output_tags(self) -> tuple[str, ...]:
+        """The side outputs ``get_side_output`` may read of this source's stream."""
+        return (self.failure_output.tag_id,) if self.failure_output is not None else ()
+
+    def wire_side_outputs(self, stream: Any) -> None:
+        """Called by ``from_source``: a dead-letter topic is a KafkaSink on the failure side output."""
+        if self.dead_letters is None:
+            return
+        sink = self.dead_letters.sink(self.bootstrap_servers, self.group_id, self.properties)
+        stream.get_side_output(self.failure_output).sink_to(sink).name(f"DeadLetters({self.dead_letters.topic})")
 
     def is_bounded(self) -> bool:
         return self.stopping is not None
@@ -100,6 +119,8 @@ class KafkaSourceBuilder:
         self._stopping: KafkaOffsetsInitializer | None = None
         self._deserializer: KafkaRecordDeserializationSchema | None = None
         self._properties: dict[str, str] = {}
+        self._failure_output: Any = None
+        self._dead_letters: DeadLetterTopic | None = None
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> "KafkaSourceBuilder":
         self._bootstrap = bootstrap_servers
@@ -148,6 +169,33 @@ class KafkaSourceBuilder:
         self._deserializer = record_deserializer
         return self
 
+    def set_deserialization_failure_output(self, output_tag: Any) -> "KafkaSourceBuilder":
+        """Messages the deserializer cannot decode go to the side output ``output_tag`` (read it with
+        ``env.from_source(...).get_side_output(output_tag)``) instead of failing the job: dicts of
+        ``topic, partition, offset, timestamp, key, value, headers`` and ``error``."""
+        from ...api.functions import OutputTag
+
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"set_deserialization_failure_output needs an OutputTag, got {output_tag!r}")
+        self._failure_output = output_tag
+        return self
+
+    def set_dead_letter_topic(self, topic: str, delivery_guarantee: Any = None,
+                              transactional_id_prefix: str | None = None) -> "KafkaSourceBuilder":
+        """Messages the deserializer cannot decode are written to ``topic`` (key, value and headers as
+        they were, plus ``__streamjob.errors.topic/partition/offset/exception.class.name/
+        exception.message`` headers, Kafka Connect's dead letter queue names) instead of failing the
+        job. ``DeliveryGuarantee.EXACTLY_ONCE`` by default (it needs checkpointing, as any exactly-once
+        KafkaSink); the transactional id prefix defaults to ``<group id>-dlq-<topic>``."""
+        from ..delivery import DeliveryGuarantee
+        from ...api.functions import OutputTag
+
+        guarantee = DeliveryGuarantee.EXACTLY_ONCE if delivery_guarantee is None else delivery_guarantee
+        self._dead_letters = DeadLetterTopic(topic, guarantee, transactional_id_prefix)
+        if self._failure_output is None:
+            self._failure_output = OutputTag(f"dead-letters-{topic}")
+        return self
+
     def set_property(self, key: str, value: Any) -> "KafkaSourceBuilder":
         """A librdkafka consumer property (``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
         ``ssl.ca.location``, ``isolation.level``, ...), or one of Flink's source options
@@ -171,8 +219,12 @@ class KafkaSourceBuilder:
                              ".raw()) for whole records)")
         if self._starting.kind == KafkaOffsetsInitializer.COMMITTED and not self._group_id:
             raise ValueError("KafkaOffsetsInitializer.committed_offsets() needs .set_group_id(...)")
+        if self._failure_output is not None and self._deserializer.value_schema is None:
+            raise ValueError("KafkaSource: raw() records are never undecodable: a deserialization failure output "
+                             "or dead-letter topic needs a value deserializer")
         return KafkaSource(self._bootstrap, self._topics, self._pattern, self._group_id, self._starting,
-                           self._stopping, self._deserializer, dict(self._properties))
+                           self._stopping, self._deserializer, dict(self._properties), self._failure_output,
+                           self._dead_letters)
 
 
 def _check_initializer(init: Any, where: str) -> None:
@@ -218,6 +270,9 @@ class KafkaSourceReader(SourceReader):
         self.commits_in_flight = 0
         self.one_topic = True  # every split of this reader is of one topic
         self.last_error: str | None = None
+        tag = source.failure_output
+        self.failure_tag: str | None = tag.tag_id if tag is not None else None
+        self.side: dict | None = None  # undecodable records of the batch last handed out, for its side output
 
     # -- opening -----------------------------------------------------------------
 
@@ -417,8 +472,9 @@ class KafkaSourceReader(SourceReader):
                 self.ready.append(("eof", tp, split.stop))
                 return
         next_position = run[-1].offset() + 1
-        batch, ts = self.source.deserializer.deserialize(run, tp[0], tp[1])
-        self.ready.append(("batch", tp, batch, ts, next_position))
+        failures: list | None = [] if self.failure_tag is not None else None
+        batch, ts = self.source.deserializer.deserialize(run, tp[0], tp[1], failures)
+        self.ready.append(("batch", tp, batch, ts, next_position, failures or None))
 
     def _on_message_error(self, m: Any, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -443,13 +499,19 @@ class KafkaSourceReader(SourceReader):
                 split.position = max(split.position, end)
                 self._check_finished(item[1], split)
                 continue
-            _, tp, batch, ts, next_position = item
+            _, tp, batch, ts, next_position, failures = item
             split.position = next_position
             self._check_finished(tp, split)
-            if len(ts):  # (a run of tombstones only has no records)
+            if failures:  # handed out with the batch (even an empty one): the position moved past them
+                self.side = {self.failure_tag: (failures, [r["timestamp"] for r in failures])}
+            if len(ts) or failures:  # (a run of tombstones only has no records)
                 self.turn = tp
                 return Stamped(batch, ts)
         return None
+
+    def take_side_outputs(self) -> dict | None:
+        side, self.side = self.side, None
+        return side
 
     def _check_finished(self, tp: TopicPartitionId, split: _Split) -> None:
         if split.stop is not None and split.position >= split.stop and not split.finished:
