@@ -35,6 +35,17 @@ def test_a_restored_subtask_numbers_above_every_old_subtask():
     assert txn.first_number({}) == 0
 
 
+def test_each_attempt_numbers_in_a_range_no_earlier_attempt_used():
+    """A producer of a failed attempt that finishes initializing late must not fence a transaction of
+    the next attempt: the attempts' transactional ids never meet."""
+    span = txn.ATTEMPT_SPAN
+    assert txn.first_number({}, 1) == span
+    assert txn.first_number({0: 7}, 2) == 2 * span
+    assert txn.first_number({0: span + 40}, 1) == span + 40  # restored above its own range's start
+    first = [txn.first_number({}, a) for a in range(4)]
+    assert all(b - a >= span for a, b in zip(first, first[1:]))
+
+
 def test_lingering_transactions_of_a_failed_attempt_are_aborted_by_exactly_one_subtask():
     counters = {0: 5, 1: 9, 2: 7}  # restored from a checkpoint taken at parallelism 3
     open_ids = ["p-0-4",  # a committable of the restored checkpoint: its holder commits it

@@ -348,7 +348,8 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         self.subtask = ctx.get_index_of_this_subtask()
         self.parallelism = ctx.get_number_of_parallel_subtasks()
         self.counters: dict[int, int] = {}  # old subtask -> next number, from the restored checkpoint
-        self.next_n = 0
+        self.attempt = ctx.get_attempt_number()
+        self.next_n = txn.first_number({}, self.attempt)
         self.current: tuple[str, Any] | None = None  # (transactional id, producer) of the open transaction
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-sink-producer")
         self._warm: Future | None = None  # (n, producer) ready for the next transaction
@@ -357,7 +358,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
     # -- lifecycle -------------------------------------------------------------------------------
     def restore_state(self, state: list) -> None:
         self.counters = txn.restored_counters(self.prefix, state)
-        self.next_n = txn.first_number(self.counters)
+        self.next_n = txn.first_number(self.counters, self.attempt)
 
     def start(self) -> None:
         """After the restore (or on a fresh start): abort what a failed attempt left open, then get
@@ -385,9 +386,15 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         try:
             producer.init_transactions(60)
         except KafkaException as e:
-            raise KafkaSinkError(f"KafkaSink({self.sink.bootstrap_servers}): cannot initialize transactional id "
-                                 f"{conf['transactional.id']}: {e.args[0].str() if e.args else e}") from e
-        return n, producer
+            why = e.args[0].str() if e.args else str(e)
+        else:
+            return n, producer
+        # Destroy it now: kept alive (by this frame, in the exception's traceback) librdkafka would go
+        # on retrying InitProducerId and, once the broker answers, bump the id's epoch under a later
+        # transaction that uses it.
+        del producer
+        raise KafkaSinkError(f"KafkaSink({self.sink.bootstrap_servers}): cannot initialize transactional id "
+                             f"{conf['transactional.id']}: {why}")
 
     def _prewarm(self) -> None:
         if self._warm is None:

@@ -70,9 +70,18 @@ def restored_counters(prefix: str, states: Iterable[dict]) -> dict[int, int]:
     return counters
 
 
-def first_number(counters: dict[int, int]) -> int:
-    """Where a restored subtask's numbering continues: above every old subtask's counter."""
-    return max(counters.values(), default=0)
+# Each attempt numbers its transactions from its own range: attempt a from ``a * ATTEMPT_SPAN`` on
+# (or above the restored counters, if they are higher). A task of a failed attempt may live on for a
+# while (a producer still initializing in the background when the broker was away); were the next
+# attempt to reuse its ids, that late InitProducerId would bump the epoch of the new attempt's
+# transaction of the same id and abort it, possibly after it was pre-committed: lost output.
+ATTEMPT_SPAN = 1 << 20
+
+
+def first_number(counters: dict[int, int], attempt: int = 0) -> int:
+    """Where a (restored) subtask's numbering starts: above every old subtask's counter, and in the
+    range of its own attempt, which no earlier attempt used."""
+    return max(max(counters.values(), default=0), attempt * ATTEMPT_SPAN)
 
 
 def lingering_to_abort(open_ids: Iterable[str], prefix: str, subtask: int, parallelism: int,
