@@ -84,7 +84,9 @@ class SinkOperator(StreamOperator):
             return
         ready = [c for n, c in self._pending if n <= checkpoint_id]
         if ready:
-            maybe_kill(self.ctx, "sink-before-final-commit" if self._finished else "sink-before-commit", ready)
+            if self._finished:
+                maybe_kill(self.ctx, "sink-before-final-commit", ready)
+            maybe_kill(self.ctx, "sink-before-commit", ready)  # any commit, the final one too
             self._guard(lambda: self._sink.commit(ready))
             maybe_kill(self.ctx, "sink-after-commit", ready)
             self._pending = [(n, c) for n, c in self._pending if n > checkpoint_id]
