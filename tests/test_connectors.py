@@ -109,6 +109,42 @@ def test_parquet_sink_buffers_rows_into_row_groups_and_keeps_types_across_parts(
     assert pq.read_table(tmp_path / "part-0-2.parquet").schema.field("k").type == pa.string()
 
 
+def test_parquet_pre_commit_completes_part_files_in_the_background_and_the_checkpoint_waits(tmp_path):
+    import pyarrow.parquet as pq
+
+    checkpointing = RuntimeContext("t", 0, 1, 128, job_parameters={"execution.checkpointing.interval": "1 s"})
+    checkpointing._sink_background = waits = []  # what the sink operator hands its writer
+    sink = FileSink.parquet(str(tmp_path))
+    writer = sink.create_writer(checkpointing)
+    writer.write([{"k": i, "v": i * 2} for i in range(5000)])
+    committables = writer.prepare_commit()  # returns at once: the encoding runs in the writer's thread
+    assert [c["final"].rsplit("/", 1)[1] for c in committables] == ["part-0-0.parquet"] and len(waits) == 1
+    writer.write([{"k": 1, "v": 1}])  # the next part is written meanwhile
+    waits.pop()()  # what the checkpoint's snapshot does before it is acknowledged: the file is complete
+    assert pq.ParquetFile(committables[0]["pending"]).metadata.num_rows == 5000
+    sink.commit(committables)
+    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == [{"k": i, "v": i * 2} for i in range(5000)]
+
+    # A part that cannot be completed declines the checkpoint (the wait raises, naming the file) and
+    # fails the task at its next record, before any later checkpoint could commit the broken file.
+    part = writer.parts[""]
+    part.writer = None
+    part.file.close()  # the file's handle is gone: writing the row group fails
+    broken = writer.prepare_commit()
+    with pytest.raises(FileFormatError, match=r"could not complete part file .*\.part-0-1\.parquet\.inprogress"):
+        waits.pop()()
+    with pytest.raises(FileFormatError, match=r"\.part-0-1\.parquet\.inprogress"):
+        writer.write([{"k": 2, "v": 2}])
+    assert [c["final"].rsplit("/", 1)[1] for c in broken] == ["part-0-1.parquet"]
+    with pytest.raises(FileFormatError, match="part-0-1"):  # and at the end, still
+        writer.close()
+    # Without the sink operator's list (a writer made elsewhere) the pre-commit completes the file itself.
+    plain = sink.create_writer(RuntimeContext("t", 1, 2, 128, job_parameters={"execution.checkpointing.interval": "1 s"}))
+    plain.write([{"k": 0, "v": 0}])
+    done = plain.prepare_commit()
+    assert pq.ParquetFile(done[0]["pending"]).metadata.num_rows == 1
+
+
 def test_parquet_sink_refuses_records_it_would_write_wrongly_naming_file_and_field(tmp_path):
     writer = FileSink.parquet(str(tmp_path)).create_writer(ctx())
     writer.write([{"k": 1, "v": 1}, {"k": 2}])  # a missing field is null

@@ -78,7 +78,12 @@ def test_one_state_name_cannot_change_kind_and_descriptors_are_checked():
         AggregatingStateDescriptor("a", object())
 
 
-def test_snapshot_is_frozen_at_the_barrier_while_processing_goes_on():
+@pytest.mark.parametrize("copy_max", [None, 0], ids=["small-int-table-copied", "copy-on-write"])
+def test_snapshot_is_frozen_at_the_barrier_while_processing_goes_on(copy_max, monkeypatch):
+    from streamjob.runtime.state import tables
+
+    if copy_max is not None:  # a table bigger than the copy limit: frozen copy-on-write
+        monkeypatch.setattr(tables, "COPY_MAX_ENTRIES", copy_max)
     b = backend()
     lst = b.get_list_state(ListStateDescriptor("l"))
     value = b.get_state(ValueStateDescriptor("v"))
@@ -87,6 +92,8 @@ def test_snapshot_is_frozen_at_the_barrier_while_processing_goes_on():
         lst.add(k)
         value.update(k)
     frozen = b.freeze()  # the synchronous phase
+    # ints within the limit are copied (no delta); lists always go copy-on-write
+    assert (b.tables["v"].delta is None) == (copy_max is None) and b.tables["l"].delta is not None
     for k in range(100):  # records after the barrier: appends, updates, deletes, new keys
         b.current_key = k
         lst.add(-k)

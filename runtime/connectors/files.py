@@ -11,10 +11,13 @@ import datetime as _dt
 import io
 import json
 import posixpath
+import queue
 import re
+import threading
 import time
 import zlib
-from typing import Any, Iterator
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator
 
 import fsspec
 import numpy as np
@@ -310,7 +313,10 @@ class FileSink(Sink):
     def create_writer(self, ctx) -> "FileSinkWriter":
         # Without checkpoints nothing would ever complete a two-phase commit: files are published when they roll.
         two_phase = ctx.is_checkpointing_enabled()
-        return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase)
+        # The sink operator's list of waits for work a pre-commit left running (see FileSinkWriter._roll);
+        # a writer made elsewhere has none and completes its part files before prepare_commit returns.
+        background = getattr(ctx, "_sink_background", None) if two_phase else None
+        return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase, background)
 
     def commit(self, committables: list) -> None:
         fs, _ = fsspec.core.url_to_fs(self.path)
@@ -328,10 +334,49 @@ class FileSink(Sink):
                 )
 
 
+class _PartCloser:
+    """Completes pre-committed Parquet part files in a thread of their own, one at a time.
+
+    Closing a Parquet part encodes the row group it buffered (up to a second of output at 1 s
+    checkpoints): done at the barrier on the task thread, it stalled the slot's loop, the
+    source in it, and through backpressure the other slots (bench/w1.py). pyarrow encodes
+    without the GIL, so here it overlaps the records after the barrier. The checkpoint is
+    acknowledged only once its files are complete: the sink operator's snapshot waits for them
+    in the snapshot writer's thread (``OperatorSnapshot.waits``).
+    """
+
+    def __init__(self, name: str):
+        self._jobs: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"part-closer-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn = job
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - raised where the task thread or the snapshot waits
+                future.set_exception(e)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
 class FileSinkWriter(SinkWriter):
-    def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False):
+    def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False, background: list | None = None):
         self.sink = sink
         self.two_phase = two_phase
+        self.background = background  # where pre-commits put their waits (the sink operator's), or None
+        self._closer: _PartCloser | None = None
+        self._closing: list[tuple[str, Future]] = []  # (part file, its close) still running or unchecked
         self.subtask = subtask
         self.fs, self.root = fsspec.core.url_to_fs(sink.path)
         self.fs.makedirs(self.root, exist_ok=True)
@@ -357,6 +402,8 @@ class FileSinkWriter(SinkWriter):
                 return name
 
     def write(self, batch) -> None:
+        if self._closing:
+            self._check_closing()
         now = time.time()
         assigner = self.sink.bucket_assigner
         # One bucket per batch: a batch is written within milliseconds, so the time of its first record decides.
@@ -381,19 +428,50 @@ class FileSinkWriter(SinkWriter):
 
     def _roll(self, bucket: str = "") -> None:
         part = self.parts.pop(bucket, None)
-        if part is not None:
-            committable = part.close()
-            if part.schema is not None:
-                self.schema = part.schema
-            if self.two_phase:
-                self.prepared.append(committable)
+        if part is None:
+            return
+        if part.schema is not None:
+            self.schema = part.schema
+        if self.two_phase and self.background is not None and part.format == "parquet":
+            # Pre-commit in the background (see _PartCloser); the checkpoint's acknowledgement waits for it.
+            if self._closer is None:
+                self._closer = _PartCloser(f"{self.sink.part_prefix}-{self.subtask}")
+            future = self._closer.submit(part.close)
+            self._closing.append((part.tmp, future))
+            self.background.append(lambda: self._wait_closed(part.tmp, future))
+            self.prepared.append(part.committable())
+            return
+        committable = part.close()
+        if self.two_phase:
+            self.prepared.append(committable)
+        else:
+            self.sink.commit([committable])
+
+    def _wait_closed(self, path: str, future: Future) -> None:
+        try:
+            future.result()
+        except BaseException as e:  # noqa: BLE001 - named: the checkpoint holding it is declined
+            raise FileFormatError(f"FileSink({self.sink.path}): could not complete part file {path}: "
+                                  f"{type(e).__name__}: {e}") from e
+
+    def _check_closing(self, wait: bool = False) -> None:
+        """On the task thread: a part file that could not be completed fails the task (its committable
+        is in a checkpoint's pending state; committing the broken file would publish it). ``wait``:
+        until every close has finished."""
+        still = []
+        for path, future in self._closing:
+            if wait or future.done():
+                self._wait_closed(path, future)
             else:
-                self.sink.commit([committable])
+                still.append((path, future))
+        self._closing = still
 
     def prepare_commit(self) -> list:
         # Every open part file closes here, whatever the rolling policy: an in-progress file cannot be
         # resumed after a failure on every filesystem (S3 has no truncate), so what the checkpoint covers
         # must be in closed (pending) files.
+        if self._closing:
+            self._check_closing()
         for bucket in list(self.parts):
             self._roll(bucket)
         out, self.prepared = self.prepared, []
@@ -417,9 +495,15 @@ class FileSinkWriter(SinkWriter):
                 self.fs.rm(path)
 
     def close(self) -> None:
-        for part in self.parts.values():
-            part.abort()
-        self.parts = {}
+        try:
+            if self._closing:
+                self._check_closing(wait=True)
+        finally:
+            if self._closer is not None:
+                self._closer.close()
+            for part in self.parts.values():
+                part.abort()
+            self.parts = {}
 
 
 class _PartFile:
@@ -505,13 +589,17 @@ class _PartFile:
         self.buffered_rows = keep
         self.buffered_bytes = rest.nbytes if keep else 0
 
+    def committable(self) -> dict:
+        """How to publish the file once it is complete (``close``) and its checkpoint is."""
+        return {"pending": self.tmp, "final": self.final}
+
     def close(self) -> dict:
         """Pre-commit: complete the file, still hidden; the committable says how to publish it."""
         self._flush()
         if self.writer is not None:
             self.writer.close()
         self.file.close()
-        return {"pending": self.tmp, "final": self.final}
+        return self.committable()
 
     def abort(self) -> None:
         self.buffered = []

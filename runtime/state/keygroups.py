@@ -157,6 +157,7 @@ def group_entries(data: dict, max_parallelism: int) -> Iterator[tuple[int, dict]
         return
     keys = list(data)
     groups = assign_key_groups(keys, max_parallelism)
+    groups = groups.astype(np.int16 if max_parallelism <= (1 << 15) else np.int32)  # stable argsort: a radix sort
     order = np.argsort(groups, kind="stable")
     sorted_groups = groups[order]
     # Object arrays hold references to the keys and values (fromiter does not unpack tuples or lists).

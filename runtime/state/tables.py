@@ -7,6 +7,13 @@ the delta first. The synchronous phase is O(1) whatever the table size (the
 design page measured ``dict.copy()`` of 1M entries at ~140 ms). When the
 snapshot is written, ``thaw`` folds the delta back into the base.
 
+Small tables of immutable values are copied instead (``dict.copy`` is C-speed: ~1-2 ms
+for 50k entries, and checking the values' types about as much): a table whose keys are
+mostly touched between two checkpoints (a running sum over 100k keys at 1 s intervals)
+otherwise pays a second dict lookup and a delta insert on every access while the
+snapshot is written, and the fold afterwards, measured at twice the cost of the
+state accesses themselves (bench/w1.py, per-record path).
+
 Reads of a mutable value from the frozen base copy it into the delta first
 (copy-on-read), so a function that appends to the list it read cannot change
 what the snapshot writer is serialising.
@@ -28,6 +35,10 @@ pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by ever
 _MISSING = object()
 TOMBSTONE = object()
 _IMMUTABLE = (int, float, str, bytes, bool, type(None), complex, frozenset)
+_SCALARS = frozenset(_IMMUTABLE) - {frozenset}  # immutable without looking inside
+# Up to this many entries a table of scalar values is copied at the barrier (a few ms at most)
+# rather than frozen copy-on-write; beyond it the synchronous copy would stall the records.
+COPY_MAX_ENTRIES = 1 << 17
 
 
 def _is_immutable(value: Any) -> bool:
@@ -101,8 +112,11 @@ class StateTable:
     def freeze(self) -> "FrozenDict":
         if self.delta is not None:
             raise RuntimeError("a snapshot of this state table is still being written")
+        base = self.base
+        if len(base) <= COPY_MAX_ENTRIES and set(map(type, base.values())) <= _SCALARS:
+            return FrozenDict(base.copy())  # the table stays writable in place: no delta, nothing to thaw
         self.delta = {}
-        return FrozenDict(self.base)
+        return FrozenDict(base)
 
     def thaw(self) -> None:
         delta = self.delta

@@ -105,6 +105,9 @@ class OperatorSnapshot:
         self.backend = operator.keyed_backend if keyed else None
         self.operator_state = operator_state
         self.max_parallelism = operator.ctx.get_max_number_of_parallel_subtasks()
+        # Called in the snapshot writer's thread before the state is written: work the synchronous
+        # phase left running (a FileSink's part files being completed); one raising declines the checkpoint.
+        self.waits: list = []
 
     def done(self) -> None:
         """Back on the task's loop after the write: fold copy-on-write layers into the tables."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..batch import Batch
-from .base import StreamOperator
+from .base import OperatorSnapshot, StreamOperator
 from .committer import BackgroundCommitter
 from .faults import maybe_kill
 
@@ -27,6 +27,10 @@ class SinkOperator(StreamOperator):
     def setup(self) -> None:
         self._sink = self.node.fn
         self._checkpointing = self.ctx.is_checkpointing_enabled()
+        # A writer may leave its pre-commit running (FileSink: Parquet part files completed in a thread):
+        # it puts a wait here, and the checkpoint's snapshot waits for it before it is acknowledged.
+        self._background: list = []
+        self.ctx._sink_background = self._background
         self._writer = self._sink.create_writer(self.ctx)
         self._pending: list[tuple[int, Any]] = []  # (checkpoint id, committable)
         self._unassigned: list[Any] = []  # prepared at the end of input, before the final checkpoint
@@ -63,6 +67,15 @@ class SinkOperator(StreamOperator):
     def is_available(self) -> bool:
         """Whether the writer takes more now (a sink with ``throttles``: the collect sink)."""
         return self._writer.is_available()
+
+    def snapshot_state(self, checkpoint_id: int, full: bool = False) -> OperatorSnapshot | None:
+        snap = super().snapshot_state(checkpoint_id, full)
+        if self._background:  # this checkpoint's pre-commits (and those of the end of input) still running
+            if snap is None:
+                snap = OperatorSnapshot(self, None, None)
+                self.snapshot_in_flight = True
+            snap.waits, self._background[:] = list(self._background), []
+        return snap
 
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         self._reap()

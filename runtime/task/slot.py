@@ -682,6 +682,8 @@ class SlotRuntime:
             data = snap.collector.to_bytes()
             index = {"channel_state": {"inputs": snap.collector.bytes_in, "outputs": snap.collector.bytes_out}}
             return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
+        for wait in getattr(snap, "waits", ()):  # e.g. a FileSink's part files: complete before the ack
+            wait()
         if type(snap.keyed).__name__ == "RocksDBSnapshot":  # not imported here: rocksdict loads only for RocksDB jobs
             from ..state.rocksdb_snapshot import write_snapshot as write_rocksdb_snapshot
 
