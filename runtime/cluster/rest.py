@@ -182,6 +182,11 @@ class RestServer:
             return _error(409, str(e))
         except ValueError as e:
             return _error(400, f"field 'target_dir': {e}")
+        if body.get("stop"):
+            # Whoever stops the job with a savepoint polls for its outcome: the job ends right after the
+            # savepoint, so without this a local job (rest.result-linger 0) could exit between two polls.
+            # Reading the completed savepoint ends the linger.
+            self.jm.reader_waits()
         return web.json_response({"id": req.trigger_id, "path": req.path, "status": req.status},
                                  status=200 if repeated else 202,
                                  headers={"Location": f"{API}/savepoints/{req.trigger_id}"})
