@@ -245,7 +245,7 @@ def _savepoint(t: Target, target_dir: str | None, stop_job: bool, drain: bool, n
         body["target_dir"] = target_dir
     if request_id:
         body["request_id"] = request_id
-    triggered = t.call("POST", "/v1/savepoints", body)
+    triggered = t.call("POST", "/v1/savepoints?wait=true" if stop_job and not no_wait else "/v1/savepoints", body)
     if no_wait:
         echo(triggered["id"])
         return

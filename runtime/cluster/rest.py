@@ -156,6 +156,9 @@ class RestServer:
             "Content-Type": DASHBOARD_TYPES[name[name.rindex("."):]] + "; charset=utf-8", **DASHBOARD_HEADERS})
 
     async def trigger_savepoint(self, request: web.Request) -> web.Response:
+        wait = _flag(request, "wait")
+        if isinstance(wait, web.Response):
+            return wait
         body = await _json_body(request)
         if isinstance(body, web.Response):
             return body
@@ -182,10 +185,10 @@ class RestServer:
             return _error(409, str(e))
         except ValueError as e:
             return _error(400, f"field 'target_dir': {e}")
-        if body.get("stop"):
-            # Whoever stops the job with a savepoint polls for its outcome: the job ends right after the
-            # savepoint, so without this a local job (rest.result-linger 0) could exit between two polls.
-            # Reading the completed savepoint ends the linger.
+        if wait and body.get("stop"):
+            # The caller polls for the outcome, and the job ends right after the savepoint: without this a
+            # local job (rest.result-linger 0) could exit between two of its polls. Reading the completed
+            # savepoint (or the job) ends the linger.
             self.jm.reader_waits()
         return web.json_response({"id": req.trigger_id, "path": req.path, "status": req.status},
                                  status=200 if repeated else 202,
@@ -478,6 +481,10 @@ OPENAPI: dict[str, Any] = {
             "summary": "Savepoints triggered on this job (REST, CLI, operator), with status and path",
             "responses": {"200": _json(_ref("Savepoints"), "savepoints"), **_ERRORS}}, "post": {
             "summary": "Trigger a savepoint (stop: then stop the job; drain: end the input first)",
+            "parameters": [{"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},
+                            "description": "true, with stop: the caller waits for the outcome; the final word "
+                                           "is kept until it is read (the completed savepoint or GET "
+                                           "/v1/job), for up to 60 s, even where rest.result-linger is 0"}],
             "requestBody": {"required": False, "content": {"application/json": {"schema": _ref("SavepointRequest")}}},
             "responses": {"202": _json(_ref("SavepointTriggered"), "queued; poll its status"),
                           "200": _json(_ref("SavepointTriggered"), "request_id seen before: that savepoint"),
