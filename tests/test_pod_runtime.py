@@ -453,6 +453,31 @@ WILDCARDS = ("0.0.0.0", "::")
 
 @needs_loopback_range
 @pytest.mark.spark
+def test_sigterm_in_a_pod_ends_the_driver_at_once_and_keeps_its_checkpoints(tmp_path):
+    """In a pod SIGTERM means the pod goes away and the operator redeploys from the latest checkpoint at
+    once: the driver must not drain and commit (the replacement would write that output again, as the
+    e2e lost-driver scenario showed), so it dies by the signal, checkpoints kept. (Locally SIGTERM is a
+    graceful stop: tests/test_stop_resume.py.)"""
+    checkpoints = tmp_path / "checkpoints"
+    job = Run(os.path.join(HERE, "jobs", "counting.py"), str(tmp_path / "out"), str(checkpoints),
+              "1000000", "3000", "--no-progress", "--conf", "rest.address=0.0.0.0:0",
+              env={"POD_IP": "127.0.0.2"})
+    try:
+        deadline = time.monotonic() + 120
+        while not list(checkpoints.glob("*/chk-*/_metadata")) and time.monotonic() < deadline:
+            assert job.proc.poll() is None, job.stderr()[-3000:]
+            time.sleep(0.2)
+        assert list(checkpoints.glob("*/chk-*/_metadata")), job.stderr()[-3000:]
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.proc.wait(30) == -signal.SIGTERM, job.stderr()[-3000:]
+    finally:
+        job.kill()
+    assert "Stopping" not in job.stderr() and "drain" not in job.stderr(), job.stderr()[-3000:]
+    assert list(checkpoints.glob("*/chk-*/_metadata"))  # the replacement restores from here
+
+
+@needs_loopback_range
+@pytest.mark.spark
 def test_pod_job_stop_with_savepoint_outlives_the_job(tmp_path):
     """A job with POD_IP set: every server listens on all interfaces and the pod IP is advertised; a
     retried stop-with-savepoint (one request_id) takes one savepoint, a client polling once a second sees

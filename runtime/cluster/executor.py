@@ -415,7 +415,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     damaged: dict[int, str] = {}  # checkpoint id -> what a task found wrong with it
     final_state = "FAILED"
     driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
-    interrupts = Interrupts()  # Ctrl-C and SIGTERM: counted while the job runs, acted on by this loop
+    # Ctrl-C and SIGTERM: counted while the job runs, acted on by this loop (in a pod SIGTERM ends it at once)
+    interrupts = Interrupts(pod.sigterm_ends_at_once(os.environ))
     handled = 0  # interrupts acted on
     stop = _StopWatch()
     try:

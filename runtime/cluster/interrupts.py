@@ -33,7 +33,10 @@ class Interrupts:
     """SIGINT and SIGTERM, counted. Only the main thread can install handlers; elsewhere (a job
     started with ``execute_async``) it stays inactive and the program's own handling applies."""
 
-    def __init__(self) -> None:
+    def __init__(self, sigterm_ends_at_once: bool = False) -> None:
+        # True (in a pod, see ``pod.sigterm_ends_at_once``): SIGTERM keeps its default action, the
+        # process ends at once; only Ctrl-C counts.
+        self.sigterm_ends_at_once = sigterm_ends_at_once
         self.count = 0
         self.signals: list[int] = []  # in arrival order
         self._previous: dict[int, Any] = {}
@@ -43,7 +46,8 @@ class Interrupts:
         if not self.active:
             return
         for signum in (signal.SIGINT, signal.SIGTERM):
-            previous = signal.signal(signum, self._handle)
+            handler = signal.SIG_DFL if signum == signal.SIGTERM and self.sigterm_ends_at_once else self._handle
+            previous = signal.signal(signum, handler)
             if signum not in self._previous:  # the first install remembers what to put back
                 self._previous[signum] = previous
 

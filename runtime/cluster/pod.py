@@ -182,6 +182,15 @@ def _read_text(path: str) -> str:
 
 
 # -- the job's final word -------------------------------------------------------------------------
+def sigterm_ends_at_once(environ: Mapping[str, str]) -> bool:
+    """In a pod, SIGTERM means the pod is going away (deleted, evicted, its node drained), and the
+    operator starts a replacement from the latest checkpoint as soon as it sees that. A drain here
+    would commit output the replacement then writes again, so the driver dies at once, as a lost
+    driver does (Flink's job manager likewise does not stop its job on SIGTERM). Locally SIGTERM is a
+    graceful stop, as Ctrl-C."""
+    return bool(environ.get(POD_IP, "").strip())
+
+
 def result_linger_ms(config: Configuration, environ: Mapping[str, str]) -> int:
     """How long the REST API keeps serving the final result: as configured; in a pod 60 s unless configured
     (the operator must not lose a stop-with-savepoint's path), locally 0 (``streamjob run`` exits promptly)."""
