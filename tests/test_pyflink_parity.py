@@ -50,7 +50,8 @@ def test_print_formats_by_streamjob_run(tmp_path):
     assert sorted(line for line in r.stdout.splitlines() if "> " in line) == expected("print_formats")
 
 
-@pytest.mark.parametrize("name", ["count_windows", "keyed_co_functions", "names_and_arguments", "collect"])
+@pytest.mark.parametrize("name", ["count_windows", "keyed_co_functions", "names_and_arguments", "collect",
+                                  "operator_parallelism"])
 def test_pyflink_program_prints_what_pyflink_prints(name, tmp_path, spark_slots, capfd):
     runpy.run_path(str(ported(name, tmp_path)), run_name="__main__")
     out = capfd.readouterr().out
