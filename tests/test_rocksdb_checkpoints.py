@@ -160,9 +160,17 @@ def test_a_kill_during_the_asynchronous_upload_keeps_the_previous_checkpoint_and
         # after the next completed checkpoint nothing uploaded for n is left in shared/
         while cc.latest().checkpoint_id <= completed_before + 1 and not client._finished.is_set():
             time.sleep(0.01)
-        with jm._lock:
-            registered, newest = set(cc.shared.references), cc.latest().checkpoint_id
-            listing = shared_listing(job_dir)
+        # Deletes run in the coordinator's background disposer (they never hold up the job manager):
+        # wait a little for them.
+        gone = time.monotonic() + 30
+        while True:
+            with jm._lock:
+                registered, newest = set(cc.shared.references), cc.latest().checkpoint_id
+                listing = shared_listing(job_dir)
+            left = [f for f in listing if uploaded_for(f) == n or f not in registered and uploaded_for(f) <= newest]
+            if not left or time.monotonic() > gone:
+                break
+            time.sleep(0.1)
         assert not [f for f in listing if uploaded_for(f) == n]
         assert not [f for f in listing if f not in registered and uploaded_for(f) <= newest]
     result = client.get_job_execution_result(300)
