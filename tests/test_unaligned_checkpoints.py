@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from types import SimpleNamespace
 
@@ -270,6 +271,8 @@ def test_persisted_in_flight_bytes_per_checkpoint_in_rest_stats_and_metrics(tmp_
     cc = CheckpointCoordinator(settings, storage, job_id="job1", job_name="j", parallelism=2, max_parallelism=128,
                                operators={"sum": "Sum"}, tasks=[1])
     jm = JobManager("job1", "j", 2, coordinator=cc)
+    # Its event loop (no servers): a checkpoint completes there once its _metadata write returns.
+    threading.Thread(target=jm._loop.run_forever, daemon=True).start()
     collector = ChannelStateCollector(1, CheckpointBarrier(1, 0, unaligned=True), input_keys=[(0, 0)])
     rows = [{"k": i, "v": f"value {i}"} for i in range(300)]
     collector.add_input(0, [rows])
@@ -284,6 +287,11 @@ def test_persisted_in_flight_bytes_per_checkpoint_in_rest_stats_and_metrics(tmp_
                         "sync_ms": 1, "async_ms": 1, "alignment_ms": 0, "size": 5,
                         "persisted_data": persisted if sub == 1 else 0, "processed_data": persisted if sub == 1 else 0,
                         "unaligned": bool(persisted)})
+        # The job manager writes _metadata in its storage thread (never on its event loop): wait for it.
+        deadline = time.monotonic() + 30
+        while (cc.latest() is None or cc.latest().checkpoint_id < n) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cc.latest() is not None and cc.latest().checkpoint_id == n
         if n == 1:
             # The unaligned checkpoint's _metadata names its channel state, which reads back as recorded.
             root, meta = load_checkpoint(storage.checkpoint_url(1))
@@ -297,6 +305,7 @@ def test_persisted_in_flight_bytes_per_checkpoint_in_rest_stats_and_metrics(tmp_
         (1, "UNALIGNED_CHECKPOINT", collector.bytes_in), (2, "CHECKPOINT", 0)]
     assert collector.bytes_in > 1000 and history[0]["processed_data"] == collector.bytes_in
     text = JobMetrics(jm).exposition()[0].decode()
+    jm._loop.call_soon_threadsafe(jm._loop.stop)
     assert 'streamjob_last_checkpoint_persisted_data_bytes{job="j",job_id="job1"} 0.0' in text
     assert 'streamjob_last_checkpoint_processed_data_bytes{job="j",job_id="job1"} 0.0' in text
 
