@@ -7,8 +7,9 @@ resume means.
 One id is never used for two transactions in one attempt: under transaction version 1 (the one
 librdkafka's transactions run under, see ``protocol.py``) a commit keeps the producer id and epoch,
 so a committable ``(id, producer id, epoch)`` resumed after a crash would otherwise commit a later
-transaction of the same id. A restarted attempt does reuse ids from the restored counter on, but
-only after ``InitProducerId`` fenced them (aborting what the failed attempt left open there).
+transaction of the same id. A restarted attempt numbers from a range of its own (``ATTEMPT_SPAN``), so
+it never reuses an id a task of the failed attempt may still be initializing; what the failed
+attempt left open is aborted by fencing it (``InitProducerId``), see below.
 
 **Counters.** ``n`` is taken when a transaction begins; the writer state of a checkpoint holds the
 next ``n`` of each subtask, and every transaction numbered below it was pre-committed at or before
