@@ -169,22 +169,7 @@ def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker,
     client = env.execute_async("kafka-kills")
     try:
         assert client.wait_until_running(60)
-        jm = client.job_manager
-        killed = 0
-        deadline = time.monotonic() + 240
-        while killed < kills and time.monotonic() < deadline:
-            time.sleep(rng.uniform(0.3, 1.5))
-            pids = jm.task_pids()
-            if not jm.all_running() or len(pids) < 3:
-                continue
-            try:
-                os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            killed += 1
-            if chunks:
-                produce(bootstrap, topic, chunks.pop(0))
-        assert killed == kills, f"only {killed} kills in 240 s"
+        kill_while_feeding(client, bootstrap, topic, chunks, kills, rng, slots=3, timeout_s=240, pause=(0.3, 1.5))
         for chunk in chunks:
             produce(bootstrap, topic, chunk)
         result = client.get_job_execution_result(120)
@@ -193,6 +178,31 @@ def test_random_task_kills_lose_and_duplicate_nothing(spark_slots, kafka_broker,
             client.cancel()  # a job left running would hold the slots the next tests need
     assert result.restarts >= kills
     assert kafka_sum.committed_rows(out) == kafka_sum.expected_rows(rows)
+
+
+def kill_while_feeding(client, bootstrap: str, topic: str, chunks: list, kills: int, rng: random.Random, *,
+                       slots: int, timeout_s: float, pause: tuple[float, float],
+                       after_a_checkpoint: bool = False) -> None:
+    """SIGKILL a random task ``kills`` times while every task runs (and, with ``after_a_checkpoint``,
+    once a checkpoint completed), writing the next chunk of input after each kill, so the job
+    cannot end before the last one."""
+    jm = client.job_manager
+    killed = 0
+    deadline = time.monotonic() + timeout_s
+    while killed < kills and time.monotonic() < deadline:
+        time.sleep(rng.uniform(*pause))
+        pids = jm.task_pids()
+        if not jm.all_running() or len(pids) < slots \
+                or after_a_checkpoint and jm.coordinator.counts["COMPLETED"] < 1:
+            continue
+        try:
+            os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        killed += 1
+        if chunks:
+            produce(bootstrap, topic, chunks.pop(0))
+    assert killed == kills, f"only {killed} kills in {timeout_s:.0f} s"
 
 
 def windows_job(bootstrap: str, topic: str, out: str, parallelism: int, strategy: WatermarkStrategy):
@@ -362,21 +372,8 @@ def test_a_dead_letter_topic_gets_each_bad_record_once_under_task_kills(spark_sl
     client = env.execute_async("dead-letters")
     try:
         assert client.wait_until_running(60)
-        jm = client.job_manager
-        killed = 0
-        deadline = time.monotonic() + 120
-        while killed < kills and time.monotonic() < deadline:
-            time.sleep(rng.uniform(0.5, 1.5))
-            pids = jm.task_pids()
-            if not jm.all_running() or len(pids) < 2 or jm.coordinator.counts["COMPLETED"] < 1:
-                continue
-            try:
-                os.kill(pids[rng.choice(sorted(pids))], signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            killed += 1
-            produce(bootstrap, topic, chunks.pop(0))
-        assert killed == kills, f"only {killed} kills in 120 s"
+        kill_while_feeding(client, bootstrap, topic, chunks, kills, rng, slots=2, timeout_s=120, pause=(0.5, 1.5),
+                           after_a_checkpoint=True)
         result = client.get_job_execution_result(120)
     finally:
         if client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
