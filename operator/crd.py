@@ -31,6 +31,7 @@ PRINTER_COLUMNS = [
     {"name": "Lifecycle", "type": "string", "jsonPath": ".status.lifecycleState"},
     {"name": "Job", "type": "string", "jsonPath": ".status.jobStatus.state"},
     {"name": "Parallelism", "type": "integer", "jsonPath": ".status.parallelism"},
+    {"name": "Slots", "type": "integer", "jsonPath": ".status.slots", "priority": 1},
     # type date: kubectl shows the age of the timestamp ("3m"), not the timestamp.
     {"name": "Last Checkpoint", "type": "date", "jsonPath": ".status.lastCheckpoint.time"},
     {"name": "Last Savepoint", "type": "string", "jsonPath": ".status.lastSavepoint.path", "priority": 1},

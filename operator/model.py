@@ -405,6 +405,10 @@ class StreamJobStatus(_Model):
     lifecycle_state: LifecycleState = LifecycleState.CREATED
     job_status: JobInfo = Field(default_factory=JobInfo)
     parallelism: int = 0
+    slots: int | None = Field(None, description="Task slots the running job's graph needs and asked Spark for: its "
+                              "largest operator parallelism (set_parallelism may go above spec.parallelism), summed "
+                              "over slot sharing groups")
+    executors: int | None = Field(None, description="Executor pods requested for those slots (mode kubernetes)")
     selector: str | None = Field(None, description="Label selector of the job's pods (scale subresource)")
     last_checkpoint: CheckpointInfo | None = None
     last_savepoint: SavepointInfo | None = None

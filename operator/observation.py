@@ -49,11 +49,13 @@ class JobObservation:
     job_id: str | None = None
     restarts: int = 0
     start_time: float | None = None
-    parallelism: int | None = None
+    parallelism: int | None = None  # the job's own (spec.parallelism as deployed)
     latest_checkpoint: CheckpointObservation | None = None
     final_savepoint: str | None = None
     error: str | None = None
     unreachable_reason: str | None = None
+    slots: int | None = None  # what its job graph needs (operators of their own parallelism, slot sharing groups)
+    executors: int | None = None  # executor pods requested for them (mode kubernetes)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ def job_observation(doc: dict) -> JobObservation:
     return JobObservation(
         reachable=True, state=doc.get("state"), job_id=doc.get("id"), restarts=int(doc.get("restarts") or 0),
         start_time=doc.get("start_time"), parallelism=doc.get("parallelism"),
+        slots=doc.get("slots"), executors=doc.get("executors"),
         latest_checkpoint=CheckpointObservation(int(cp["id"]), cp["path"], float(cp["completed_time"])) if cp else None,
         final_savepoint=doc.get("final_savepoint"), error=doc.get("error"))
 

@@ -234,6 +234,8 @@ def _record_observation(res: Resource, st: StreamJobStatus, obs: Observation, pl
         js.error = job.error
         if job.parallelism:
             st.parallelism = job.parallelism
+        if job.slots:
+            st.slots, st.executors = job.slots, job.executors
         if job.latest_checkpoint is not None:
             cp = job.latest_checkpoint
             st.last_checkpoint = CheckpointInfo(id=cp.id, time=from_epoch(cp.completed_time), path=cp.path)

@@ -460,12 +460,12 @@ def driver_args(spec: StreamJobSpec, target: DeploymentTarget) -> list[str]:
     job = spec.job
     args = ["driver", "run"]
     args += [job.file] if job.file else ["--module", job.module or ""]
+    args += ["--parallelism", str(target.parallelism)]
+    # Mode local: no master, so the runtime takes local[N] with N the slots its job graph needs (operators
+    # may set_parallelism above spec.parallelism); mode kubernetes: it sizes the executors likewise.
     if spec.mode == DeploymentMode.KUBERNETES.value:
-        master = target.kubernetes_master
-    else:
-        master = f"local[{target.parallelism}]"
-    args += ["--parallelism", str(target.parallelism), "--master", master,
-             "--conf-file", f"{CONFIG_DIR}/{JOB_CONF}"]
+        args += ["--master", target.kubernetes_master]
+    args += ["--conf-file", f"{CONFIG_DIR}/{JOB_CONF}"]
     if target.restore is not None:
         args += [f"--from-{target.restore.kind}", target.restore.path]
         if target.restore.kind == "checkpoint":

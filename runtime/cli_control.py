@@ -115,6 +115,14 @@ def wait_for_savepoint(t: Target, trigger_id: str, timeout: float) -> dict:
         time.sleep(POLL_S)
 
 
+def _slots(doc: dict) -> str:
+    """The slots (and executor pods) asked for, when operators of their own parallelism make them differ."""
+    slots, executors = doc.get("slots"), doc.get("executors")
+    if slots is None or (slots == doc["parallelism"] and executors is None):
+        return ""
+    return f", {slots} slots" + (f" on {executors} executors" if executors is not None else "")
+
+
 def echo(text: str) -> None:
     click.echo(text)  # plain: user text printed as it is
 
@@ -178,7 +186,7 @@ def status(job: str | None, address: str | None, token: str, as_json: bool) -> N
         return print_json(doc)
     latest = doc["latest_checkpoint"]
     echo(f"{doc['name']} ({doc['id']}): {doc['state']}, parallelism {doc['parallelism']} "
-         f"(max {doc['max_parallelism']}), {doc['restarts']} restarts")
+         f"(max {doc['max_parallelism']}){_slots(doc)}, {doc['restarts']} restarts")
     echo(f"latest checkpoint: {latest['id']} at {latest['path']}" if latest else "latest checkpoint: none")
     if doc.get("final_savepoint"):
         echo(f"final savepoint: {doc['final_savepoint']}")

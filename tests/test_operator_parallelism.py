@@ -182,6 +182,8 @@ def test_a_savepoint_restores_with_every_operators_parallelism_changed(spark_slo
     env = mixed.build(out, str(tmp_path / "c1"), rows, rate=4000, interval_ms=250)
     client = _run(env)
     assert client.wait_until_running(60)
+    info = client.job_manager.job_info()  # GET /v1/job: the job's parallelism, and the slots its graph asked for
+    assert (info["parallelism"], info["slots"], info["executors"]) == (2, 3, None)
     deadline = time.monotonic() + 60
     while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -181,7 +181,7 @@ def test_rbac_for_spark_on_kubernetes():
 # -- the driver container -----------------------------------------------------------------------------
 ARGS_CASES = {
     "file, local": (make_spec(), target(parallelism=3),
-                    ["driver", "run", "/app/wordcount.py", "--parallelism", "3", "--master", "local[3]",
+                    ["driver", "run", "/app/wordcount.py", "--parallelism", "3",
                      "--conf-file", CONF_FILE, "--no-progress", "--"]),
     "module with args, kubernetes": (
         make_spec(mode="kubernetes", job={"module": "jobs.wc", "args": ["--in", "s3://x", "--"]}), target(),
@@ -190,11 +190,11 @@ ARGS_CASES = {
          "--"]),
     "from savepoint, allow non-restored": (
         make_spec(allowNonRestoredState=True), target(parallelism=8, restore=("savepoint", "s3://sp/savepoint-7")),
-        ["driver", "run", "/app/wordcount.py", "--parallelism", "8", "--master", "local[8]", "--conf-file", CONF_FILE,
+        ["driver", "run", "/app/wordcount.py", "--parallelism", "8", "--conf-file", CONF_FILE,
          "--from-savepoint", "s3://sp/savepoint-7", "--allow-non-restored-state", "--no-progress", "--"]),
     "from checkpoint": (
         make_spec(), target(restore=r.Restore("checkpoint", "s3://ckpt/wc")),
-        ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[2]", "--conf-file", CONF_FILE,
+        ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--conf-file", CONF_FILE,
          "--from-checkpoint", "s3://ckpt/wc", "--conf", "execution.state-recovery.claim-mode=CLAIM", "--no-progress",
          "--"]),
 }

@@ -180,6 +180,27 @@ def test_executor_count_covers_the_parallelism(parallelism, values, cores, insta
     assert (derived["spark.executor.cores"], derived["spark.executor.instances"]) == (cores, instances)
 
 
+def test_executors_are_sized_from_the_slots_the_job_graph_needs():
+    """spec.parallelism (the job's default) is 2, but a map asks for 5: the driver builds the job graph
+    before it starts Spark, and asks for executors for the 5 slots the graph needs."""
+    from streamjob.runtime import StreamExecutionEnvironment
+    from streamjob.runtime.connectors import DiscardingSink
+    from streamjob.runtime.graph.job_graph import build_job_graph
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([1]).set_parallelism(1).map(str).set_parallelism(5).sink_to(DiscardingSink())
+    graph = build_job_graph(env._transformations, env.get_config(), "sizing")
+    assert (graph.default_parallelism, graph.parallelism) == (2, 5)
+    for cores, executors in ((1, 5), (2, 3), (8, 1)):
+        derived = k8s(graph.parallelism, kubernetes__executor__cores=cores)
+        assert derived["spark.executor.instances"] == str(executors)
+        assert pod.requested_executors(derived) == executors
+    assert pod.requested_executors(k8s(5, spark__executor__instances="7")) == 7  # the user's count wins
+    local = Configuration({"spark.master": "local[5]"})
+    assert pod.requested_executors(pod.spark_conf(local, {}, 5, LOOPBACK)) is None
+
+
 @pytest.mark.parametrize("timeout, interval, failures", [
     ("30 s", "5000ms", "6"), ("3 s", "3000ms", "1"), ("1 h", "5000ms", "720"), (500, "1000ms", "1"),
 ])

@@ -94,7 +94,8 @@ class World:
                 job = JobObservation(False, unreachable_reason="connection refused")
             else:
                 job = JobObservation(True, j["state"], j["id"], j["restarts"], self.now.timestamp() - j["age"],
-                                     j["parallelism"], j.get("checkpoint"), j.get("final_savepoint"))
+                                     j["parallelism"], j.get("checkpoint"), j.get("final_savepoint"),
+                                     slots=j.get("slots"), executors=j.get("executors"))
         rid = (st.upgrade.savepoint_request_id if st.upgrade and st.upgrade.savepoint_request_id else
                st.savepoint_trigger.request_id if st.savepoint_trigger else None)
         if rid is not None and job is not None and job.reachable:
@@ -191,7 +192,12 @@ def test_create_deploys_one_pod_and_records_the_running_job():
     assert lifecycle(w) == "DEPLOYED" and w.status.job_status.state == "RUNNING"
     assert w.status.parallelism == 2 and w.status.selector == "streamjob.io/job=wc"
     assert w.status.observed_generation == 1
+    assert w.status.slots is None  # a job manager that does not say
+    # The job's graph needs more slots than spec.parallelism (an operator's set_parallelism(5)): the
+    # status shows what it asked for, and parallelism (the scale subresource's replicas) stays the spec's.
+    w.job().update(slots=5, executors=3)
     w.tick(5)
+    assert (w.status.parallelism, w.status.slots, w.status.executors) == (2, 5, 3)
     assert len(w.deploys) == 1  # nothing more to do
     assert {c.type: c.status for c in w.status.conditions} == {"Ready": "True", "Progressing": "False",
                                                                "Degraded": "False"}

@@ -396,7 +396,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
                     operator_names=_metric_names(graph), rest=rest_config, plan=graph.plan(),
                     savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")),
-                    on_note=display.note)
+                    on_note=display.note, default_parallelism=graph.default_parallelism,
+                    executors=pod.requested_executors(spark_conf))
     if client is not None:
         client._attach(jm)
     try:

@@ -88,10 +88,16 @@ class JobManager:
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
                  operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
                  savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None,
-                 on_note: Callable[[str], None] | None = None):
+                 on_note: Callable[[str], None] | None = None, default_parallelism: int | None = None,
+                 executors: int | None = None):
         self.job_id = job_id
         self.job_name = job_name
-        self.parallelism = parallelism
+        self.parallelism = parallelism  # slots: the barrier stage's tasks (what the job graph needs)
+        # What /v1/job reports: the job's own parallelism (operators without set_parallelism; what a
+        # StreamJob's spec.parallelism sets) apart from the slots asked for, and the executor pods
+        # requested for them on Kubernetes (None elsewhere).
+        self.default_parallelism = default_parallelism or parallelism
+        self.executors = executors
         self.max_parallelism = max_parallelism
         self.savepoint_dir = savepoint_dir
         # Where a savepoint may be written when a REST client names the directory: the job's own storage.
@@ -375,7 +381,8 @@ class JobManager:
         with self._lock:
             latest = self.coordinator.latest() if self.coordinator is not None else None
             return {"id": self.job_id, "name": self.job_name, "state": self.status.state,
-                    "parallelism": self.parallelism, "max_parallelism": self.max_parallelism,
+                    "parallelism": self.default_parallelism, "slots": self.parallelism,
+                    "executors": self.executors, "max_parallelism": self.max_parallelism,
                     "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
                     "latest_checkpoint": None if latest is None else {

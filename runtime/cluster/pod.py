@@ -94,9 +94,12 @@ def is_wildcard(host: str) -> bool:
 
 
 # -- Spark configuration ---------------------------------------------------------------------------
-def spark_conf(config: Configuration, environ: Mapping[str, str], parallelism: int, driver: Addresses,
+def spark_conf(config: Configuration, environ: Mapping[str, str], slots: int, driver: Addresses,
                namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> dict[str, str]:
-    """What the job hands Spark: derived settings, under the user's ``spark.*`` keys (those always win)."""
+    """What the job hands Spark: derived settings, under the user's ``spark.*`` keys (those always win).
+    ``slots``: what the job graph needs (``JobGraph.parallelism``: the largest parallelism of any operator,
+    summed over slot sharing groups), not the job's default parallelism. The graph is built (the job file
+    ran up to ``execute()``) before the SparkContext starts, so executors are sized for the real need."""
     user = config.spark_conf()
     if user.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
         raise ConfigError("spark.dynamicAllocation.enabled=true: a job runs as one barrier stage with a task per "
@@ -104,7 +107,7 @@ def spark_conf(config: Configuration, environ: Mapping[str, str], parallelism: i
                           "size the executors with parallelism and kubernetes.executor.cores instead")
     derived = driver_spark_conf(environ, driver)
     if spark_master(config).startswith("k8s://"):
-        derived.update(kubernetes_spark_conf(config, environ, parallelism, namespace_file))
+        derived.update(kubernetes_spark_conf(config, environ, slots, namespace_file))
     return {**derived, **user}
 
 
@@ -117,7 +120,7 @@ def driver_spark_conf(environ: Mapping[str, str], driver: Addresses) -> dict[str
     return conf
 
 
-def kubernetes_spark_conf(config: Configuration, environ: Mapping[str, str], parallelism: int,
+def kubernetes_spark_conf(config: Configuration, environ: Mapping[str, str], slots: int,
                           namespace_file: str = SERVICE_ACCOUNT_NAMESPACE) -> dict[str, str]:
     """Spark on Kubernetes in client mode: the driver is this pod; executor pods are owned by it."""
     image = (config.get_string("spark.kubernetes.container.image") or config.get_string(Options.K8S_IMAGE)
@@ -125,9 +128,9 @@ def kubernetes_spark_conf(config: Configuration, environ: Mapping[str, str], par
     if not image:
         raise ConfigError(f"Spark on Kubernetes needs the image of the executor pods: set {Options.K8S_IMAGE} "
                           f"(or spark.kubernetes.container.image) or the environment variable {IMAGE_ENV}")
-    cores, slots = executor_slots(config)
+    cores, per_executor = executor_slots(config)
     conf = {"spark.submit.deployMode": "client", "spark.kubernetes.container.image": image,
-            "spark.executor.cores": str(cores), "spark.executor.instances": str(math.ceil(parallelism / slots)),
+            "spark.executor.cores": str(cores), "spark.executor.instances": str(math.ceil(slots / per_executor)),
             "spark.dynamicAllocation.enabled": "false",
             # Spark waits this long for its driver pod to be Ready before creating executors, and logs an
             # ERROR when it is not (default 1 s). The job manager serves the readiness probe before Spark
@@ -145,6 +148,16 @@ def kubernetes_spark_conf(config: Configuration, environ: Mapping[str, str], par
     if template:
         conf["spark.kubernetes.executor.podTemplateFile"] = template
     return conf
+
+
+def requested_executors(conf: Mapping[str, str]) -> int | None:
+    """Executor pods the job asks Spark on Kubernetes for (None on other masters): for /v1/job."""
+    if not conf.get("spark.master", "").strip().startswith("k8s://"):
+        return None
+    try:
+        return int(conf.get("spark.executor.instances", ""))
+    except ValueError:
+        return None
 
 
 def executor_slots(config: Configuration) -> tuple[int, int]:

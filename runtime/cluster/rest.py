@@ -306,12 +306,18 @@ OPENAPI: dict[str, Any] = {
                 "properties": {"id": {"type": "integer"}, "path": {"type": "string"}, "completed_time": _NUM}},
             "Job": {
                 "type": "object",
-                "required": ["id", "name", "state", "parallelism", "max_parallelism", "restarts", "start_time",
-                             "end_time", "latest_checkpoint", "final_savepoint", "error", "vertices", "edges"],
+                "required": ["id", "name", "state", "parallelism", "slots", "executors", "max_parallelism", "restarts",
+                             "start_time", "end_time", "latest_checkpoint", "final_savepoint", "error", "vertices", "edges"],
                 "properties": {
                     "id": {"type": "string"}, "name": {"type": "string"},
                     "state": {"enum": ["CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED"]},
-                    "parallelism": {"type": "integer"}, "max_parallelism": {"type": "integer"},
+                    "parallelism": {"type": "integer", "description": "the job's own (operators without one of "
+                                    "their own take it)"},
+                    "slots": {"type": "integer", "description": "slots the job graph needs (max parallelism of "
+                              "any operator, summed over slot sharing groups): the barrier stage's tasks"},
+                    "executors": {"type": ["integer", "null"], "description": "executor pods requested for them "
+                                  "(Spark on Kubernetes; null elsewhere)"},
+                    "max_parallelism": {"type": "integer"},
                     "restarts": {"type": "integer"}, "start_time": _NUM,
                     "end_time": {"type": ["number", "null"], "description": "set with the final state"},
                     "latest_checkpoint": _ref("CheckpointRef"),
