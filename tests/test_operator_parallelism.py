@@ -89,8 +89,42 @@ def test_chaining_hints_cut_chains():
     env.from_collection([1]).map(str).slot_sharing_group("heavy").map(str).slot_sharing_group("heavy") \
         .sink_to(DiscardingSink())
     g = graph_of(env)
-    assert [t.name(g) for t in g.tasks] == ["Source: Collection", "Map -> Map (2)", "Sink: Discard"]
-    assert g.parallelism == 1  # groups share the slots here: max(parallelism) of them, not a sum
+    # The sink names no group: it takes its input's ("heavy"), as in Flink, and chains to it.
+    assert [(t.name(g), t.slot_sharing_group, t.first_slot) for t in g.tasks] == [
+        ("Source: Collection", "default", 0), ("Map -> Map (2) -> Sink: Discard", "heavy", 1)]
+    assert g.parallelism == 2  # a slot per group: groups never share one
+
+
+def test_slot_sharing_groups_get_slots_of_their_own():
+    """As Flink: a group's slots are as many as its largest parallelism, groups never share a slot, and an
+    operator naming no group takes its inputs' when they agree, else "default"."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    src = env.from_collection([{"k": 1}])
+    heavy = src.map(lambda r: r).slot_sharing_group("heavy").set_parallelism(3)
+    inherits = heavy.filter(bool)  # heavy, parallelism 2: rebalanced from the map, its own chain
+    light = src.map(lambda r: r).slot_sharing_group("light").set_parallelism(1)
+    joined = inherits.union(light).map(lambda r: r)  # inputs disagree: "default"
+    joined.key_by("k").process(KeyedProcessFunction()).sink_to(DiscardingSink()).set_parallelism(1)
+    g = graph_of(env)
+    assert [(t.name(g), t.slot_sharing_group, t.parallelism, t.first_slot) for t in g.tasks] == [
+        ("Source: Collection", "default", 2, 0), ("Map", "heavy", 3, 2), ("Filter", "heavy", 2, 2),
+        ("Map (2)", "light", 1, 5), ("Map (3)", "default", 2, 0), ("KeyedProcess", "default", 2, 0),
+        ("Sink: Discard", "default", 1, 0)]
+    assert g.parallelism == 2 + 3 + 1  # default (2), heavy (3), light (1)
+    src_to_map = next(e for e in g.edges.values() if g.operators[e.target].name == "Map")
+    assert src_to_map.partitioner == T.REBALANCE
+    assert g.tasks[1].subtask_in(4) == 2 and g.tasks[1].subtask_in(1) is None and g.tasks[3].subtask_in(4) is None
+    assert "[slot sharing group 'heavy']" in g.describe()
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([1]).map(str).slot_sharing_group("heavy").map(str).slot_sharing_group("default") \
+        .sink_to(DiscardingSink())
+    g = graph_of(env)  # a forward edge into another group is no chain: it crosses slots
+    assert [(t.name(g), t.first_slot) for t in g.tasks] == [
+        ("Source: Collection", 0), ("Map", 2), ("Map (2) -> Sink: Discard", 0)]
+    assert all(e.partitioner == T.FORWARD for e in g.edges.values()) and g.parallelism == 4
 
 
 def test_bad_settings_say_what_is_wrong():
@@ -172,6 +206,28 @@ def test_mixed_parallelism_is_exactly_once_under_random_kills(spark_slots, tmp_p
     result = client.get_job_execution_result(300)
     assert len(killed) >= 3, "the job finished before the test could kill 3 tasks"
     assert result.restarts >= 3
+    assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 0
+    assert mixed.committed(out) == mixed.expected_rows(rows)
+
+
+def test_slot_sharing_groups_are_exactly_once_under_random_kills(spark_slots, tmp_path):
+    """Source, keyed operator and sink at parallelism 2 in "default", the map at 2 in "heavy": 4 slots,
+    the map's subtasks in slots 3-4 apart from everything else (forward edges from the source cross slots)."""
+    rng = random.Random(int(time.time()))
+    rows = 12_000
+    out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
+    env = mixed.build(out, checkpoints, rows, rate=3000, interval_ms=rng.randint(200, 400),
+                      parallelism={"source": 2, "map": 2, "keyed": 2, "sink": 2},
+                      groups={"map": "heavy", "keyed": "default"})
+    g = graph_of(env)
+    assert [(t.name(g), t.first_slot) for t in g.tasks] == [
+        ("Source: numbers", 0), ("Map", 2), ("KeyedProcess -> Sink: FileSink(jsonl)", 0)]
+    client = _run(env, "slot-sharing-groups")
+    killed = kill_tasks_at_random(client, 2, rng)
+    assert client.job_manager.job_info()["slots"] == 4
+    result = client.get_job_execution_result(300)
+    assert len(killed) >= 2, "the job finished before the test could kill 2 tasks"
+    assert result.restarts >= 2
     assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 0
     assert mixed.committed(out) == mixed.expected_rows(rows)
 

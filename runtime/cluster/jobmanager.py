@@ -59,12 +59,14 @@ class TaskFailure:
     checkpoint: int | None = None  # the checkpoint a "restore" failure could not read
     at: float = field(default_factory=time.time)
     operator_parallelism: int | None = None  # the failed operator's own (set_parallelism), when the task said
+    subtask: int | None = None  # the failed operator's subtask (slot sharing groups: not the slot's index)
 
     def summary(self, parallelism: int) -> str:
         if self.cause == "jvm":
             return self.error
         if self.operator:
-            where = f"operator {self.operator!r} (subtask {self.slot + 1}/{self.operator_parallelism or parallelism})"
+            subtask = self.slot if self.subtask is None else self.subtask
+            where = f"operator {self.operator!r} (subtask {subtask + 1}/{self.operator_parallelism or parallelism})"
         elif self.slot >= 0:
             where = f"slot {self.slot + 1}/{parallelism}"
         else:
@@ -557,7 +559,9 @@ class JobManager:
                 cc.discard_acked_files(msg.get("handles") or {})
                 return
             now = time.monotonic()
-            write = cc.record_ack(int(msg["id"]), int(msg["task"]), int(msg["slot"]), msg.get("handles") or {},
+            # The vertex's own subtask index: the slot's only while the job has one slot sharing group.
+            write = cc.record_ack(int(msg["id"]), int(msg["task"]), int(msg.get("subtask", msg["slot"])),
+                                  msg.get("handles") or {},
                                   stats, now)
             self._send_aborts()
         if write is not None:
@@ -769,7 +773,7 @@ class JobManager:
                                            msg.get("error", ""), map_user_frames(msg.get("traceback", "")),
                                            msg.get("cause", "task"),
                                            attempt or 0, msg.get("checkpoint"),
-                                           operator_parallelism=msg.get("parallelism")))
+                                           operator_parallelism=msg.get("parallelism"), subtask=msg.get("subtask")))
                 elif kind == C.FINISHED:
                     finished = True
                     self.finished.add(int(msg["slot"]))

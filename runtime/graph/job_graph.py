@@ -11,12 +11,19 @@ Parallelism is per operator, as in Flink: ``set_parallelism`` (and
 ``set_max_parallelism``) on the operator, else the job's. An edge left forward by
 the program (no partitioning named) becomes rebalance where the parallelism
 changes, as Flink's StreamGraph does; an explicit ``forward()`` across a change
-is refused. So a chain (and a task vertex) has one parallelism, and forward
-edges never leave the slot. Slot sharing: slot i runs subtask i of every task
-vertex whose parallelism is above i, so the job needs max(parallelism) slots
-(``JobGraph.parallelism``) and a lower-parallelism operator is simply absent
-from the higher slots. Hash edges route by the target operator's own key groups
-(its max parallelism, its parallelism).
+is refused. So a chain (and a task vertex) has one parallelism. Hash edges route
+by the target operator's own key groups (its max parallelism, its parallelism).
+
+Slot sharing, as Flink: operators of different slot sharing groups never share a
+slot. An operator without a group of its own (``slot_sharing_group``) takes its
+inputs' group when they all have the same, else "default" (Flink's
+StreamGraphGenerator rule; sources: "default"). Each group gets its own range of
+slots, as many as the largest parallelism in it, in the order the groups first
+appear; within a group, slot ``offset + i`` runs subtask i of every task vertex
+of the group whose parallelism is above i (a lower-parallelism operator is absent
+from the higher slots). So the job needs the sum over groups of their largest
+parallelism (``JobGraph.parallelism``, the barrier stage's size), and an edge
+between groups (even forward) crosses slots.
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from ..api import transformations as T
 from ..api.transformations import KeySpec, Transformation
 from ..config import Configuration, Options
 from ..state.keygroups import check_max_parallelism
+
+
+DEFAULT_GROUP = "default"  # Flink's name of the slot sharing group of operators that name none
 
 
 class JobDefinitionError(ValueError):
@@ -62,7 +72,7 @@ class OperatorNode:
     parallelism: int = 1  # its own (set_parallelism), else the job's
     max_parallelism: int = 128  # its own (set_max_parallelism), else the job's: its key groups
     chaining: str | None = None  # T.NEW_CHAIN / T.NO_CHAINING, or None
-    slot_sharing_group: str | None = None
+    slot_sharing_group: str = DEFAULT_GROUP  # its own, else its inputs' when they agree, else "default"
 
     @property
     def state_key(self) -> str:
@@ -88,6 +98,16 @@ class TaskVertex:
     operators: list[int]  # topological order, head first
     input_edges: list[int]  # channel edges into the head
     parallelism: int = 1  # of every operator in the chain
+    slot_sharing_group: str = DEFAULT_GROUP  # of every operator in the chain
+    first_slot: int = 0  # subtask i runs in slot first_slot + i (the group's first slot)
+
+    def slot_of(self, subtask: int) -> int:
+        return self.first_slot + subtask
+
+    def subtask_in(self, slot: int) -> int | None:
+        """Which of its subtasks runs in ``slot``; None when none does."""
+        i = slot - self.first_slot
+        return i if 0 <= i < self.parallelism else None
 
     def name(self, graph: "JobGraph") -> str:
         return " -> ".join(graph.operators[o].name for o in self.operators)
@@ -96,7 +116,7 @@ class TaskVertex:
 @dataclass
 class JobGraph:
     job_name: str
-    parallelism: int  # slots: the largest parallelism of any operator (slot i runs subtask i of each above i)
+    parallelism: int  # slots: over slot sharing groups, the sum of each group's largest parallelism
     max_parallelism: int  # the job's; an operator may have its own (OperatorNode.max_parallelism)
     operators: dict[int, OperatorNode]
     edges: dict[int, Edge]
@@ -132,12 +152,16 @@ class JobGraph:
         }
 
     def describe(self) -> str:
-        lines = [f"Job {self.job_name!r}: parallelism {self.parallelism}, max parallelism {self.max_parallelism}"]
+        default = self.default_parallelism or self.parallelism
+        slots = f", {self.parallelism} slots" if self.parallelism != default else ""
+        lines = [f"Job {self.job_name!r}: parallelism {default}{slots}, max parallelism {self.max_parallelism}"]
         for task in self.tasks:
             ins = ", ".join(
                 f"{self.operators[self.edges[e].source].name} ={self.edges[e].partitioner}=>" for e in task.input_edges
             )
-            own = f" [parallelism {task.parallelism}]" if task.parallelism != self.parallelism else ""
+            own = f" [parallelism {task.parallelism}]" if task.parallelism != default else ""
+            if task.slot_sharing_group != DEFAULT_GROUP:
+                own += f" [slot sharing group {task.slot_sharing_group!r}]"
             lines.append(f"  task {task.id}: {(ins + ' ') if ins else ''}{task.name(self)}{own}")
         return "\n".join(lines)
 
@@ -175,9 +199,10 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos,
                            parallelism=t.parallelism or parallelism,
                            max_parallelism=t.max_parallelism or max_parallelism,
-                           chaining=t.chaining, slot_sharing_group=t.slot_sharing_group)
+                           chaining=t.chaining)
         for pos, t in enumerate(sorted(real, key=lambda t: t.id), start=1)
     }
+    given = {t.id: t.slot_sharing_group for t in real}
     for op in operators.values():
         if op.parallelism > op.max_parallelism:
             raise JobDefinitionError(f"operator {op.name!r}: parallelism {op.parallelism} is above its max parallelism "
@@ -215,6 +240,11 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                 operators[t.id].inputs.append(e.id)
                 operators[src].outputs.append(e.id)
 
+    # Slot sharing groups, in creation order (inputs are made before the operators that read them).
+    for op in sorted(operators.values(), key=lambda o: o.id):
+        inherited = {operators[edges[e].source].slot_sharing_group for e in op.inputs}
+        op.slot_sharing_group = given[op.id] or (inherited.pop() if len(inherited) == 1 else DEFAULT_GROUP)
+
     # Chaining.
     chained_into: dict[int, int] = {}
     for op in operators.values():
@@ -242,7 +272,8 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
             o = stack.pop(0)
             members.append(o)
             stack.extend(operators[o].chained_outputs)
-        tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs), op.parallelism))
+        tasks.append(TaskVertex(len(tasks) + 1, op.id, members, list(op.inputs), op.parallelism,
+                                op.slot_sharing_group))
 
     for op in operators.values():
         if op.kind in (T.KEYED_PROCESS, T.KEYED_AGGREGATE, T.KEYED_REDUCE, T.WINDOW, T.WINDOW_AGGREGATE):
@@ -262,9 +293,23 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                 raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "
                                          "connect two keyed streams, or call connected.key_by(key1, key2)")
 
-    slots = max(t.parallelism for t in tasks)
+    slots = assign_slots(tasks)
     return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
                     {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism)
+
+
+def assign_slots(tasks: list[TaskVertex]) -> int:
+    """Give each slot sharing group its range of slots (``TaskVertex.first_slot``), groups in order of
+    first appearance; returns the slots the job needs."""
+    sizes: dict[str, int] = {}
+    for t in tasks:
+        sizes[t.slot_sharing_group] = max(sizes.get(t.slot_sharing_group, 0), t.parallelism)
+    first, total = {}, 0
+    for group, size in sizes.items():
+        first[group], total = total, total + size
+    for t in tasks:
+        t.first_slot = first[t.slot_sharing_group]
+    return total
 
 
 def _runtime_mode(config: Configuration, sources: list[Transformation]) -> str:

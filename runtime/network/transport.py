@@ -138,18 +138,21 @@ class Transport:
         self.outputs: dict[tuple[int, int], OutputChannel] = {}
 
     # -- wiring ----------------------------------------------------------------
-    def input_channel(self, edge: int, source_subtask: int, input_index: int) -> InputChannel:
-        ch = InputChannel(edge, source_subtask, input_index)
+    def input_channel(self, edge: int, peer: int, input_index: int, source_subtask: int | None = None) -> InputChannel:
+        """From slot ``peer``, which runs subtask ``source_subtask`` (default: ``peer``) of the edge's source;
+        the two differ when slot sharing groups give the source's group slots of its own."""
+        ch = InputChannel(edge, peer if source_subtask is None else source_subtask, input_index)
 
-        def return_credit(n: int, edge: int = edge, src: int = source_subtask) -> None:
+        def return_credit(n: int, edge: int = edge, src: int = peer) -> None:
             self.in_conns[src].send(frame(CREDIT_GRANT, edge, CREDIT.pack(n)))
 
         ch.return_credit = return_credit
-        self.inputs[(edge, source_subtask)] = ch
+        self.inputs[(edge, peer)] = ch
         return ch
 
-    def output_channel(self, edge: int, target_subtask: int, batch_size: int, buffer_timeout_ms: int) -> OutputChannel:
-        def deliver(item: Any, is_data: bool, edge: int = edge, dst: int = target_subtask) -> None:
+    def output_channel(self, edge: int, peer: int, batch_size: int, buffer_timeout_ms: int) -> OutputChannel:
+        """To slot ``peer`` (which runs the target's subtask)."""
+        def deliver(item: Any, is_data: bool, edge: int = edge, dst: int = peer) -> None:
             if is_data:
                 kind, payload = encode_batch(item)
             else:
@@ -157,7 +160,7 @@ class Transport:
             self.out_conns[dst].send(frame(kind, edge, payload))
 
         ch = OutputChannel(deliver, batch_size, buffer_timeout_ms)
-        self.outputs[(edge, target_subtask)] = ch
+        self.outputs[(edge, peer)] = ch
         return ch
 
     def connect(self, addresses: list[tuple[str, int]], timeout: float = 60.0) -> None:

@@ -1,5 +1,7 @@
-"""One slot: a subtask of every operator (slot i: subtask i of each operator whose parallelism
-is above i; see ``graph/job_graph.py``), run by a single-threaded loop.
+"""One slot: a subtask of each operator of one slot sharing group (slot ``first_slot + i`` of the
+group: subtask i of each of its operators whose parallelism is above i; see ``graph/job_graph.py``),
+run by a single-threaded loop. ``subtask`` below is the slot's index; an operator's own subtask index
+is ``vertex.subtask_in(slot)`` (the same when the job has one group).
 
 The loop (Flink's mailbox, without threads: Python has one core per process
 anyway) repeatedly lets each task take a few batches from its input gate or
@@ -91,8 +93,9 @@ def _channel_state_stats(collector: ChannelStateCollector | None) -> dict:
 
 class Task:
     def __init__(self, vertex: TaskVertex, operators: list[StreamOperator], writers: list[RecordWriter],
-                 gate: InputGate | None):
+                 gate: InputGate | None, subtask: int = 0):
         self.vertex = vertex
+        self.subtask = subtask  # of the vertex (its operators' subtask index), not the slot's
         self.operators = operators
         self.head = operators[0]
         self.writers = writers  # every record writer of the chain: all must have room before input is taken
@@ -320,9 +323,11 @@ class SlotRuntime:
 
     # -- wiring ------------------------------------------------------------------
     def _build(self) -> None:
-        g, i = self.graph, self.subtask
-        here = [v for v in g.tasks if v.parallelism > i]  # the task vertices with a subtask in this slot
-        for op_id in (o for v in here for o in v.operators):
+        g, slot = self.graph, self.subtask
+        # The task vertices with a subtask in this slot, and which subtask of each.
+        here = [(v, v.subtask_in(slot)) for v in g.tasks if v.subtask_in(slot) is not None]
+        vertex_of = {o: v for v in g.tasks for o in v.operators}
+        for op_id, i in ((o, i) for v, i in here for o in v.operators):
             node = g.operators[op_id]
             ctx = RuntimeContext(node.name, i, node.parallelism, node.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
@@ -343,15 +348,17 @@ class SlotRuntime:
             src_node = g.operators[e.source]
             if e.target in src_node.chained_outputs or e.source not in self.operators:
                 continue
-            target_node = g.operators[e.target]
+            target_node, target_vertex = g.operators[e.target], vertex_of[e.target]
+            i = vertex_of[e.source].subtask_in(slot)
             targets = [i] if e.partitioner == T.FORWARD else list(range(target_node.parallelism))
             channels: list[OutputChannel] = []
             for j in targets:
-                if j == i:
+                peer = target_vertex.slot_of(j)
+                if peer == slot:
                     out, inp = local_pair(e.id, i, e.input_index, self.batch_size, self.buffer_timeout, self.credits)
                     local_inputs[(e.id, i)] = inp
                 else:
-                    out = self.transport.output_channel(e.id, j, self.batch_size, self.buffer_timeout)
+                    out = self.transport.output_channel(e.id, peer, self.batch_size, self.buffer_timeout)
                 channels.append(out)
             writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, target_node.max_parallelism)
         for op_id, op in self.operators.items():
@@ -362,7 +369,7 @@ class SlotRuntime:
                 op.output.connect(chained.push, by_target[target].tag, chained.process_event)
             for eid in node.channel_outputs:
                 op.output.connect(writers_of[eid].emit, g.edges[eid].tag, writers_of[eid].broadcast_event)
-        for vertex in here:
+        for vertex, i in here:
             ops = [self.operators[o] for o in vertex.operators]
             channel_writers = [writers_of[e] for o in vertex.operators for e in g.operators[o].channel_outputs]
             gate = None
@@ -370,14 +377,16 @@ class SlotRuntime:
                 inputs = []
                 for eid in vertex.input_edges:
                     e = g.edges[eid]
+                    source_vertex = vertex_of[e.source]
                     sources = [i] if e.partitioner == T.FORWARD else list(range(g.operators[e.source].parallelism))
                     for s in sources:
-                        if s == i:
-                            inputs.append(local_inputs[(eid, i)])
+                        if source_vertex.slot_of(s) == slot:
+                            inputs.append(local_inputs[(eid, s)])
                         else:
-                            inputs.append(self.transport.input_channel(eid, s, e.input_index))
+                            inputs.append(self.transport.input_channel(eid, source_vertex.slot_of(s), e.input_index,
+                                                                       source_subtask=s))
                 gate = InputGate(inputs)
-            task = Task(vertex, ops, channel_writers, gate)
+            task = Task(vertex, ops, channel_writers, gate, i)
             if gate is not None and self.checkpointing and self.unaligned:
                 task.barriers = UnalignedBarrierHandler(
                     gate,
@@ -417,10 +426,10 @@ class SlotRuntime:
         recovered = []
         for task in self.tasks:
             handles = restore["channel_state"].get(str(task.vertex.id))
-            handle = handles[self.subtask] if handles and self.subtask < len(handles) else None
+            handle = handles[task.subtask] if handles and task.subtask < len(handles) else None
             if not handle:
                 continue
-            where = f"checkpoint {restore['url']}, task {task.vertex.name(self.graph)} (subtask {self.subtask + 1})"
+            where = f"checkpoint {restore['url']}, task {task.vertex.name(self.graph)} (subtask {task.subtask + 1})"
             try:
                 state = channel_state.read(location.read(handle), where)
             except channel_state.ChannelStateFormatError as e:
@@ -699,12 +708,12 @@ class SlotRuntime:
                 snap.done()
             task, n = r.job.task, r.job.checkpoint_id
             if r.error is not None:
-                self._decline(task, n, f"task {task.vertex.name(self.graph)} (subtask {self.subtask + 1}) "
+                self._decline(task, n, f"task {task.vertex.name(self.graph)} (subtask {task.subtask + 1}) "
                                        f"could not write its snapshot: {r.error}")
                 continue
             if self.control is not None:
                 self.control.send({"type": "ack", "slot": self.subtask, "attempt": self.attempt, "id": n,
-                                   "task": task.vertex.id, "name": task.vertex.name(self.graph),
+                                   "task": task.vertex.id, "subtask": task.subtask, "name": task.vertex.name(self.graph),
                                    "handles": r.handles, "sync_ms": r.job.sync_ms, "async_ms": r.async_ms,
                                    "alignment_ms": r.job.alignment_ms, "size": r.size, "uploaded": r.uploaded,
                                    "start_delay_ms": r.job.start_delay_ms, **_channel_state_stats(r.job.channel_state)})
@@ -767,7 +776,7 @@ class SlotRuntime:
                    "cause": "storage" if e.transient else "restore", "checkpoint": (self.restore or {}).get("id")}
         elif isinstance(e, OperatorFailure):
             msg = {"operator": e.operator, "error_type": e.error_type, "error": e.error, "traceback": e.traceback,
-                   "cause": "operator", "parallelism": e.parallelism}
+                   "cause": "operator", "parallelism": e.parallelism, "subtask": e.subtask}
         else:
             msg = {"operator": None, "error_type": type(e).__name__, "error": str(e),
                    "traceback": traceback.format_exc(), "cause": "peer" if isinstance(e, PeerLost) else "task"}

@@ -70,9 +70,9 @@ def expected_rows(rows: int) -> list[tuple]:
 
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
           parallelism: dict | None = None, restore: str | None = None, keyed_max: int = 64,
-          default: int | None = 2) -> StreamExecutionEnvironment:
+          default: int | None = 2, groups: dict | None = None) -> StreamExecutionEnvironment:
     """``parallelism``: operator -> its own parallelism (None: the job's default); ``default``: the
-    job's (None: what the command line set)."""
+    job's (None: what the command line set); ``groups``: operator -> its slot sharing group."""
     p = {**DEFAULT, **(parallelism or {})}
     env = StreamExecutionEnvironment.get_execution_environment()
     if default is not None:
@@ -90,6 +90,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     for op, name in ((source, "source"), (squares, "map"), (totals, "keyed"), (sink, "sink")):
         if p[name] is not None:
             op.set_parallelism(p[name])
+        if name in (groups or {}):
+            op.slot_sharing_group(groups[name])
     return env
 
 
