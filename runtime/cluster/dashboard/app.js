@@ -177,7 +177,9 @@ function renderJob(j) {
   state.className = `badge state-${j.state.toLowerCase()}`;
   const end = j.end_time ?? Date.now() / 1000;
   const meta = [
-    ["Job ID", j.id], ["Parallelism", `${j.parallelism} (max ${j.max_parallelism})`],
+    ["Job ID", j.id], ["Parallelism", `${j.parallelism} (max ${j.max_parallelism})` +
+      (j.slots !== undefined && j.slots !== j.parallelism ? `, ${j.slots} slots` : "") +
+      (j.executors != null ? ` on ${j.executors} executors` : "")],
     ["Uptime", duration(end - j.start_time)], ["Restarts", String(j.restarts)],
     ["Latest checkpoint", j.latest_checkpoint ? `#${j.latest_checkpoint.id} at ${j.latest_checkpoint.path}` : "none"],
   ];
