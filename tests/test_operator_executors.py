@@ -39,8 +39,11 @@ def executor_pods(api, name: str) -> list[dict]:
 def test_executors_run_as_pods_and_a_lost_one_restores_exactly_once(kube_api, tmp_path, caplog):
     rows, rate = 12_000, 600
     memo = kopf.Memo(config=OperatorConfig(idle_interval=1.0, kubernetes_master=f"k8s://{kube_api.url}"))
-    spec = streamjob("execs", tmp_path, rows, rate, mode="kubernetes",
+    spec = streamjob("execs", tmp_path, rows, rate, mode="kubernetes", parallelism=1,
                      executor={"cores": 1, "resources": {"cpu": "500m", "memory": "512Mi"}})
+    # spec.parallelism is 1, but the counting operator runs at 2 (its own set_parallelism): the driver
+    # asks for the 2 slots its job graph needs, not 1.
+    spec["spec"]["job"]["args"].append("2")
     with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, \
             run_operator(kube_api, module="streamjob.operator.handlers", memo=memo):
         kube_api.objects.create("sj", spec, namespace=NS)
@@ -49,6 +52,8 @@ def test_executors_run_as_pods_and_a_lost_one_restores_exactly_once(kube_api, tm
                                               f"{kubelet.logs(NS, 'execs-driver-1')[-3000:]}")
         pods = executor_pods(kube_api, "execs")
         assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+        st = status(kube_api, "execs")
+        assert (st["parallelism"], st["slots"], st["executors"]) == (1, 2, 2)
         for pod in pods:
             assert pod_problems(pod) == []
             assert pod["metadata"]["ownerReferences"][0]["name"] == "execs-driver-1"
