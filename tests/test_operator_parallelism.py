@@ -213,15 +213,17 @@ def test_mixed_parallelism_is_exactly_once_under_random_kills(spark_slots, tmp_p
     assert mixed.committed(out) == mixed.expected_rows(rows)
 
 
-def test_slot_sharing_groups_are_exactly_once_under_random_kills(spark_slots, tmp_path):
+@pytest.mark.parametrize("unaligned", [False, True])
+def test_slot_sharing_groups_are_exactly_once_under_random_kills(spark_slots, tmp_path, unaligned):
     """Source, keyed operator and sink at parallelism 2 in "default", the map at 2 in "heavy": 4 slots,
-    the map's subtasks in slots 3-4 apart from everything else (forward edges from the source cross slots)."""
+    the map's subtasks in slots 3-4 apart from everything else (forward edges from the source cross slots).
+    Unaligned: in-flight data between the groups is channel state of each operator's own subtask."""
     rng = random.Random(int(time.time()))
     rows = 9000
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     env = mixed.build(out, checkpoints, rows, rate=3000, interval_ms=rng.randint(200, 400),
                       parallelism={"source": 2, "map": 2, "keyed": 2, "sink": 2},
-                      groups={"map": "heavy", "keyed": "default"})
+                      groups={"map": "heavy", "keyed": "default"}, unaligned=unaligned)
     g = graph_of(env)
     assert [(t.name(g), t.first_slot) for t in g.tasks] == [
         ("Source: numbers", 0), ("Map", 2), ("KeyedProcess -> Sink: FileSink(jsonl)", 0)]

@@ -70,9 +70,10 @@ def expected_rows(rows: int) -> list[tuple]:
 
 def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int = 300,
           parallelism: dict | None = None, restore: str | None = None, keyed_max: int = 64,
-          default: int | None = 2, groups: dict | None = None) -> StreamExecutionEnvironment:
+          default: int | None = 2, groups: dict | None = None, unaligned: bool = False) -> StreamExecutionEnvironment:
     """``parallelism``: operator -> its own parallelism (None: the job's default); ``default``: the
-    job's (None: what the command line set); ``groups``: operator -> its slot sharing group."""
+    job's (None: what the command line set); ``groups``: operator -> its slot sharing group;
+    ``unaligned``: unaligned checkpoints (in-flight data becomes channel state)."""
     p = {**DEFAULT, **(parallelism or {})}
     env = StreamExecutionEnvironment.get_execution_environment()
     if default is not None:
@@ -82,6 +83,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     env.enable_checkpointing(interval_ms, CheckpointingMode.EXACTLY_ONCE)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage(checkpoints)
+    if unaligned:
+        config.enable_unaligned_checkpoints()
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, "numbers").uid("numbers")
     squares = source.map(square).uid("square")
