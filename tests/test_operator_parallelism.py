@@ -127,6 +127,15 @@ def test_slot_sharing_groups_get_slots_of_their_own():
     assert all(e.partitioner == T.FORWARD for e in g.edges.values()) and g.parallelism == 4
 
 
+def test_streamjob_status_names_the_slots_when_they_differ_from_the_parallelism():
+    from streamjob.runtime.cli_control import _slots
+
+    assert _slots({"parallelism": 2, "slots": 2, "executors": None}) == ""
+    assert _slots({"parallelism": 2, "slots": 4, "executors": None}) == ", 4 slots"
+    assert _slots({"parallelism": 2, "slots": 4, "executors": 2}) == ", 4 slots on 2 executors"
+    assert _slots({"parallelism": 2}) == ""  # a job manager of an earlier version
+
+
 def test_bad_settings_say_what_is_wrong():
     env = StreamExecutionEnvironment.get_execution_environment()
     s = env.from_collection([1])

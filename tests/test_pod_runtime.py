@@ -200,6 +200,15 @@ def test_executors_are_sized_from_the_slots_the_job_graph_needs():
     local = Configuration({"spark.master": "local[5]"})
     assert pod.requested_executors(pod.spark_conf(local, {}, 5, LOOPBACK)) is None
 
+    # The map in a slot sharing group of its own: its 5 slots come on top of the 2 of the default group.
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([1]).map(str).set_parallelism(5).slot_sharing_group("heavy") \
+        .sink_to(DiscardingSink()).slot_sharing_group("default")
+    graph = build_job_graph(env._transformations, env.get_config(), "groups")
+    assert graph.parallelism == 7
+    assert k8s(graph.parallelism, kubernetes__executor__cores=2)["spark.executor.instances"] == "4"
+
 
 @pytest.mark.parametrize("timeout, interval, failures", [
     ("30 s", "5000ms", "6"), ("3 s", "3000ms", "1"), ("1 h", "5000ms", "720"), (500, "1000ms", "1"),
