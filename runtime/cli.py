@@ -67,7 +67,7 @@ def main() -> None:
 @click.option("--conf-file", metavar="FILE", help="key=value lines (a job.conf); --conf and flags win over it.")
 @click.option("-p", "--parallelism", type=click.IntRange(min=1), help="Default parallelism of the job's operators.")
 @click.option("--master", help="Spark master: local[N] (default, N = the slots the job needs: the largest parallelism of its "
-                   "operators), spark://..., k8s://...")
+                   "operators, summed over slot sharing groups), spark://..., k8s://...")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Configuration (spark.* goes to Spark). Repeatable.")
 @click.option("--from-checkpoint", "from_checkpoint", metavar="PATH",
               help="Resume from a retained checkpoint: a chk-<n> directory, a job's checkpoint directory (its "
