@@ -6,8 +6,8 @@ refused, the job needs max(parallelism) slots, start_new_chain / disable_chainin
 cut chains, and each slot sharing group gets slots of its own (the job needs the sum). On real local
 Spark: a job with source 1, map 3, keyed 2, sink 1 is exactly-once under random task kills, and a
 savepoint of it restores with every operator's parallelism changed; a map in a slot sharing group of
-its own is exactly-once under a random kill (aligned and unaligned checkpoints); outputs are compared row for row with what one failure-free run computes
-(``tests/jobs/mixed_parallelism.py``).
+its own is exactly-once under a random kill (aligned and unaligned checkpoints); outputs are compared
+row for row with what one failure-free run computes (``tests/jobs/mixed_parallelism.py``).
 """
 
 from __future__ import annotations
