@@ -310,6 +310,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if refused is None:
             if raw_request.headers.get("Upgrade", "").lower() == "websocket":
                 return await self._serve_websocket_watch(raw_request)
+            if raw_request.path.rstrip("/").startswith("/openapi/v3"):
+                return self._serve_openapi_v3(raw_request.path.rstrip("/").removeprefix("/openapi/v3").strip("/"))
             return await super().__call__(raw_request)
         await raw_request.read()
         self.unauthorized.append((raw_request.method, raw_request.path, refused))
@@ -339,6 +341,47 @@ class KubeEmulator(kmock.KubernetesEmulator):
         finally:
             await ws.close()
         return ws
+
+    def _serve_openapi_v3(self, group_version: str) -> aiohttp.web.StreamResponse:
+        """ADDED: just enough of /openapi/v3 for kubectl. `kubectl apply` (and create, replace)
+        validates by default (--validate=strict), and first asks the OpenAPI v3 documents whether the
+        server validates fields itself (a `fieldValidation` query parameter on the resource's PATCH
+        operation); without them it fails ("failed to download openapi"). Each group-version's
+        document here declares that parameter for its kinds, so kubectl leaves validation to the
+        server, which (see Limits) validates no schema: the schemas themselves are not served."""
+        by_gv: dict[str, list[tuple[kmock.resource, kmock.ResourceInfo]]] = {}
+        for resource in self.resources:
+            info = self.resources[resource]
+            gv = f"api/{resource.version}" if not resource.group else f"apis/{resource.group}/{resource.version}"
+            by_gv.setdefault(gv, []).append((resource, info))
+        if not group_version:
+            return aiohttp.web.json_response({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}"}
+                                                        for gv in by_gv}})
+        if group_version not in by_gv:
+            return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                              "reason": "NotFound", "code": 404}, status=404)
+        paths = {}
+        for resource, info in by_gv[group_version]:
+            scope = "namespaces/{namespace}/" if info.namespaced else ""
+            paths[f"/{group_version}/{scope}{resource.plural}/{{name}}"] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": resource.group or "", "version": resource.version,
+                                                    "kind": info.kind},
+                "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "OK"}}}}
+        return aiohttp.web.json_response({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "test"},
+                                          "paths": paths})
+
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        """kmock's discovery document of a group-version, with subresources listed as a real API
+        server lists them: without the resource's short names and categories (else kubectl warns
+        that `sj` "could also match lower priority resource streamjobs/scale"); and the core
+        group's groupVersion is "v1" (kmock says "/v1", and kubectl then maps no core kind)."""
+        payload = await super()._serve_version(request)
+        payload["groupVersion"] = payload["groupVersion"].lstrip("/")
+        for entry in payload["resources"]:
+            if "/" in entry["name"]:
+                entry["shortNames"], entry["categories"] = [], []
+        return payload
 
     def _authentication_problem(self, raw_request: aiohttp.web.BaseRequest) -> str | None:
         if self.tokens is None:
