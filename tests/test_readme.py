@@ -82,7 +82,8 @@ def test_the_quick_start_runs_on_a_fresh_clone(tmp_path):
     site = next((clone / ".venv" / "lib").glob("python3*/site-packages"))
     (site / "zz_shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+    # PIP_NO_BUILD_ISOLATION=0 is pip's spelling of --no-build-isolation (its env values are inverted).
+    env.update(PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0", PIP_DISABLE_PIP_VERSION_CHECK="1",
                STREAMJOB_STATE_DIR=str(tmp_path / "state"),
                PATH=os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                     if not p.startswith(str(Path(sys.executable).parent))))
