@@ -99,7 +99,7 @@ def test_the_quick_start_runs_on_a_fresh_clone(tmp_path):
     assert re.search(r"^\d+> \('to', 4\)$", r.stdout, re.M) and re.search(r"^\d+> \('be', 2\)$", r.stdout, re.M), \
         r.stdout[-3000:]
     activate = activation()
-    r = sh(f"{activate} && python -c 'import streamjob; print(streamjob.__file__)' && command -v streamjob")
+    r = sh(f"{activate} && python -c 'import streamjob.runtime; print(streamjob.runtime.__file__)' && command -v streamjob")
     assert r.returncode == 0, r.stderr
     module, script = r.stdout.split()
     assert module.startswith(str(clone)) and script == str(clone / ".venv" / "bin" / "streamjob"), r.stdout
