@@ -53,6 +53,12 @@ Recipe: an operator test
 Authentication is emulated: a bearer token the server knows (`KubeAPI.TOKEN`, each operator's
 identity) or, on the optional TLS port, a client certificate of the test CA; anything else is 401.
 
+kubectl works against it on the TLS port (`KubeAPI(tls=True)`, `write_kubeconfig(path, tls=True)`):
+over plain http kubectl sends no bearer token. Served for it: discovery, /openapi/v3 (only the
+`fieldValidation` parameter, so that apply leaves validation to the server), the scale subresource,
+merge patches; `kubectl get` lists NAME and AGE only (no server-side Table printing of a CRD's
+additionalPrinterColumns). tests/test_readme_walkthrough.py runs the README's walk-through with it.
+
 Pods are checked on creation with the API server's rules that no schema expresses (unique volume
 names and mount paths, mounts naming a volume: tests/kube/validation.py) and refused with 422.
 
