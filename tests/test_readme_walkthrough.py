@@ -134,7 +134,9 @@ def test_the_walkthrough_runs_against_the_test_api_server(tmp_path):
 
             line = next(step)
             assert line == "kubectl get sj"
-            assert re.search(rf"^{NAME}\s", sh(line), re.M)
+            out = sh(line)  # the CRD's printer columns: lifecycle, job state, parallelism, last checkpoint age
+            assert re.search(r"^NAME\s+LIFECYCLE\s+JOB\s+PARALLELISM\s+LAST CHECKPOINT\s+AGE$", out, re.M), out
+            assert re.search(rf"^{NAME}\s+(DEPLOYED|STABLE)\s+RUNNING\s+2\s", out, re.M), out
 
             line = next(step)
             assert line.startswith(f"kubectl annotate sj {NAME} streamjob.io/savepoint=")
