@@ -110,7 +110,10 @@ def test_the_quick_start_runs_on_a_fresh_clone(tmp_path):
     windows = re.findall(r"^\d+> .*'window_end': (\d+)", r.stdout, re.M)
     assert windows and len(windows) == len(set(re.findall(r"^\d+> (.*)$", r.stdout, re.M))), r.stdout[-2000:]
 
-    # The endless rolling sum: Ctrl-C (SIGINT to the foreground process group) once it runs.
+    # The endless rolling sum: Ctrl-C (SIGINT to the foreground process group) once it runs: `streamjob
+    # list` says RUNNING (its job manager serves) and records reach the sink (its in-progress file: the
+    # tasks run; a Ctrl-C before that ends the run at once, as the README says, with exit 130).
+    out_dir = clone / "out" / "rolling_sum"
     proc = subprocess.Popen(["bash", "-c", f"{activate} && exec {table_command('rolling_sum')}"], cwd=clone, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -119,6 +122,10 @@ def test_the_quick_start_runs_on_a_fresh_clone(tmp_path):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "rolling_sum not RUNNING in `streamjob list` within 180 s"
             time.sleep(1)
+        while not (out_dir.exists() and any(out_dir.rglob("*"))):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"nothing in {out_dir} within 180 s"
+            time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=180)
     finally:
@@ -127,5 +134,5 @@ def test_the_quick_start_runs_on_a_fresh_clone(tmp_path):
             proc.wait()
     assert proc.returncode == 0, err[-3000:]
     assert "Stopped by Ctrl-C: every record the sources emitted was processed" in err + out, err[-3000:]
-    committed = [p for p in (clone / "out" / "rolling_sum").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    committed = [p for p in out_dir.rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert committed, "no output committed"
