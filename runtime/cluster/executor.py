@@ -608,6 +608,10 @@ def _cancel_by_signal(signum: int, stop: "_StopWatch", jm: Any, attempt: Any, di
     stop.cancel_signal = signum
     display.note(f"{NAMES.get(signum, 'signal')} again: canceling (the drain is abandoned; "
                  f"the latest completed checkpoint is kept)")
+    # Fenced first: the checkpoint kept (and named) is the latest completed now. Without it, one in
+    # flight (the drain's final one, whose tasks finish while Spark tears them down) could still
+    # complete, its sinks commit past the one named, and the one named be disposed of as subsumed.
+    jm.fence()
     jm.status.state = "CANCELED"
     attempt.cancel()
 
