@@ -3,8 +3,8 @@ Ctrl-C is the terminal's ^C, delivered to the whole foreground process group, th
 workers included), SIGTERM, `streamjob stop`, and what each end says can be resumed.
 
 The job is ``tests/jobs/slow_drain.py``: one source subtask, a map sleeping per record, the
-exactly-once FileSink. A signal sent just as a batch begins leaves that batch (and at most the one the
-source polled before it saw the stop) to drain: BATCH * SLEEP_MS each. The committed output is
+exactly-once FileSink. A signal sent just as a batch begins leaves that batch to drain (BATCH * SLEEP_MS):
+the slot reads the stop before its source's next step, so no batch after it. The committed output is
 checked row for row: every record the source emitted (its count in the summary), none twice, no
 in-progress file left.
 """
