@@ -3,8 +3,8 @@ Ctrl-C is the terminal's ^C, delivered to the whole foreground process group, th
 workers included), SIGTERM, `streamjob stop`, and what each end says can be resumed.
 
 The job is ``tests/jobs/slow_drain.py``: one source subtask, a map sleeping per record, the
-exactly-once FileSink. A signal sent just as a batch begins leaves that batch (and at most the one the
-source polled before it saw the stop) to drain: BATCH * SLEEP_MS each. The committed output is
+exactly-once FileSink. A signal sent just as a batch begins leaves that batch to drain (BATCH * SLEEP_MS):
+the slot reads the stop before its source's next step, so no batch after it. The committed output is
 checked row for row: every record the source emitted (its count in the summary), none twice, no
 in-progress file left.
 """
@@ -163,6 +163,9 @@ def test_one_ctrl_c_drains_and_commits_every_row(terminal, tmp_path, batch):
     assert [p.name for p in term.checkpoints.glob("*/chk-*/_metadata")] == ["_metadata"]
     assert os.path.exists(os.path.join(m.group(2), "_metadata"))
     if batch == 300:
+        # The stop reached the source while that batch (6 s) ran, and the source saw it before its next
+        # step: the drain carried that batch and nothing after it.
+        assert source_count(text) == first + batch, text
         # The batch that had just begun drained whole: 300 rows at 20 ms at least, longer than the 5 s after
         # which the run used to be declared finished while it still drained.
         assert drained > 5.0, f"drained in {drained:.1f} s"
@@ -199,13 +202,15 @@ def test_streamjob_stop_drains_and_commits_every_row(terminal, tmp_path):
 
 
 @pytest.mark.spark
-def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resumes_it(terminal, tmp_path):
+@pytest.mark.parametrize("execute", ["execute", "execute_async"])
+def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resumes_it(terminal, tmp_path, execute):
     """Ctrl-C twice during a long drain: canceled, exit 130, the latest checkpoint kept (the default
     retention would delete it) and named with the command that resumes it; that command, given the
     base checkpoint directory instead, resumes the newest job's newest checkpoint, and the two runs
-    together commit every row exactly once."""
+    together commit every row exactly once. The same for a job the program started with
+    execute_async (streamjob run waits for it, and its main thread gets the signals)."""
     rows = 3_000
-    term = terminal(tmp_path, rows, 100)
+    term = terminal(tmp_path, rows, 100, env={"EXECUTE_ASYNC": "1"} if execute == "execute_async" else None)
     deadline = time.monotonic() + START_TIMEOUT
     while not any(term.checkpoints.glob("*/chk-*/_metadata")):  # a checkpoint (every 2 s) completed
         assert term.child.isalive() and time.monotonic() < deadline, term.text()

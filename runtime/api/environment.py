@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -58,6 +59,7 @@ class JobClient:
         self.job_name = job_name
         self.job_manager: Any = None  # set once the job manager runs (tests use it to find task processes)
         self._cancel_requested = False
+        self._cancel_signal: int | None = None  # a second Ctrl-C / SIGTERM during the graceful stop
         self._state = "CREATED"
         self._result: JobExecutionResult | None = None
         self._error: BaseException | None = None
@@ -119,6 +121,11 @@ class JobClient:
         self.job_id = job_manager.job_id  # a job that claims a checkpoint continues under its job id
         self._attached.set()
 
+    def _interrupt(self, signum: int) -> None:
+        """A second Ctrl-C (or SIGTERM) while the job drains: cancel it as ``streamjob run`` cancels the
+        job of ``execute``: the latest completed checkpoint is kept and the run exits 128 + signum."""
+        self._cancel_signal = signum
+
     def _done(self, state: str) -> None:
         self._state = state
 
@@ -152,14 +159,17 @@ class _ExecutionContext:
                     client._finished.wait(0.25)
                 except KeyboardInterrupt as e:
                     interrupts += 1
+                    # streamjob run turns SIGTERM into a KeyboardInterrupt named Terminated
+                    terminated = type(e).__name__ == "Terminated"
                     for c in self.clients:
                         if c._finished.is_set():
                             continue
-                        if interrupts == 1 and c.job_manager is not None:
-                            # streamjob run turns SIGTERM into a KeyboardInterrupt named Terminated
-                            c.job_manager.stop(by="SIGTERM" if type(e).__name__ == "Terminated" else "Ctrl-C")
-                        else:
-                            c.cancel()
+                        if c.job_manager is None:
+                            c.cancel()  # not deployed yet: nothing to drain or keep
+                        elif interrupts == 1:
+                            c.job_manager.stop(by="SIGTERM" if terminated else "Ctrl-C")
+                        else:  # as the job of execute(): canceled, the latest checkpoint kept, exit 130 / 143
+                            c._interrupt(signal.SIGTERM if terminated else signal.SIGINT)
             if client._error is not None and not client._result_read:
                 client._result_read = True
                 raise client._error

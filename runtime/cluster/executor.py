@@ -447,11 +447,10 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                         jm.stop()
                         display.note(_stopping_note(signum, coordinator))
                     elif jm.status.state != "CANCELED":
-                        stop.cancel_signal = signum
-                        display.note(f"{NAMES.get(signum, 'signal')} again: canceling (the drain is abandoned; "
-                                     f"the latest completed checkpoint is kept)")
-                        jm.status.state = "CANCELED"
-                        attempt.cancel()
+                        _cancel_by_signal(signum, stop, jm, attempt, display)
+                if client is not None and client._cancel_signal is not None and jm.status.state != "CANCELED":
+                    # The same, in a job of execute_async: its program's thread counted the signals.
+                    _cancel_by_signal(client._cancel_signal, stop, jm, attempt, display)
                 if stop.due_for_note():
                     display.note(_still_draining_note(stop, jm, coordinator))
                 if jm.stop_requested and not stop.started:
@@ -603,6 +602,19 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
+
+
+def _cancel_by_signal(signum: int, stop: "_StopWatch", jm: Any, attempt: Any, display: Any) -> None:
+    """A second Ctrl-C or SIGTERM during the graceful stop: cancel, keeping the latest checkpoint."""
+    stop.cancel_signal = signum
+    display.note(f"{NAMES.get(signum, 'signal')} again: canceling (the drain is abandoned; "
+                 f"the latest completed checkpoint is kept)")
+    # Fenced first: the checkpoint kept (and named) is the latest completed now. Without it, one in
+    # flight (the drain's final one, whose tasks finish while Spark tears them down) could still
+    # complete, its sinks commit past the one named, and the one named be disposed of as subsumed.
+    jm.fence()
+    jm.status.state = "CANCELED"
+    attempt.cancel()
 
 
 class JobInterrupted(JobExecutionError):

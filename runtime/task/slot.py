@@ -515,6 +515,9 @@ class SlotRuntime:
                 if task.backpressured:
                     task.backpressured_s += now - last
             last = now
+            # Control first: a stop (or trigger) that the last transport poll brought in is acted on
+            # before the sources step again, so a drain does not carry one more source batch with it.
+            self._handle_control()
             progressed = False
             for task in tasks:
                 if task.step(now):
@@ -529,7 +532,6 @@ class SlotRuntime:
                 d = task.next_deadline(now)
                 if d is not None and (deadline is None or d < deadline):
                     deadline = d
-            self._handle_control()
             if self._parked or self.aligned_timeout_ms > 0:
                 self._settle_channel_state()
             if self.snapshots is not None and self.snapshots.results:

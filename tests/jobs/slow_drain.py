@@ -44,7 +44,10 @@ def main() -> None:
         .map(SlowMap(float(sleep_ms) / 1000.0, int(batch), os.path.abspath(markers))).uid("slow").name("slow")
         .sink_to(FileSink.jsonl(out)).uid("files")
     )
-    env.execute("slow drain")
+    if os.environ.get("EXECUTE_ASYNC"):  # streamjob run waits for it when main returns, as Flink's client
+        env.execute_async("slow drain")
+    else:
+        env.execute("slow drain")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,12 @@ Recipe: an operator test
 Authentication is emulated: a bearer token the server knows (`KubeAPI.TOKEN`, each operator's
 identity) or, on the optional TLS port, a client certificate of the test CA; anything else is 401.
 
+kubectl works against it on the TLS port (`KubeAPI(tls=True)`, `write_kubeconfig(path, tls=True)`):
+over plain http kubectl sends no bearer token. Served for it: discovery, /openapi/v3 (only the
+`fieldValidation` parameter, so that apply leaves validation to the server), the scale subresource,
+merge patches, and `kubectl get` of a custom resource prints its additionalPrinterColumns (a Table
+made here, for plain gets without selectors). tests/test_readme_walkthrough.py runs the README's walk-through with it.
+
 Pods are checked on creation with the API server's rules that no schema expresses (unique volume
 names and mount paths, mounts naming a volume: tests/kube/validation.py) and refused with 422.
 
@@ -156,6 +162,15 @@ KOPF_PEERING_CRDS = [
 # -- small helpers ------------------------------------------------------------------------------
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(seconds: float) -> str:
+    """A duration as the API server prints an age: 42s, 5m, 3h, 2d."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _error(status: int, message: str, **details: Any) -> kmock.KubernetesError:
@@ -286,6 +301,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _closing: bool = attrs.field(default=False, init=False)
     # ADDED: scale subresource paths per resource, from the CRDs (specReplicasPath etc.).
     _scales: dict[kmock.resource, dict[str, str]] = attrs.field(factory=dict, init=False)
+    # ADDED: the CRDs' additionalPrinterColumns, for `kubectl get` (server-side Table printing).
+    _columns: dict[kmock.resource, list[dict[str, Any]]] = attrs.field(factory=dict, init=False)
     # ADDED: authentication, as a real API server does it: a request needs a known bearer token, or
     # a client certificate signed by the test CA (checked in the TLS handshake of the TLS port), else
     # it gets 401 and changes nothing. None lets anyone in. Refused requests: (method, path, reason).
@@ -310,6 +327,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if refused is None:
             if raw_request.headers.get("Upgrade", "").lower() == "websocket":
                 return await self._serve_websocket_watch(raw_request)
+            if raw_request.path.rstrip("/").startswith("/openapi/v3"):
+                return self._serve_openapi_v3(raw_request.path.rstrip("/").removeprefix("/openapi/v3").strip("/"))
+            table = self._table(raw_request)
+            if table is not None:
+                return aiohttp.web.json_response(table)
             return await super().__call__(raw_request)
         await raw_request.read()
         self.unauthorized.append((raw_request.method, raw_request.path, refused))
@@ -339,6 +361,89 @@ class KubeEmulator(kmock.KubernetesEmulator):
         finally:
             await ws.close()
         return ws
+
+    def _serve_openapi_v3(self, group_version: str) -> aiohttp.web.StreamResponse:
+        """ADDED: just enough of /openapi/v3 for kubectl. `kubectl apply` (and create, replace)
+        validates by default (--validate=strict), and first asks the OpenAPI v3 documents whether the
+        server validates fields itself (a `fieldValidation` query parameter on the resource's PATCH
+        operation); without them it fails ("failed to download openapi"). Each group-version's
+        document here declares that parameter for its kinds, so kubectl leaves validation to the
+        server, which (see Limits) validates no schema: the schemas themselves are not served."""
+        by_gv: dict[str, list[tuple[kmock.resource, kmock.ResourceInfo]]] = {}
+        for resource in self.resources:
+            info = self.resources[resource]
+            gv = f"api/{resource.version}" if not resource.group else f"apis/{resource.group}/{resource.version}"
+            by_gv.setdefault(gv, []).append((resource, info))
+        if not group_version:
+            return aiohttp.web.json_response({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}"}
+                                                        for gv in by_gv}})
+        if group_version not in by_gv:
+            return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                              "reason": "NotFound", "code": 404}, status=404)
+        paths = {}
+        for resource, info in by_gv[group_version]:
+            scope = "namespaces/{namespace}/" if info.namespaced else ""
+            paths[f"/{group_version}/{scope}{resource.plural}/{{name}}"] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": resource.group or "", "version": resource.version,
+                                                    "kind": info.kind},
+                "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "OK"}}}}
+        return aiohttp.web.json_response({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "test"},
+                                          "paths": paths})
+
+    def _table(self, raw_request: aiohttp.web.BaseRequest) -> Body | None:
+        """ADDED: a Table (meta.k8s.io/v1) for `kubectl get` of a custom resource with
+        additionalPrinterColumns, as the API server prints it: Name, the columns (simple JSON paths;
+        dates as ages, "5m"), then the rows. Only a plain GET of a collection or object (no watch, no
+        selectors): anything else is served as before."""
+        if raw_request.method != "GET" or "as=Table" not in raw_request.headers.get("Accept", ""):
+            return None
+        if set(raw_request.query) - {"limit", "timeout", "includeObject"}:
+            return None
+        m = re.fullmatch(r"/apis/([^/]+)/([^/]+)/(?:namespaces/([^/]+)/)?([^/]+)(?:/([^/]+))?/?", raw_request.path)
+        if not m:
+            return None
+        group, version, namespace, plural, name = m.groups()
+        resource = next((r for r in self._columns if (r.group, r.version, r.plural) == (group, version, plural)), None)
+        if resource is None:
+            return None
+        objects = self.list(resource, namespace, name=name)
+        if name is not None and not objects:
+            return None  # the 404 as usual
+        columns = [c for c in self._columns[resource]]
+        definitions = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}]
+        definitions += [{"name": c["name"], "type": c["type"], "format": c.get("format", ""),
+                         "description": c.get("description", ""), "priority": c.get("priority", 0)} for c in columns]
+
+        def cell(obj: Body, column: dict[str, Any]) -> Any:
+            value: Any = obj
+            for part in column["jsonPath"].lstrip(".").split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is None:
+                return None
+            if column["type"] == "date":
+                seconds = (datetime.datetime.now(datetime.timezone.utc)
+                           - datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))).total_seconds()
+                return _age(seconds)
+            return value
+
+        rows = [{"cells": [obj["metadata"]["name"], *(cell(obj, c) for c in columns)],
+                 "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                            "metadata": obj["metadata"]}} for obj in objects]
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": str(self._revision)},
+                "columnDefinitions": definitions, "rows": rows}
+
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        """kmock's discovery document of a group-version, with subresources listed as a real API
+        server lists them: without the resource's short names and categories (else kubectl warns
+        that `sj` "could also match lower priority resource streamjobs/scale"); and the core
+        group's groupVersion is "v1" (kmock says "/v1", and kubectl then maps no core kind)."""
+        payload = await super()._serve_version(request)
+        payload["groupVersion"] = payload["groupVersion"].lstrip("/")
+        for entry in payload["resources"]:
+            if "/" in entry["name"]:
+                entry["shortNames"], entry["categories"] = [], []
+        return payload
 
     def _authentication_problem(self, raw_request: aiohttp.web.BaseRequest) -> str | None:
         if self.tokens is None:
@@ -438,6 +543,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 subresources=set(subresources))
             if "scale" in subresources:
                 self._scales[resource] = subresources["scale"]
+            if version.get("additionalPrinterColumns"):
+                self._columns[resource] = version["additionalPrinterColumns"]
 
     def _unregister_crd(self, body: Body) -> None:
         for version in body["spec"]["versions"]:
