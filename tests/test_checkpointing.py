@@ -51,6 +51,11 @@ def kill_tasks_at_random(client, kills: int, rng: random.Random, pause: tuple[fl
     while len(killed_at) < kills and time.monotonic() < deadline:
         if client._finished.is_set():
             break
+        # The random pause counts from when the job runs again: the restart is waited out in short
+        # polls, not in pauses (that would add half a pause per kill and kill no more randomly).
+        while not (jm.all_running() and len(jm.task_pids()) >= 3) and time.monotonic() < deadline \
+                and not client._finished.is_set():
+            time.sleep(0.02)
         time.sleep(rng.uniform(*pause))
         pids = jm.task_pids()
         if not jm.all_running() or len(pids) < 3:
