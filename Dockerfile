@@ -20,6 +20,16 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/*
 
+# -- requirements: the runtime dependencies, read from pyproject.toml -------------------------------
+# A stage of its own so that the builder's dependency layer depends on this list alone: an edit to
+# pyproject.toml elsewhere (the test extra, pytest's options) yields the same file, and the builder's
+# COPY of an unchanged file and the pip install after it come from the layer cache (BuildKit and
+# buildah key a COPY by its content), instead of reinstalling PySpark.
+FROM python AS requirements
+COPY pyproject.toml /tmp/
+RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/tmp/pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > /requirements.txt
+
 # -- builder: /opt/streamjob with the venv (PySpark, the other dependencies, streamjob) ---------------
 FROM python AS builder
 ENV PATH=/opt/streamjob/venv/bin:$PATH \
@@ -34,17 +44,14 @@ RUN apt-get update \
 # optional build secret ca-certificates, e.g. docker build --secret
 # id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt (docker/build-image.sh passes this
 # machine's). A secret, so it lands in no layer.
-# Dependencies first, from pyproject.toml alone: this layer (PySpark is ~450 MB) stays cached
-# while only streamjob's sources change. The pip cache mount keeps what pip caches (downloads,
-# wheels built from sdists) for builds that do redo it.
-COPY pyproject.toml ./
+# Dependencies first, from their list alone (the requirements stage): this layer (PySpark is
+# ~450 MB) stays cached while streamjob's sources or the rest of pyproject.toml change. The pip
+# cache mount keeps what pip caches (downloads, wheels built from sdists) for builds that do redo it.
+COPY --from=requirements /requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca-certificates,required=false \
     if [ -s /run/secrets/ca-certificates ]; then export PIP_CERT=/run/secrets/ca-certificates; fi \
-    && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
-        > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt
+    && pip install -r /tmp/requirements.txt
 # The build context is an allowlist (.dockerignore): sources, examples, the entrypoint.
 COPY . .
 # --no-deps: the dependencies are all there; a missing one fails `pip check` instead of being
@@ -90,6 +97,10 @@ ENV PATH=/opt/streamjob/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
     TMPDIR=/tmp \
     SPARK_LOCAL_DIRS=/tmp
 WORKDIR /tmp
+# No CMD: the role is always given (the operator's pods: command entrypoint.sh, args
+# driver|executor); without one the entrypoint prints its usage. Before the ARGs: the steps after
+# them are redone at every build (each a copy of this stage with buildah's vfs storage).
+ENTRYPOINT ["/opt/streamjob/entrypoint.sh"]
 
 # What the image was built from, for people (cat /etc/streamjob-build) and for
 # docker/build-image.sh, which passes both and tells a stale image by the hash label. Other builds
@@ -105,11 +116,9 @@ LABEL org.opencontainers.image.title="streamjob" \
       org.opencontainers.image.version="$STREAMJOB_VERSION" \
       io.streamjob.source-hash="$STREAMJOB_SOURCE_HASH"
 
-# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+# Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd. After the RUN
+# above, which writes /etc as root.
 USER 185:185
-# No CMD: the role is always given (the operator's pods: command entrypoint.sh, args
-# driver|executor); without one the entrypoint prints its usage.
-ENTRYPOINT ["/opt/streamjob/entrypoint.sh"]
 
 # Last, as the one big step of this stage; owned by root, so UID 185 cannot change it.
 COPY --from=builder /opt/streamjob /opt/streamjob

@@ -19,8 +19,16 @@ if not os.environ.get("STREAMJOB_STATE_DIR"):
     import shutil
     import tempfile
 
-    os.environ["STREAMJOB_STATE_DIR"] = tempfile.mkdtemp(prefix="streamjob-test-state-")
+    os.environ["STREAMJOB_STATE_DIR"] = os.environ["_STREAMJOB_TEST_STATE_DIR"] = \
+        tempfile.mkdtemp(prefix="streamjob-test-state-")
     atexit.register(shutil.rmtree, os.environ["STREAMJOB_STATE_DIR"], ignore_errors=True)
+# pytest-xdist workers inherit the controller's environment: each gets a registry of its own inside
+# the controller's (removed with it), so one worker's jobs never answer another's lookups by name.
+if os.environ.get("PYTEST_XDIST_WORKER") and \
+        os.environ.get("STREAMJOB_STATE_DIR") == os.environ.get("_STREAMJOB_TEST_STATE_DIR"):
+    os.environ["STREAMJOB_STATE_DIR"] = os.path.join(os.environ["_STREAMJOB_TEST_STATE_DIR"],
+                                                     os.environ["PYTEST_XDIST_WORKER"])
+    os.makedirs(os.environ["STREAMJOB_STATE_DIR"], mode=0o700, exist_ok=True)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ STREAMJOB_E2E_ALL=1 runs them all (about 8 minutes, and the alert test then also
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -69,8 +70,11 @@ SKIPPED_HERE = {"test_api_server_refuses_invalid_specs": "does not validate cust
 def run_suite(tmp_path: Path, env: dict[str, str], *args: str, timeout: float) -> tuple[dict, str]:
     """`pytest e2e ARGS` in a subprocess: ({test id: (outcome, message)}, its output)."""
     report = tmp_path / "e2e-junit.xml"
+    # One process, whatever pyproject's addopts say (`-n 2` would put the suite's scenarios side by
+    # side on this machine's one operator and API server): pytest-xdist's -n 0, when it is installed.
+    serial = ["-n", "0"] if importlib.util.find_spec("xdist") else []
     proc = subprocess.run([sys.executable, "-m", "pytest", "e2e", "-p", "no:cacheprovider", "-q", "-rA", "--durations=0",
-                           f"--junitxml={report}", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                           *serial, f"--junitxml={report}", *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
     output = proc.stdout + proc.stderr
     assert report.exists(), output[-5000:]

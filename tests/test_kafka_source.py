@@ -190,6 +190,11 @@ def kill_while_feeding(client, bootstrap: str, topic: str, chunks: list, kills: 
     killed = 0
     deadline = time.monotonic() + timeout_s
     while killed < kills and time.monotonic() < deadline:
+        # The random pause counts from when every task runs again: the restart is waited out in short
+        # polls, not in pauses (that would add half a pause per kill and kill no more randomly).
+        while not (jm.all_running() and len(jm.task_pids()) >= slots) and time.monotonic() < deadline \
+                and not client._finished.is_set():
+            time.sleep(0.02)
         time.sleep(rng.uniform(*pause))
         pids = jm.task_pids()
         if not jm.all_running() or len(pids) < slots \

@@ -24,8 +24,9 @@ plays the node: it polls the API server (tests/kube/apiserver.py) for Pods and, 
   (default 30); `lose(namespace, name)` kills a pod's processes with SIGKILL and marks the pod
   Failed (reason "NodeLost"), as when its node dies.
 
-Each pod gets its own loopback address (127.0.0.10, .11, ...) as podIP, and STREAMJOB_BIND_HOST
-tells streamjob's servers to listen only there, so pods with the same fixed ports coexist.
+Each pod gets its own loopback address (127.0.0.10, .11, ...; 127.1.0.10, ... in pytest-xdist worker
+gw0, 127.2.0.10 in gw1) as podIP, and STREAMJOB_BIND_HOST tells streamjob's servers to listen only
+there, so pods with the same fixed ports coexist.
 httpGet readiness probes run against the pod's address (the Ready condition follows them).
 Limits: other programs in pods share the host's ports, there is no
 Service networking or cluster DNS, no images (only the local interpreter and files), no resource
@@ -151,7 +152,12 @@ class FakeKubelet:
                  unpullable: set[str] | frozenset[str] = frozenset()):
         self.api, self.namespace, self.images, self.unpullable = api, namespace, images or {}, set(unpullable)
         self.commands = commands or {}  # a path in the image -> what runs it here (an entrypoint script)
-        self._ips = (f"127.0.{n // 250}.{n % 250 + 2}" for n in itertools.count(8))
+        # Pods get 127.<block>.x.y. Each pytest-xdist worker (PYTEST_XDIST_WORKER=gw0, gw1, ...) has a
+        # block of its own, so pods of two kubelets in parallel workers never share an address (and
+        # their fixed ports); a run without xdist keeps 127.0.x.y.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        block = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+        self._ips = (f"127.{block}.{n // 250}.{n % 250 + 2}" for n in itertools.count(8))
         self._pod_ips: dict[str, str] = {}  # uid -> its own loopback address
         self.interval, self.node_name = interval, node_name
         self._pods: dict[str, _Pod] = {}  # by uid: a re-created pod with the same name is a new pod
