@@ -511,3 +511,120 @@ def test_a_value_no_checkpoint_could_hold_is_refused_where_it_is_stored_naming_t
         b.current_key = "k"
     with pytest.raises(TypeError, match=r"state 'session': a (lock|tuple|list) value cannot be pickled"):
         store_it()
+
+
+def _restore_values(data: bytes, index: dict, b: HashMapKeyedStateBackend, name: str = "v") -> dict:
+    for n, kind, chunk in read_keyed(data, index, b.key_groups, "state.bin"):
+        b.restore_chunk(n, kind, chunk)
+    return dict(b.tables[name].base) if name in b.tables else {}
+
+
+@pytest.mark.parametrize("values", [
+    [i * 7 - 300 for i in range(1000)],  # ints: stored narrowed, read back as Python ints
+    [i / 3 for i in range(999)] + [-0.0],  # floats, exactly (bits)
+])
+def test_a_heap_value_state_of_int_keys_and_plain_numbers_snapshots_columnar_and_rescales(values):
+    b = backend()
+    st = b.get_state(ValueStateDescriptor("v"))
+    keys = [(i * 2654435761) % 100000 for i in range(len(values))]
+    for k, v in zip(keys, values):
+        b.current_key = k
+        st.update(v)
+    data, index = serialize(b.freeze(), 128, None)
+    entry = index["keyed"]["v"]
+    assert entry["kind"] == "value" and "columnar" in entry  # no pickled chunk per key group
+    seen = {}
+    for i in range(3):  # at another parallelism: each subtask its own key groups, as the dict it was
+        got = _restore_values(data, index, backend(3, i))
+        assert all(assign_to_key_group(k, 128) in key_group_range(128, 3, i) for k in got)
+        assert all(type(v) is type(values[0]) for v in got.values())
+        seen.update(got)
+    assert seen == dict(zip(keys, values))
+    assert [str(seen[k]) for k in keys] == [str(v) for v in values]  # -0.0 stays -0.0
+
+
+@pytest.mark.parametrize("values", [
+    [True, False] * 50,  # bools are ints to numpy: pickled, so they come back as bools
+    [1, 2.5] * 50,  # two types
+    [1 << 70] * 100,  # beyond int64
+    ["a"] * 100,
+])
+def test_heap_values_numpy_cannot_hold_exactly_are_pickled_and_restore_as_they_were(values):
+    b = backend()
+    st = b.get_state(ValueStateDescriptor("v"))
+    for k, v in enumerate(values):
+        b.current_key = k
+        st.update(v)
+    data, index = serialize(b.freeze(), 128, None)
+    assert "columnar" not in index["keyed"]["v"]
+    got = _restore_values(data, index, backend())
+    assert got == dict(enumerate(values)) and [type(got[k]) for k in range(len(values))] == list(map(type, values))
+
+
+def test_str_keys_of_a_heap_value_state_are_pickled():
+    b = backend()
+    st = b.get_state(ValueStateDescriptor("v"))
+    for k in range(100):
+        b.current_key = f"k{k}"
+        st.update(k)
+    data, index = serialize(b.freeze(), 128, None)
+    assert "columnar" not in index["keyed"]["v"]
+    assert _restore_values(data, index, backend()) == {f"k{k}": k for k in range(100)}
+
+
+def test_successive_columnar_heap_snapshots_follow_new_deleted_and_reinserted_keys():
+    """The writer reuses the key layout of the last snapshot while its keys are still the table's
+    first ones; a deletion (which moves every key after it) must not leave a stale layout."""
+    b = backend()
+    st = b.get_state(ValueStateDescriptor("v"))
+    expected: dict = {}
+
+    def put(k, v):
+        b.current_key = k
+        if v is None:
+            st.clear()
+            expected.pop(k, None)
+        else:
+            st.update(v)
+            expected[k] = v
+
+    rounds = [
+        lambda: [put(k, k) for k in range(500)],  # first snapshot: every key new
+        lambda: [put(7, None), put(7, 70), put(1000, 1)],  # a key moved to the end, one more: as many keys after 7
+        lambda: [put(k, k + 1) for k in range(0, 500, 3)],  # updates only: the layout as it was
+        lambda: [put(k, k) for k in range(500, 800)],  # new keys appended
+        lambda: [put(k, None) for k in range(100, 110)],  # deletions
+        lambda: [put(k, -k) for k in range(100, 105)] + [put(7, None), put(7, 70)],  # re-inserted at the end
+        lambda: [put(k, None) for k in range(795, 800)],  # the last keys deleted
+        lambda: [put(k, 1) for k in range(900, 905)],
+    ]
+    for step in rounds:
+        step()
+        data, index = serialize(b.freeze(), 128, None)
+        assert "columnar" in index["keyed"]["v"]
+        assert _restore_values(data, index, backend()) == expected
+        for i in range(2):
+            part = _restore_values(data, index, backend(2, i))
+            assert part == {k: v for k, v in expected.items() if assign_to_key_group(k, 128) in key_group_range(128, 2, i)}
+
+
+def test_columnar_heap_value_snapshots_restore_into_rocksdb(tmp_path):
+    from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend
+
+    b = backend()
+    st = b.get_state(ValueStateDescriptor("v"))
+    for k in range(-300, 300):
+        b.current_key = k
+        st.update(k * 2)
+    data, index = serialize(b.freeze(), 128, None)
+    assert "columnar" in index["keyed"]["v"]
+    rdb = RocksDBKeyedStateBackend("op", 128, key_group_range(128, 2, 1), str(tmp_path / "local"))
+    try:
+        for name, kind, chunk in read_keyed(data, index, rdb.key_groups, "state.bin"):
+            rdb.restore_chunk(name, kind, chunk)
+        rv = rdb.get_state(ValueStateDescriptor("v"))
+        for k in range(-300, 300):
+            rdb.current_key = k
+            assert rv.value() == (k * 2 if assign_to_key_group(k, 128) in rdb.key_groups else None)
+    finally:
+        rdb.dispose()

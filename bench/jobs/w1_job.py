@@ -2,7 +2,8 @@
 
 W1_DATA: the Parquet directory; W1_PATH: ``columnar`` (built-in ``sum``) or ``per_record`` (a
 KeyedProcessFunction keeping the sum in ValueState); W1_CHECKPOINT_DIR: set for 1 s exactly-once
-checkpoints into it; W1_SINK: ``note`` (the default: a sink that only notes when its first and last
+checkpoints into it (W1_CHECKPOINT_INTERVAL_MS: another interval, to profile what one checkpoint
+costs); W1_SINK: ``note`` (the default: a sink that only notes when its first and last
 records came) or ``parquet`` / ``jsonl`` (the exactly-once FileSink writing the update stream into
 W1_OUT/files); W1_OUT: where each sink subtask notes its first and last records (for a FileSink: its
 first write and when its last part file was committed, which is when a reader can see all of it).
@@ -89,7 +90,7 @@ env = StreamExecutionEnvironment.get_execution_environment()
 env.set_parallelism(2)
 checkpoint_dir = os.environ.get("W1_CHECKPOINT_DIR")
 if checkpoint_dir:
-    env.enable_checkpointing(1000)
+    env.enable_checkpointing(int(os.environ.get("W1_CHECKPOINT_INTERVAL_MS", "1000")))
     env.get_checkpoint_config().set_checkpoint_storage(checkpoint_dir)
 keyed = env.from_source(FileSource.parquet(os.environ["W1_DATA"]), name="W1").key_by("key")
 path = os.environ.get("W1_PATH", "columnar")

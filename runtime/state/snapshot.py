@@ -7,7 +7,10 @@ the key groups it now owns and nothing else. Key groups are computed here, in
 the asynchronous phase, not per record.
 
 Chunks are pickled, except for accumulator tables with int64 keys (the columnar
-rolling and window aggregations): such a table is *columnar*, two blocks of raw
+rolling and window aggregations) and heap ``value`` tables whose keys are all ints
+and values all ints or all floats that fit 64 bits (a KeyedProcessFunction's running
+sum: ``tables.FrozenDict.columns``; read back as the dict they were, so a restore,
+into either backend, sees no difference): such a table is *columnar*, two blocks of raw
 bytes, its keys (int64) and its values, both ordered by key group; its index
 entry says where the blocks are and which slice of them each key group is
 (``"columnar": {"keys": [offset, length], "values": [offset, length], "dtype"}``,
@@ -236,6 +239,11 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
         if kind == "accumulators" and hasattr(frozen, "layout_source"):
             _write_accumulators(builder, name, frozen, max_parallelism, seen)
             continue
+        columns = getattr(frozen, "columns", None) if kind == "value" else None
+        columnar = columns() if columns is not None else None
+        if columnar is not None:  # a heap ValueState of int keys and int / float values: as accumulators
+            _write_accumulators(builder, name, columnar, max_parallelism, seen)
+            continue
         grouped = getattr(frozen, "grouped", None)
         if kind != "accumulators" and grouped is not None:  # heap tables: grouped without Python per key
             for kg, chunk in grouped(max_parallelism):
@@ -454,9 +462,10 @@ def read_keyed(data: bytes, index: dict, key_groups: range, where: str) -> Itera
     for name, table in (index.get("keyed") or {}).items():
         kind = table.get("kind")
         if "columnar" in table:
-            for chunk in _read_columnar(data, table["columnar"], table.get("groups") or {}, key_groups,
-                                        f"{where} (state {name!r})"):
-                yield name, kind, chunk
+            for keys, values in _read_columnar(data, table["columnar"], table.get("groups") or {}, key_groups,
+                                               f"{where} (state {name!r})"):
+                # a heap table written columnar (FrozenDict.columns) comes back as the dict it was
+                yield name, kind, (keys, values) if kind == "accumulators" else dict(zip(keys.tolist(), values.tolist()))
             continue
         for kg, span in table.get("groups", {}).items():
             if int(kg) in key_groups:

@@ -50,15 +50,39 @@ def _is_immutable(value: Any) -> bool:
     return False
 
 
+class KeyOrder:
+    """The layout of a heap table's keys in its last columnar snapshot (``snapshot.KeyLayout``, in
+    ``key_layout``) and those keys (``keys``, int64): a dict keeps its keys in insertion order, so
+    while none was deleted the keys of the last snapshot are the first ones of the next, and only
+    the keys added since are hashed and merged in. Read and replaced by the snapshot writer only."""
+
+    __slots__ = ("key_layout", "keys")
+
+    def __init__(self) -> None:
+        self.key_layout: Any = None
+        self.keys: np.ndarray | None = None
+
+    def check(self, keys: np.ndarray) -> None:
+        """``keys`` are the table's keys now: keep the cached layout only if the keys it laid out are
+        still their first ones, in the same order (a deletion moves the keys after it)."""
+        laid = self.key_layout
+        if laid is not None:
+            m = laid.n
+            if self.keys is None or m > len(keys) or len(self.keys) < m or not np.array_equal(keys[:m], self.keys[:m]):
+                self.key_layout = None
+        self.keys = keys
+
+
 class StateTable:
     """key -> value, copy-on-write while a snapshot is in flight."""
 
     kind = "dict"
-    __slots__ = ("base", "delta")
+    __slots__ = ("base", "delta", "order")
 
     def __init__(self) -> None:
         self.base: dict[Any, Any] = {}
         self.delta: dict[Any, Any] | None = None
+        self.order = KeyOrder()  # see FrozenDict.columns
 
     def get(self, key: Any, default: Any = None) -> Any:
         delta = self.delta
@@ -113,8 +137,10 @@ class StateTable:
         if self.delta is not None:
             raise RuntimeError("a snapshot of this state table is still being written")
         base = self.base
-        if len(base) <= COPY_MAX_ENTRIES and set(map(type, base.values())) <= _SCALARS:
-            return FrozenDict(base.copy())  # the table stays writable in place: no delta, nothing to thaw
+        if len(base) <= COPY_MAX_ENTRIES:
+            types = set(map(type, base.values()))
+            if types <= _SCALARS:  # the table stays writable in place: no delta, nothing to thaw
+                return FrozenDict(base.copy(), self.order if len(types) == 1 else None)
         self.delta = {}
         return FrozenDict(base)
 
@@ -134,11 +160,38 @@ class StateTable:
         self.base.update(chunk)
 
 
-class FrozenDict:
-    """The base of a table as of the barrier; read only by the snapshot writer."""
+_COLUMN_DTYPES = {int: np.int64, float: np.float64}
 
-    def __init__(self, data: dict):
+
+class FrozenDict:
+    """The base of a table as of the barrier; read only by the snapshot writer. ``order``: the
+    table's ``KeyOrder`` when the values are of one scalar type (a copy: see ``columns``)."""
+
+    def __init__(self, data: dict, order: KeyOrder | None = None):
         self.data = data
+        self.order = order
+
+    def columns(self) -> "FrozenAccumulators | None":
+        """The entries as two int64 / float64 blocks when every key is an int that fits int64 and
+        every value an int that fits int64 (or every value a float), else None. Then the snapshot
+        writer writes the table columnar, as the rolling aggregations' tables (numpy alone, no
+        Python object per key, no pickling), laid out by key group from the layout of the last
+        snapshot's keys when they are still the first ones (``KeyOrder``). The types are exact, so
+        a restore gets back the same ints and floats (not bools: their type differs)."""
+        data, order = self.data, self.order
+        n = len(data)
+        if order is None or not n:
+            return None
+        dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
+        if dtype is None or set(map(type, data)) != {int}:
+            return None
+        try:
+            keys = np.fromiter(data, dtype=np.int64, count=n)
+            values = np.fromiter(data.values(), dtype=dtype, count=n)
+        except OverflowError:  # an int beyond int64
+            return None
+        order.check(keys)
+        return FrozenAccumulators(keys, n, values, key_array=keys, layout_source=order)
 
     def keys(self) -> list:
         return list(self.data.keys())
