@@ -191,21 +191,16 @@ def test_the_broker_restarted_mid_job_recovers_exactly_once(spark_slots, kafka_b
     broker.restart(hard=hard)
     client.get_job_execution_result(120)
     feeder.join(30)
-    try:
-        assert_exactly_once(broker.bootstrap, topic, prefix, rows)
-    except AssertionError:
-        skipped = f"Couldn't find leader endpoint for partitions Set({topic}-"
-        if skipped in broker.log_file.read_text(errors="replace"):
-            # The broker, not the sink: a single-node KRaft broker restarted (after a kill, and seen
-            # after a clean stop too) serves for a few seconds from its old incarnation's registration;
-            # when the controller then fences that incarnation every partition is leaderless for a
-            # moment, and the transaction coordinator drops the commit markers it was sending to them
-            # ("likely deleted", the rule of KAFKA-5202). The transaction is CompleteCommit at the coordinator but open on the
-            # partition, and read_committed readers stop at it. Only the failure with that exact
-            # broker log line is excused; any other difference fails.
-            pytest.xfail("the restarted broker skipped its own commit markers (KAFKA-5202 rule after a "
-                         "single-node restart): a hanging transaction on the output partition")
-        raise
+    # The restarted broker may drop commit markers: a single-node KRaft broker restarted (after a kill,
+    # and after a clean stop too) serves for a few seconds from its old incarnation's registration;
+    # when the controller then fences that incarnation every partition is leaderless for a moment, and
+    # the transaction coordinator drops the markers it was sending to them ("likely deleted", the rule
+    # of KAFKA-5202) and records CompleteCommit. The sink finds such a hanging transaction of its own
+    # (the coordinator completed it, the partition holds it open) and writes the missing marker
+    # (hanging.py): the output must be exact either way. Whether it happened this time is printed.
+    dropped = f"Couldn't find leader endpoint for partitions Set({topic}-" in broker.log_file.read_text(errors="replace")
+    print(f"broker dropped commit markers of {topic}: {dropped}")
+    assert_exactly_once(broker.bootstrap, topic, prefix, rows)
 
 
 def test_at_least_once_under_task_kills_loses_nothing(spark_slots, kafka_broker, tmp_path):

@@ -398,7 +398,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         self._repair_hanging(client)
         self._started = True
         self._prewarm()
-        if self.sink.hanging_check_interval_s > 0 and self._my_partitions() is not None:
+        if self.sink.hanging_check_interval_s > 0 and self.sink.record_serializer.topic is not None:
             self._checker = threading.Thread(target=self._check_hanging_periodically, daemon=True,
                                              name=f"kafka-sink-hanging-{self.subtask}")
             self._checker.start()
@@ -421,10 +421,10 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         """Write the markers the broker dropped for transactions of this prefix (a restore is when the
         restored checkpoint's transactions were just committed, and a broker restart is the usual cause
         of the failure it restores from)."""
-        mine = self._my_partitions()
-        if not mine:
-            return None
         try:
+            mine = self._my_partitions()
+            if not mine:
+                return None
             return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine)
         except KafkaProtocolError as e:  # the next look (or the next start) tries again
             log.warning("KafkaSink(%s): could not look for hanging transactions: %s", self.sink.bootstrap_servers, e)
@@ -440,7 +440,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
     def _final_hanging_check(self) -> None:
         """At the end of input: the last commits may still be ending at the coordinator (their
         markers on the way, or dropped): wait for that, then repair what hangs."""
-        if not self._started or not self._my_partitions():
+        if not self._started or self.sink.record_serializer.topic is None:
             return
         deadline = time.monotonic() + FINAL_HANGING_CHECK_S
         with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
