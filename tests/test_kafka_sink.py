@@ -415,7 +415,8 @@ def test_a_record_the_broker_refuses_fails_the_job_naming_topic_and_partition(sp
 # record after message.timeout.ms (5 min by default). The input comes from DataGen, so records reach
 # the sink while the broker is away (a Kafka source would have nothing new to read: it waits, as
 # Flink's does, and the broker restart test above covers it).
-QUICK = {"message.timeout.ms": 3000}
+# max.block.ms: the EXACTLY_ONCE writer's next producer gives up initializing after 5 s (30 s by default).
+QUICK = {"message.timeout.ms": 3000, "max.block.ms": 5000}
 
 
 def datagen_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, restarts: int, delay_ms: int,
@@ -440,8 +441,8 @@ def test_the_broker_gone_longer_than_the_restart_strategy_tolerates_fails_the_jo
                                                                                   tmp_path):
     """The broker stops for good: the job fails (a record not delivered within message.timeout.ms),
     restarts once (all fixed_delay_restart(1, ...) allows), fails again at the sink's start, and the
-    error names the bootstrap address. (AT_LEAST_ONCE: an EXACTLY_ONCE writer's next producer waits
-    60 s in init_transactions for a coordinator that is gone, which only makes this test slower.)"""
+    error names the bootstrap address. (AT_LEAST_ONCE: the EXACTLY_ONCE writer's part, its next
+    producer giving up after max.block.ms, is the next test's.)"""
     broker = kafka_broker_private
     env, _topic, _prefix = datagen_job(broker.bootstrap, tmp_path, "gone", None, 500, restarts=1, delay_ms=100,
                                        guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
@@ -472,7 +473,7 @@ def test_the_broker_back_within_the_restart_strategy_resumes_the_job_exactly_onc
         jm = client.job_manager
         broker.stop()
         # The job notices at the next barrier's flush (message.timeout.ms), or when the sink's next
-        # producer gives up initializing (60 s, sink.py's init_transactions limit), whichever is first.
+        # producer gives up initializing (max.block.ms), whichever is first.
         deadline = time.monotonic() + 150
         while not jm.failure_count and time.monotonic() < deadline:  # the job noticed
             time.sleep(0.1)

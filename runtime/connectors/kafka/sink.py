@@ -37,7 +37,15 @@
 
 The next transaction's producer is created and initialized (``init_transactions``, ~50-70 ms) in a
 background thread while the current transaction runs, so a barrier costs the flush, one
-DescribeTransactions round trip and no producer start.
+DescribeTransactions round trip and no producer start. It may take ``max.block.ms`` (default 30 s)
+before the writer fails; the end of input waits for it at most that long.
+
+Hanging transactions (committed or aborted at the coordinator, never ended on a partition: a broker
+restart can leave them, see ``transactions.hanging_repairs``) of the sink's prefix on its fixed topic
+are looked for, and their missing marker written (``hanging.py``), when a writer starts, every
+``set_hanging_transaction_check_interval`` seconds (default 5) while it runs, and at the end of input;
+subtask ``i`` looks after the partitions ``p`` with ``p % parallelism == i``. A sink whose serializer
+picks the topic per record has no fixed topic: it does not look.
 """
 
 from __future__ import annotations
@@ -67,6 +75,16 @@ CONNECT_TIMEOUT_S = 10.0
 DEFAULT_HANGING_CHECK_INTERVAL_S = 5.0
 # At the end of input, how long the last look waits for commits the coordinator is still ending.
 FINAL_HANGING_CHECK_S = 15.0
+# How long a transaction's producer may take to initialize (``init_transactions``: find the
+# coordinator, InitProducerId) before the writer fails: the sink property ``max.block.ms``, Java's
+# name for the same limit (Java's default is 60 s). 30 s rides out a broker restart (a single
+# KRaft node is back in 5-15 s) without a failure; a longer outage fails the task, and the restart
+# strategy decides how long the job waits for the broker. A failed producer is destroyed at once and
+# each attempt uses ids of its own (``transactions.ATTEMPT_SPAN``), so a shorter limit cannot let a
+# late InitProducerId fence a later transaction.
+DEFAULT_MAX_BLOCK_MS = 30_000
+# Properties the sink reads itself (librdkafka does not know them).
+_SINK_ONLY = ("max.block.ms",)
 # Properties of the client that are the sink's to set.
 _RESERVED = ("transactional.id", "bootstrap.servers")
 
@@ -102,6 +120,13 @@ class KafkaSink(Sink):
         self.transactional_id_prefix = (txn.validate_prefix(transactional_id_prefix) if self.exactly_once
                                         else transactional_id_prefix)
         self.properties = properties
+        try:
+            self.max_block_s = float(properties.get("max.block.ms", DEFAULT_MAX_BLOCK_MS)) / 1000
+        except (TypeError, ValueError):
+            self.max_block_s = -1.0
+        if not self.max_block_s > 0:
+            raise ValueError(f"KafkaSink: max.block.ms must be a positive number of milliseconds, got "
+                             f"{properties.get('max.block.ms')!r}")
         if not hanging_check_interval_s >= 0:
             raise ValueError(f"KafkaSink: the hanging transaction check interval must be >= 0 s, got "
                              f"{hanging_check_interval_s!r}")
@@ -131,7 +156,7 @@ class KafkaSink(Sink):
             conf["enable.idempotence"] = True  # the producer's own retries add no duplicates (Java's default)
         if self.exactly_once:
             conf["transaction.timeout.ms"] = DEFAULT_TRANSACTION_TIMEOUT_MS
-        conf.update(self.properties)
+        conf.update({k: v for k, v in self.properties.items() if k not in _SINK_ONLY})
         return conf
 
     def transaction_timeout_ms(self) -> int:
@@ -232,7 +257,9 @@ class KafkaSinkBuilder:
 
     def set_property(self, key: str, value: Any) -> "KafkaSinkBuilder":
         """A producer property (librdkafka's names, which are Java's for the common ones), e.g.
-        ``transaction.timeout.ms``, ``compression.type``, ``security.protocol``, ``sasl.*``, ``ssl.*``."""
+        ``transaction.timeout.ms``, ``compression.type``, ``security.protocol``, ``sasl.*``, ``ssl.*``;
+        and ``max.block.ms`` (Java's name, read by the sink): how long an EXACTLY_ONCE transaction's
+        producer may take to initialize before the task fails (default 30000)."""
         self._props[str(key)] = value
         return self
 
@@ -417,7 +444,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
                 self._n_partitions = len(c.partition_leaders([self.sink.record_serializer.topic]))
         return self._n_partitions
 
-    def _repair_hanging(self, client: TransactionClient) -> hanging.RepairReport | None:
+    def _repair_hanging(self, client: TransactionClient, quiet: bool = False) -> hanging.RepairReport | None:
         """Write the markers the broker dropped for transactions of this prefix (a restore is when the
         restored checkpoint's transactions were just committed, and a broker restart is the usual cause
         of the failure it restores from)."""
@@ -427,7 +454,8 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
                 return None
             return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine)
         except KafkaProtocolError as e:  # the next look (or the next start) tries again
-            log.warning("KafkaSink(%s): could not look for hanging transactions: %s", self.sink.bootstrap_servers, e)
+            (log.info if quiet else log.warning)("KafkaSink(%s): could not look for hanging transactions: %s",
+                                                 self.sink.bootstrap_servers, e)
             return None
 
     def _check_hanging_periodically(self) -> None:
@@ -435,7 +463,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         # is not held up by a look at a cluster that is away.
         with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
             while not self._stop_checks.wait(self.sink.hanging_check_interval_s):
-                self._repair_hanging(client)
+                self._repair_hanging(client, quiet=True)  # a broker away: the task itself will say so
 
     def _final_hanging_check(self) -> None:
         """At the end of input: the last commits may still be ending at the coordinator (their
@@ -458,7 +486,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         conf["on_delivery"] = self._on_delivery
         producer = Producer(conf)
         try:
-            producer.init_transactions(60)
+            producer.init_transactions(self.sink.max_block_s)
         except KafkaException as e:
             why = e.args[0].str() if e.args else str(e)
         else:
