@@ -131,6 +131,19 @@ def test_the_sink_builder_checks_what_it_is_given():
             .set_property("transaction.timeout.ms", 60000).build())
     assert sink.exactly_once and sink.transaction_timeout_ms() == 60000
     assert pickle.loads(pickle.dumps(sink)).producer_config()["transaction.timeout.ms"] == 60000
+    # max.block.ms (Java's name) is the sink's own: librdkafka does not know it, so it is not passed on.
+    assert sink.max_block_s == 30.0 and sink.hanging_check_interval_s == 5.0
+    quick = (KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema)
+             .set_property("max.block.ms", "2500").set_hanging_transaction_check_interval(0).build())
+    assert quick.max_block_s == 2.5 and "max.block.ms" not in quick.producer_config()
+    assert quick.hanging_check_interval_s == 0.0
+    for bad in (0, "soon"):
+        with pytest.raises(ValueError, match="max.block.ms must be a positive number"):
+            KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+                .set_property("max.block.ms", bad).build()
+    with pytest.raises(ValueError, match="check interval must be >= 0"):
+        KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+            .set_hanging_transaction_check_interval(-1).build()
 
 
 def test_hanging_transactions_get_the_marker_their_coordinator_decided_and_only_those_of_the_prefix():
