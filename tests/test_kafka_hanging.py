@@ -31,10 +31,38 @@ PRODUCE = 0
 
 @pytest.fixture(scope="module")
 def broker():
-    from streamjob.runtime.connectors.kafka.broker import KafkaBroker
+    """The PLAINTEXT listener is the super user's (the tests' setup); on the SASL_PLAINTEXT listener
+    user ``app`` has what an exactly-once sink's principal has (topics, transactional ids) and no
+    ClusterAction, which WriteTxnMarkers needs (StandardAuthorizer ACLs)."""
+    from streamjob.runtime.connectors.kafka.broker import KafkaBroker, _free_port
 
-    b = KafkaBroker(overrides={"transaction.partition.verification.enable": "false"})
+    h = "127.0.0.1"
+    b = KafkaBroker()
+    b.port, b.controller_port, sasl = _free_port(h), _free_port(h), _free_port(h)
+    b.overrides = {
+        "transaction.partition.verification.enable": "false",
+        "listeners": f"PLAINTEXT://{h}:{b.port},CONTROLLER://{h}:{b.controller_port},SASL_PLAINTEXT://{h}:{sasl}",
+        "advertised.listeners": f"PLAINTEXT://{h}:{b.port},SASL_PLAINTEXT://{h}:{sasl}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_app="app-secret";',
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    }
     b.start()
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                       ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    acls = [AclBinding(kind, "*", ResourcePatternType.LITERAL, "User:app", "*", op, AclPermissionType.ALLOW)
+            for kind in (ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID)
+            for op in (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)]
+    for f in admin.create_acls(acls).values():
+        f.result(30)
+    b.sasl_props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "app",
+                    "sasl.password": "app-secret"}
+    b.sasl_bootstrap = f"{h}:{sasl}"
     yield b
     b.close()
 
@@ -167,3 +195,26 @@ def test_an_aborted_transaction_left_open_is_aborted_and_a_live_one_is_left_alon
     assert offsets[0][0] == offsets[0][1] and offsets[1][0] < offsets[1][1]  # the live one still open
     live.commit_transaction(30)
     assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == [b"live"]
+
+
+def test_without_cluster_action_the_repair_is_refused_with_a_warning_and_nothing_changes(broker, caplog):
+    """WriteTxnMarkers needs ClusterAction on the cluster: a principal without it finds the hanging
+    transaction (DescribeProducers, ListTransactions, DescribeTransactions are allowed), is refused the
+    marker, and the repair says so (naming transaction, partition and the missing right) instead of
+    failing; the transaction still hangs, and the super user's repair then ends it."""
+    bootstrap = broker.bootstrap
+    topic, prefix = unique_topic("hang"), unique_topic("sink")
+    create_topic(bootstrap, topic, 2)
+    hang(bootstrap, f"{prefix}-0-2", topic, True, b"acl")
+    with TransactionClient(broker.sasl_bootstrap, broker.sasl_props) as client, caplog.at_level("WARNING"):
+        report = hanging.find_and_repair(client, [topic], prefix)
+    assert report.repaired == [] and len(report.refused) == 1
+    assert f"transaction {prefix}-0-2" in report.refused[0] and f"{topic}-0" in report.refused[0]
+    assert "CLUSTER_AUTHORIZATION_FAILED" in report.refused[0] and "ClusterAction" in report.refused[0]
+    assert report.refused[0] in caplog.text
+    lso, hw = stable_offsets(bootstrap, topic, 2)[0]
+    assert lso < hw
+    with TransactionClient(bootstrap) as client:
+        assert len(hanging.find_and_repair(client, [topic], prefix).repaired) == 1
+    lso, hw = stable_offsets(bootstrap, topic, 2)[0]
+    assert lso == hw
