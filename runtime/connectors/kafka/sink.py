@@ -565,6 +565,9 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         warm, self._warm = self._warm, None
         if warm is not None:
             warm.cancel()
+        # A producer still initializing is waited for (at most max.block.ms), not abandoned: its id is
+        # the checkpoint's next number, which a job started from this savepoint uses first, and a late
+        # InitProducerId of an abandoned one would fence that job's transaction.
         self._pool.shutdown(wait=True)
 
 
