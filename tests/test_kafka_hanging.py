@@ -207,8 +207,11 @@ def test_without_cluster_action_the_repair_is_refused_with_a_warning_and_nothing
     topic, prefix = unique_topic("hang"), unique_topic("sink")
     create_topic(bootstrap, topic, 2)
     hang(bootstrap, f"{prefix}-0-2", topic, True, b"acl")
+    warned: set[str] = set()
     with TransactionClient(broker.sasl_bootstrap, broker.sasl_props) as client, caplog.at_level("WARNING"):
-        report = hanging.find_and_repair(client, [topic], prefix)
+        report = hanging.find_and_repair(client, [topic], prefix, warned=warned)
+        again = hanging.find_and_repair(client, [topic], prefix, warned=warned)  # the writer's next look
+    assert again.refused == report.refused and caplog.text.count("the cluster refused the missing marker") == 1
     assert report.repaired == [] and len(report.refused) == 1
     assert f"transaction {prefix}-0-2" in report.refused[0] and f"{topic}-0" in report.refused[0]
     assert "CLUSTER_AUTHORIZATION_FAILED" in report.refused[0] and "ClusterAction" in report.refused[0]

@@ -32,10 +32,12 @@ class RepairReport:
 
 
 def find_and_repair(client: TransactionClient, topics: list[str], prefix: str,
-                    partitions: set[int] | None = None) -> RepairReport:
+                    partitions: set[int] | None = None, warned: set[str] | None = None) -> RepairReport:
     """Repair the hanging transactions of ``prefix`` on ``topics`` (only ``partitions`` of each, if
-    given). Raises ``KafkaProtocolError`` when the cluster cannot be asked (unreachable, timeout)."""
+    given). Raises ``KafkaProtocolError`` when the cluster cannot be asked (unreachable, timeout).
+    ``warned``: refusals already logged (by an earlier look of the same writer), not logged again."""
     report = RepairReport()
+    warned = set() if warned is None else warned
     try:
         leaders = client.partition_leaders(sorted(topics))
         wanted = [tp for tp in sorted(leaders) if partitions is None or tp[1] in partitions]
@@ -43,7 +45,7 @@ def find_and_repair(client: TransactionClient, topics: list[str], prefix: str,
     except KafkaProtocolError as e:
         if e.code in AUTHORIZATION:
             report.refused.append(f"cannot look for hanging transactions on {', '.join(topics)}: {e}")
-            _warn_refused(report)
+            _warn_refused(report, warned)
             return report
         raise
     open_on = {tp: [(s.producer_id, s.producer_epoch, s.coordinator_epoch) for s in states
@@ -73,22 +75,25 @@ def find_and_repair(client: TransactionClient, topics: list[str], prefix: str,
                 f"transaction {r['transactional_id']} (producer id {r['producer_id']}, epoch {r['epoch']}) is "
                 f"{'committed' if r['commit'] else 'aborted'} at its coordinator but still open on {where}, which "
                 f"holds back read_committed readers; the cluster refused the missing marker ({e.name}: "
-                "WriteTxnMarkers needs ClusterAction on the cluster). An operator can end it with kafka-transactions.sh "
-                f"{'abort' if not r['commit'] else 'abort (it cannot commit: grant ClusterAction instead)'} "
-                f"--topic {r['partitions'][0][0]} --partition {r['partitions'][0][1]} ...")
+                "WriteTxnMarkers needs ClusterAction on the cluster). Grant the job's principal ClusterAction "
+                "and the sink ends it at its next look; kafka-transactions.sh abort --topic "
+                f"{r['partitions'][0][0]} --partition {r['partitions'][0][1]} ... only aborts it"
+                f"{' (its committed records would be lost)' if r['commit'] else ''}")
             continue
         log.warning("KafkaSink: transaction %s (producer id %d, epoch %d) was %s by its coordinator but its marker "
                     "never reached %s (a broker restart?); wrote the missing %s marker", r["transactional_id"],
                     r["producer_id"], r["epoch"], "committed" if r["commit"] else "aborted", where,
                     "commit" if r["commit"] else "abort")
         report.repaired.append(r)
-    _warn_refused(report)
+    _warn_refused(report, warned)
     return report
 
 
-def _warn_refused(report: RepairReport) -> None:
+def _warn_refused(report: RepairReport, warned: set[str]) -> None:
     for message in report.refused:
-        log.warning("KafkaSink: %s", message)
+        if message not in warned:
+            warned.add(message)
+            log.warning("KafkaSink: %s", message)
 
 
 __all__ = ["RepairReport", "find_and_repair"]

@@ -402,6 +402,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         self._warm: Future | None = None  # (n, producer) ready for the next transaction
         self._started = False
         self._stop_checks = threading.Event()
+        self._refusals_warned: set[str] = set()  # a refused repair is logged once, not at every look
         self._checker: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -452,7 +453,8 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
             mine = self._my_partitions()
             if not mine:
                 return None
-            return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine)
+            return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine,
+                                           self._refusals_warned)
         except KafkaProtocolError as e:  # the next look (or the next start) tries again
             (log.info if quiet else log.warning)("KafkaSink(%s): could not look for hanging transactions: %s",
                                                  self.sink.bootstrap_servers, e)
