@@ -8,8 +8,8 @@ request. The partition now holds a transaction of that identity open, with no ma
 the coordinator says CompleteCommit (CompleteAbort) with that epoch: exactly the hanging transaction
 the broker leaves. The broker of this test runs with ``transaction.partition.verification.enable=false``
 (KIP-890's check that the partition is part of an ongoing transaction, which would refuse the raw
-batch); nothing else differs from the other tests' broker. The broker-restart test of
-``test_kafka_sink.py`` covers the real cause.
+batch), and with ACLs (StandardAuthorizer) on a second, SASL listener, for a principal without
+ClusterAction. The broker-restart test of ``test_kafka_sink.py`` covers the real cause.
 """
 
 from __future__ import annotations
