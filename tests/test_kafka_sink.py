@@ -191,21 +191,16 @@ def test_the_broker_restarted_mid_job_recovers_exactly_once(spark_slots, kafka_b
     broker.restart(hard=hard)
     client.get_job_execution_result(120)
     feeder.join(30)
-    try:
-        assert_exactly_once(broker.bootstrap, topic, prefix, rows)
-    except AssertionError:
-        skipped = f"Couldn't find leader endpoint for partitions Set({topic}-"
-        if skipped in broker.log_file.read_text(errors="replace"):
-            # The broker, not the sink: a single-node KRaft broker restarted (after a kill, and seen
-            # after a clean stop too) serves for a few seconds from its old incarnation's registration;
-            # when the controller then fences that incarnation every partition is leaderless for a
-            # moment, and the transaction coordinator drops the commit markers it was sending to them
-            # ("likely deleted", the rule of KAFKA-5202). The transaction is CompleteCommit at the coordinator but open on the
-            # partition, and read_committed readers stop at it. Only the failure with that exact
-            # broker log line is excused; any other difference fails.
-            pytest.xfail("the restarted broker skipped its own commit markers (KAFKA-5202 rule after a "
-                         "single-node restart): a hanging transaction on the output partition")
-        raise
+    # The restarted broker may drop commit markers: a single-node KRaft broker restarted (after a kill,
+    # and after a clean stop too) serves for a few seconds from its old incarnation's registration;
+    # when the controller then fences that incarnation every partition is leaderless for a moment, and
+    # the transaction coordinator drops the markers it was sending to them ("likely deleted", the rule
+    # of KAFKA-5202) and records CompleteCommit. The sink finds such a hanging transaction of its own
+    # (the coordinator completed it, the partition holds it open) and writes the missing marker
+    # (hanging.py): the output must be exact either way. Whether it happened this time is printed.
+    dropped = f"Couldn't find leader endpoint for partitions Set({topic}-" in broker.log_file.read_text(errors="replace")
+    print(f"broker dropped commit markers of {topic}: {dropped}")
+    assert_exactly_once(broker.bootstrap, topic, prefix, rows)
 
 
 def test_at_least_once_under_task_kills_loses_nothing(spark_slots, kafka_broker, tmp_path):
@@ -420,7 +415,8 @@ def test_a_record_the_broker_refuses_fails_the_job_naming_topic_and_partition(sp
 # record after message.timeout.ms (5 min by default). The input comes from DataGen, so records reach
 # the sink while the broker is away (a Kafka source would have nothing new to read: it waits, as
 # Flink's does, and the broker restart test above covers it).
-QUICK = {"message.timeout.ms": 3000}
+# max.block.ms: the EXACTLY_ONCE writer's next producer gives up initializing after 5 s (30 s by default).
+QUICK = {"message.timeout.ms": 3000, "max.block.ms": 5000}
 
 
 def datagen_job(bootstrap: str, tmp_path, name: str, rows: int | None, rate: float, restarts: int, delay_ms: int,
@@ -445,8 +441,8 @@ def test_the_broker_gone_longer_than_the_restart_strategy_tolerates_fails_the_jo
                                                                                   tmp_path):
     """The broker stops for good: the job fails (a record not delivered within message.timeout.ms),
     restarts once (all fixed_delay_restart(1, ...) allows), fails again at the sink's start, and the
-    error names the bootstrap address. (AT_LEAST_ONCE: an EXACTLY_ONCE writer's next producer waits
-    60 s in init_transactions for a coordinator that is gone, which only makes this test slower.)"""
+    error names the bootstrap address. (AT_LEAST_ONCE: the EXACTLY_ONCE writer's part, its next
+    producer giving up after max.block.ms, is the next test's.)"""
     broker = kafka_broker_private
     env, _topic, _prefix = datagen_job(broker.bootstrap, tmp_path, "gone", None, 500, restarts=1, delay_ms=100,
                                        guarantee=DeliveryGuarantee.AT_LEAST_ONCE)
@@ -477,7 +473,7 @@ def test_the_broker_back_within_the_restart_strategy_resumes_the_job_exactly_onc
         jm = client.job_manager
         broker.stop()
         # The job notices at the next barrier's flush (message.timeout.ms), or when the sink's next
-        # producer gives up initializing (60 s, sink.py's init_transactions limit), whichever is first.
+        # producer gives up initializing (max.block.ms), whichever is first.
         deadline = time.monotonic() + 150
         while not jm.failure_count and time.monotonic() < deadline:  # the job noticed
             time.sleep(0.1)

@@ -369,7 +369,7 @@ def test_a_dead_letter_topic_gets_each_bad_record_once_under_task_kills(spark_sl
     source = (KafkaSource.builder().set_bootstrap_servers(bootstrap).set_topics(topic)
               .set_bounded(KafkaOffsetsInitializer.offsets({(topic, p): n for p, n in ends.items()}))
               .set_value_only_deserializer(kafka_sum.source(bootstrap, topic).deserializer.value_schema)
-              .set_dead_letter_topic(dlq, transactional_id_prefix=unique_topic("dlq-tx")).build())
+              .set_dead_letter_topic(dlq, transactional_id_prefix=unique_topic("dlq-tx"), uid="dead-letters").build())
     chunks = [records[i:i + len(records) // (kills + 1) + 1] for i in range(0, len(records),
                                                                                len(records) // (kills + 1) + 1)]
     produce(bootstrap, topic, chunks.pop(0))
@@ -425,3 +425,29 @@ def test_side_outputs_of_a_source_are_checked_where_the_job_is_built():
     assert sinks[-1].name == "DeadLetters(t-dlq)" and dlq.record_serializer.topic == "t-dlq"
     assert dlq.exactly_once and dlq.transactional_id_prefix == "g-dlq-t-dlq"
     assert sinks[-1].inputs[0].kind == "side_output" and sinks[-1].inputs[0].params["tag"] == source.failure_output.tag_id
+
+
+def test_the_dead_letter_sink_takes_a_uid_and_a_name():
+    """set_dead_letter_topic(uid=..., name=...): the dead-letter KafkaSink is identified in checkpoints
+    by that uid (as sink_to(...).uid(...)), uids stay unique in a job, and a bad uid is refused where
+    the job is built (its graph: no broker needed)."""
+    from streamjob.runtime.graph.job_graph import build_job_graph
+
+    def source(**kw):
+        return (KafkaSource.builder().set_bootstrap_servers("127.0.0.1:1").set_topics("t").set_group_id("g")
+                .set_value_only_deserializer(SimpleStringSchema()).set_dead_letter_topic("t-dlq", **kw).build())
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_source(source(uid="clicks-dlq", name="bad clicks"), None, "with-dlq").uid("clicks").print()
+    sink = [t for t in env._transformations if t.kind == "sink" and t.uid == "clicks-dlq"]
+    assert len(sink) == 1 and sink[0].name == "bad clicks"
+    graph = build_job_graph(env._transformations, env._config, "dlq")
+    assert [op.state_key for op in graph.operators.values() if op.name == "Sink: bad clicks"] == ["clicks-dlq"]
+    default = StreamExecutionEnvironment.get_execution_environment()
+    default.from_source(source(), None, "k")
+    plain = [t for t in default._transformations if t.kind == "sink"][-1]
+    assert plain.uid is None and plain.name == "DeadLetters(t-dlq)"
+    with pytest.raises(ValueError, match="uid 'clicks-dlq' is already used"):
+        env.from_source(source(uid="clicks-dlq"), None, "again")
+    with pytest.raises(ValueError, match="uid must be a non-empty string"):
+        source(uid="")

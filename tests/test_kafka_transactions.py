@@ -131,3 +131,38 @@ def test_the_sink_builder_checks_what_it_is_given():
             .set_property("transaction.timeout.ms", 60000).build())
     assert sink.exactly_once and sink.transaction_timeout_ms() == 60000
     assert pickle.loads(pickle.dumps(sink)).producer_config()["transaction.timeout.ms"] == 60000
+    # max.block.ms (Java's name) is the sink's own: librdkafka does not know it, so it is not passed on.
+    assert sink.max_block_s == 30.0 and sink.hanging_check_interval_s == 5.0
+    quick = (KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema)
+             .set_property("max.block.ms", "2500").set_hanging_transaction_check_interval(0).build())
+    assert quick.max_block_s == 2.5 and "max.block.ms" not in quick.producer_config()
+    assert quick.hanging_check_interval_s == 0.0
+    for bad in (0, "soon"):
+        with pytest.raises(ValueError, match="max.block.ms must be a positive number"):
+            KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+                .set_property("max.block.ms", bad).build()
+    with pytest.raises(ValueError, match="check interval must be >= 0"):
+        KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema) \
+            .set_hanging_transaction_check_interval(-1).build()
+
+
+def test_hanging_transactions_get_the_marker_their_coordinator_decided_and_only_those_of_the_prefix():
+    t0, t1 = ("out", 0), ("out", 1)
+    open_on = {t0: [(10, 0, 3), (11, 2, 3), (12, 0, 3), (13, 0, 3), (14, 1, 3)],
+               t1: [(10, 0, 3), (15, 0, 4), (16, 5, 3)]}
+    coordinator = {
+        10: ("job-0-7", "CompleteCommit", 0),  # committed, marker dropped on both partitions: commit both
+        11: ("job-1-9", "CompleteAbort", 3),  # aborted on timeout (epoch bumped): abort
+        12: ("job-0-8", "Ongoing", 0),  # live: left alone
+        13: ("other-0-1", "CompleteCommit", 0),  # another prefix: left alone
+        14: ("job-0-9", "CompleteCommit", 2),  # used again after it: not this transaction, warn
+        15: ("job-2-1", "PrepareCommit", 0),  # markers on the way: left alone
+        16: ("job-3-1", "Empty", 6),  # fenced by InitProducerId (which aborts): abort
+    }
+    repairs, warnings = txn.hanging_repairs(open_on, coordinator, "job")
+    got = sorted((r["transactional_id"], r["producer_id"], r["epoch"], r["commit"], r["coordinator_epoch"],
+                  r["partitions"]) for r in repairs)
+    assert got == [("job-0-7", 10, 0, True, 3, [t0, t1]), ("job-1-9", 11, 2, False, 3, [t0]),
+                   ("job-3-1", 16, 5, False, 3, [t1])]
+    assert len(warnings) == 1 and "job-0-9" in warnings[0] and "CompleteCommit with epoch 2" in warnings[0]
+    assert txn.hanging_repairs({t0: [(99, 0, 0)]}, {}, "job") == ([], [])  # unknown producer: not ours

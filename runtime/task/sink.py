@@ -122,4 +122,7 @@ class SinkOperator(StreamOperator):
     def dispose(self) -> None:
         if self._committer is not None:
             self._committer.close()  # after a failure nothing waits for it: the restore commits again
+        dispose = getattr(getattr(self, "_writer", None), "dispose", None)
+        if dispose is not None:  # a writer's background work (e.g. KafkaSink's periodic checks) stops
+            dispose()
         super().dispose()

@@ -67,13 +67,19 @@ def dead_letter_serializer(topic: str) -> Any:
 class DeadLetterTopic:
     """What ``KafkaSourceBuilder.set_dead_letter_topic`` asked for."""
 
-    def __init__(self, topic: str, delivery_guarantee: DeliveryGuarantee, transactional_id_prefix: str | None):
+    def __init__(self, topic: str, delivery_guarantee: DeliveryGuarantee, transactional_id_prefix: str | None,
+                 uid: str | None = None, name: str | None = None):
         if not topic or not isinstance(topic, str):
             raise ValueError(f"set_dead_letter_topic needs a topic name, got {topic!r}")
         if not isinstance(delivery_guarantee, DeliveryGuarantee):
             raise TypeError(f"set_dead_letter_topic: delivery_guarantee must be a DeliveryGuarantee, got "
                             f"{delivery_guarantee!r}")
+        for what, value in (("uid", uid), ("name", name)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"set_dead_letter_topic: {what} must be a non-empty string, got {value!r}")
         self.topic = topic
+        self.uid = uid
+        self.name = name
         self.delivery_guarantee = delivery_guarantee
         self.transactional_id_prefix = transactional_id_prefix
 

@@ -20,7 +20,9 @@ FindCoordinator        10    4          the transaction coordinator of a transac
 InitProducerId         22    3, 4       fence a transactional id: its open transaction is aborted
 EndTxn                 26    3, 4       commit (or abort) a transaction by id, producer id and epoch
 DescribeTransactions   65    0          state, producer id and epoch of transactional ids
-ListTransactions       66    0          the open transactions a broker coordinates
+ListTransactions       66    0          the transactions a broker coordinates (by state, producer id)
+DescribeProducers      61    0          the open transactions on a partition (its leader's producer state)
+WriteTxnMarkers        27    1          a commit/abort marker for a hanging transaction (needs ClusterAction)
 SaslHandshake          17    1          SASL (PLAIN, SCRAM-SHA-256/512) on SASL_* listeners
 SaslAuthenticate       36    2
 =====================  ====  =========  ==================================================================
@@ -61,23 +63,31 @@ CLIENT_VERSION = "1"
 # API keys
 PRODUCE, METADATA, FIND_COORDINATOR, SASL_HANDSHAKE, API_VERSIONS = 0, 3, 10, 17, 18
 INIT_PRODUCER_ID, END_TXN, SASL_AUTHENTICATE, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 22, 26, 36, 65, 66
+WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 27, 61
 
 API_NAMES = {PRODUCE: "Produce", METADATA: "Metadata", FIND_COORDINATOR: "FindCoordinator",
              SASL_HANDSHAKE: "SaslHandshake", API_VERSIONS: "ApiVersions", INIT_PRODUCER_ID: "InitProducerId",
              END_TXN: "EndTxn", SASL_AUTHENTICATE: "SaslAuthenticate",
-             DESCRIBE_TRANSACTIONS: "DescribeTransactions", LIST_TRANSACTIONS: "ListTransactions"}
+             DESCRIBE_TRANSACTIONS: "DescribeTransactions", LIST_TRANSACTIONS: "ListTransactions",
+             WRITE_TXN_MARKERS: "WriteTxnMarkers", DESCRIBE_PRODUCERS: "DescribeProducers"}
 
 # The versions this client can encode, per API. EndTxn stops at 4 on purpose (module docstring).
 SUPPORTED = {METADATA: (12,), FIND_COORDINATOR: (4,), INIT_PRODUCER_ID: (3, 4), END_TXN: (3, 4),
-             DESCRIBE_TRANSACTIONS: (0,), LIST_TRANSACTIONS: (0,), SASL_HANDSHAKE: (1,), SASL_AUTHENTICATE: (2,)}
+             DESCRIBE_TRANSACTIONS: (0,), LIST_TRANSACTIONS: (0,), SASL_HANDSHAKE: (1,), SASL_AUTHENTICATE: (2,),
+             # WriteTxnMarkers v2 adds the marker's transaction version; v1 writes the legacy (TV0/TV1)
+             # marker, the one librdkafka's version 1 transactions end with.
+             DESCRIBE_PRODUCERS: (0,), WRITE_TXN_MARKERS: (1,)}
 # From this version on a request has the flexible encoding (compact strings, tagged fields).
 FIRST_FLEXIBLE = {METADATA: 9, FIND_COORDINATOR: 3, INIT_PRODUCER_ID: 2, END_TXN: 3, DESCRIBE_TRANSACTIONS: 0,
-                  LIST_TRANSACTIONS: 0, SASL_HANDSHAKE: 99, SASL_AUTHENTICATE: 2, API_VERSIONS: 3}
+                  LIST_TRANSACTIONS: 0, SASL_HANDSHAKE: 99, SASL_AUTHENTICATE: 2, API_VERSIONS: 3,
+                  DESCRIBE_PRODUCERS: 0, WRITE_TXN_MARKERS: 1}
 
 ERRORS = {
-    -1: "UNKNOWN_SERVER_ERROR", 0: "NONE", 7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS",
+    -1: "UNKNOWN_SERVER_ERROR", 0: "NONE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE",
+    6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS",
     15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 33: "UNSUPPORTED_SASL_MECHANISM",
-    34: "ILLEGAL_SASL_STATE", 35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST", 47: "INVALID_PRODUCER_EPOCH",
+    29: "TOPIC_AUTHORIZATION_FAILED", 31: "CLUSTER_AUTHORIZATION_FAILED", 34: "ILLEGAL_SASL_STATE",
+    35: "UNSUPPORTED_VERSION", 42: "INVALID_REQUEST", 47: "INVALID_PRODUCER_EPOCH",
     48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING", 50: "INVALID_TRANSACTION_TIMEOUT",
     51: "CONCURRENT_TRANSACTIONS", 52: "TRANSACTION_COORDINATOR_FENCED",
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", 58: "SASL_AUTHENTICATION_FAILED", 90: "PRODUCER_FENCED",
@@ -85,6 +95,10 @@ ERRORS = {
 }
 # Worth retrying after a short pause: the coordinator is moving, loading, or finishing a transaction.
 RETRIABLE = {7, 14, 15, 16, 51, 52}
+# A partition's leader is moving (a broker restarting): look the leaders up again before the retry.
+LEADER_MOVING = {5, 6}
+# Refused by the cluster's ACLs.
+AUTHORIZATION = {29, 31, 53}
 # The coordinator of the id is elsewhere now: look it up again before the retry.
 REFIND = {15, 16, 52}
 
@@ -438,6 +452,16 @@ class TransactionListing:
 
 
 @dataclass(frozen=True)
+class ProducerState:
+    """An active producer of a partition, as its leader keeps it (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no transaction open on the partition
+
+
+@dataclass(frozen=True)
 class TransactionDescription:
     transactional_id: str
     state: str
@@ -685,13 +709,16 @@ class TransactionClient:
                 out[tid] = desc
         return out
 
-    def list_transactions(self, states: tuple[str, ...] = ("Ongoing",)) -> list[TransactionListing]:
-        """Transactions in ``states`` on every broker of the cluster (each coordinates its own)."""
+    def list_transactions(self, states: tuple[str, ...] = ("Ongoing",),
+                          producer_ids: list[int] | None = None) -> list[TransactionListing]:
+        """Transactions in ``states`` (all states: empty) on every broker of the cluster (each
+        coordinates its own), only those of ``producer_ids`` if given."""
         out: list[TransactionListing] = []
         for _node, host, port in self.brokers():
             def attempt(address: tuple[str, int] = (host, port)) -> list[TransactionListing]:
                 conn = self._connect(address)
-                body = (Writer(True).array(list(states), Writer.string).array([], Writer.int64).tags().build())
+                body = (Writer(True).array(list(states), Writer.string)
+                        .array(list(producer_ids or []), Writer.int64).tags().build())
                 r = conn.send(LIST_TRANSACTIONS, conn.version(LIST_TRANSACTIONS), body)
                 r.int32()  # throttle
                 code = r.int16()
@@ -711,5 +738,184 @@ class TransactionClient:
         return out
 
 
+    # partitions ------------------------------------------------------------------------------------
+    def partition_leaders(self, topics: list[str]) -> dict[tuple[str, int], tuple[str, int] | None]:
+        """(topic, partition) -> (host, port) of its leader, None while it has none (Metadata v12)."""
+
+        def attempt() -> dict[tuple[str, int], tuple[str, int] | None]:
+            conn, _ = self._any_broker()
+            v = conn.version(METADATA)
+
+            def topic_req(w: Writer, name: str) -> None:
+                w.parts.append(bytes(16))  # no topic id: by name
+                w.string(name).tags()
+
+            body = Writer(True).array(list(topics), topic_req).boolean(False).boolean(False).tags().build()
+            r = conn.send(METADATA, v, body)
+            r.int32()  # throttle
+
+            def broker(r: Reader) -> tuple[int, tuple[str, int]]:
+                node, host, port = r.int32(), r.string(), r.int32()
+                r.string()  # rack
+                r.tags()
+                return node, (host, port)  # type: ignore[return-value]
+
+            nodes = dict(r.array(broker))
+            r.string()  # cluster id
+            r.int32()  # controller id
+            out: dict[tuple[str, int], tuple[str, int] | None] = {}
+
+            def partition(r: Reader) -> tuple[int, int, int]:
+                code, index, leader = r.int16(), r.int32(), r.int32()
+                r.int32()  # leader epoch
+                r.array(Reader.int32), r.array(Reader.int32), r.array(Reader.int32)  # replicas, isr, offline
+                r.tags()
+                return code, index, leader
+
+            def topic(r: Reader) -> None:
+                code, name = r.int16(), r.string()
+                r.pos += 16  # topic id
+                r.int8()  # internal
+                parts = r.array(partition)
+                r.int32()  # authorized operations
+                r.tags()
+                if code:
+                    raise KafkaProtocolError(f"Metadata({name}): {error_name(code)}", code)
+                for _code, index, leader in parts:
+                    out[(name, index)] = nodes.get(leader)  # type: ignore[index]
+
+            r.array(topic)
+            return out
+
+        return self._retrying("Metadata", attempt)
+
+    def describe_producers(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], list[ProducerState]]:
+        """The active producers of each partition, asked of its leader (a leaderless partition is
+        asked again until it has one or the client's timeout passes)."""
+        return self._to_leaders("DescribeProducers", partitions, self._describe_producers)
+
+    def _describe_producers(self, conn: Connection, partitions: list[tuple[str, int]]) -> dict:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+
+        def topic_req(w: Writer, item: tuple[str, list[int]]) -> None:
+            w.string(item[0]).array(item[1], Writer.int32).tags()
+
+        r = conn.send(DESCRIBE_PRODUCERS, conn.version(DESCRIBE_PRODUCERS),
+                      Writer(True).array(sorted(by_topic.items()), topic_req).tags().build())
+        r.int32()  # throttle
+        out: dict[tuple[str, int], Any] = {}
+
+        def producer(r: Reader) -> ProducerState:
+            pid, epoch = r.int64(), r.int32()
+            r.int32(), r.int64()  # last sequence, last timestamp
+            coordinator_epoch, start = r.int32(), r.int64()
+            r.tags()
+            return ProducerState(pid, epoch, coordinator_epoch, start)
+
+        def topic(r: Reader) -> None:
+            name = r.string()
+
+            def partition(r: Reader) -> None:
+                index, code, message = r.int32(), r.int16(), r.string()
+                producers = r.array(producer)
+                r.tags()
+                out[(name, index)] = (KafkaProtocolError(  # type: ignore[index]
+                    f"DescribeProducers({name}-{index}) on {conn.address}: {error_name(code)}"
+                    f"{': ' + message if message else ''}", code) if code else producers)
+
+            r.array(partition)
+            r.tags()
+
+        r.array(topic)
+        return out
+
+    def write_txn_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          partitions: list[tuple[str, int]]) -> None:
+        """Write a commit (or abort) marker of producer id/epoch to each partition, at its leader:
+        what the coordinator does at the end of a transaction (and ``kafka-transactions.sh abort``
+        for a hanging one). The broker refuses it (CLUSTER_AUTHORIZATION_FAILED) unless the client
+        may ClusterAction on the cluster."""
+
+        def request(conn: Connection, parts: list[tuple[str, int]]) -> dict:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in parts:
+                by_topic.setdefault(t, []).append(p)
+
+            def topic_req(w: Writer, item: tuple[str, list[int]]) -> None:
+                w.string(item[0]).array(item[1], Writer.int32).tags()
+
+            def marker(w: Writer, _: Any) -> None:
+                (w.int64(producer_id).int16(producer_epoch).boolean(commit)
+                 .array(sorted(by_topic.items()), topic_req).int32(coordinator_epoch).tags())
+
+            r = conn.send(WRITE_TXN_MARKERS, conn.version(WRITE_TXN_MARKERS),
+                          Writer(True).array([None], marker).tags().build())
+            out: dict[tuple[str, int], Any] = {}
+            what = f"WriteTxnMarkers({'commit' if commit else 'abort'}, producer id {producer_id}, epoch {producer_epoch})"
+
+            def result(r: Reader) -> None:
+                r.int64()
+
+                def topic(r: Reader) -> None:
+                    name = r.string()
+
+                    def partition(r: Reader) -> None:
+                        index, code = r.int32(), r.int16()
+                        r.tags()
+                        out[(name, index)] = (KafkaProtocolError(  # type: ignore[index]
+                            f"{what} on {name}-{index}: {error_name(code)}", code) if code else None)
+
+                    r.array(partition)
+                    r.tags()
+
+                r.array(topic)
+                r.tags()
+
+            r.array(result)
+            return out
+
+        self._to_leaders("WriteTxnMarkers", partitions, request)
+
+    def _to_leaders(self, what: str, partitions: list[tuple[str, int]],
+                    request: Callable[[Connection, list[tuple[str, int]]], dict]) -> dict:
+        """Send ``request`` for each partition to its leader; partitions whose leader moved (or had
+        none) are asked again after a fresh leader lookup. Raises the first other partition error."""
+        results: dict[tuple[str, int], Any] = {}
+        todo = list(partitions)
+
+        def attempt() -> dict:
+            leaders = self.partition_leaders(sorted({t for t, _ in todo}))
+            by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+            moving = None
+            for tp in todo:
+                leader = leaders.get(tp)
+                if leader is None:
+                    moving = KafkaProtocolError(f"{what}: {tp[0]}-{tp[1]} has no leader", 5)
+                else:
+                    by_leader.setdefault(leader, []).append(tp)
+            for leader, parts in by_leader.items():
+                try:
+                    answers = request(self._connect(leader), parts)
+                except (OSError, ConnectionError, struct.error):
+                    self._drop(leader)
+                    raise
+                for tp in parts:
+                    answer = answers.get(tp)
+                    if isinstance(answer, KafkaProtocolError):
+                        if answer.code in LEADER_MOVING:
+                            moving = answer
+                            continue
+                        raise answer
+                    results[tp] = answer
+                    todo.remove(tp)
+            if todo:
+                raise KafkaProtocolError(str(moving), 7)  # retried (as REQUEST_TIMED_OUT) until the timeout
+            return results
+
+        return self._retrying(what, attempt)
+
+
 __all__ = ["KafkaProtocolError", "TransactionClient", "TransactionDescription", "TransactionListing", "Connection",
-           "Security", "error_name"]
+           "Security", "error_name", "ProducerState"]

@@ -37,12 +37,21 @@
 
 The next transaction's producer is created and initialized (``init_transactions``, ~50-70 ms) in a
 background thread while the current transaction runs, so a barrier costs the flush, one
-DescribeTransactions round trip and no producer start.
+DescribeTransactions round trip and no producer start. It may take ``max.block.ms`` (default 30 s)
+before the writer fails; the end of input waits for it at most that long.
+
+Hanging transactions (committed or aborted at the coordinator, never ended on a partition: a broker
+restart can leave them, see ``transactions.hanging_repairs``) of the sink's prefix on its fixed topic
+are looked for, and their missing marker written (``hanging.py``), when a writer starts, every
+``set_hanging_transaction_check_interval`` seconds (default 5) while it runs, and at the end of input;
+subtask ``i`` looks after the partitions ``p`` with ``p % parallelism == i``. A sink whose serializer
+picks the topic per record has no fixed topic: it does not look.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -51,6 +60,7 @@ from ...batch import to_rows
 from ...config import Configuration, Options
 from ..base import Sink, SinkWriter
 from ..delivery import DeliveryGuarantee
+from . import hanging
 from . import transactions as txn
 from .protocol import KafkaProtocolError, TransactionClient
 from .serialization import JsonRowSerializationSchema, KafkaRecordSerializationSchema, SimpleStringSchema
@@ -60,6 +70,21 @@ log = logging.getLogger("streamjob.kafka")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
 # How long a writer's start waits for the cluster to answer before failing with the bootstrap address.
 CONNECT_TIMEOUT_S = 10.0
+# How often a running exactly-once writer looks for hanging transactions of its prefix on its output
+# partitions (``hanging.py``); 0 turns the periodic look off (it is still done at every start).
+DEFAULT_HANGING_CHECK_INTERVAL_S = 5.0
+# At the end of input, how long the last look waits for commits the coordinator is still ending.
+FINAL_HANGING_CHECK_S = 15.0
+# How long a transaction's producer may take to initialize (``init_transactions``: find the
+# coordinator, InitProducerId) before the writer fails: the sink property ``max.block.ms``, Java's
+# name for the same limit (Java's default is 60 s). 30 s rides out a broker restart (a single
+# KRaft node is back in 5-15 s) without a failure; a longer outage fails the task, and the restart
+# strategy decides how long the job waits for the broker. A failed producer is destroyed at once and
+# each attempt uses ids of its own (``transactions.ATTEMPT_SPAN``), so a shorter limit cannot let a
+# late InitProducerId fence a later transaction.
+DEFAULT_MAX_BLOCK_MS = 30_000
+# Properties the sink reads itself (librdkafka does not know them).
+_SINK_ONLY = ("max.block.ms",)
 # Properties of the client that are the sink's to set.
 _RESERVED = ("transactional.id", "bootstrap.servers")
 
@@ -75,7 +100,8 @@ class KafkaSink(Sink):
 
     def __init__(self, bootstrap_servers: str, record_serializer: KafkaRecordSerializationSchema,
                  delivery_guarantee: DeliveryGuarantee = DeliveryGuarantee.NONE,
-                 transactional_id_prefix: str | None = None, properties: dict[str, Any] | None = None):
+                 transactional_id_prefix: str | None = None, properties: dict[str, Any] | None = None,
+                 hanging_check_interval_s: float = DEFAULT_HANGING_CHECK_INTERVAL_S):
         if not bootstrap_servers:
             raise ValueError("KafkaSink needs set_bootstrap_servers('host:port,...')")
         if record_serializer is None:
@@ -94,6 +120,17 @@ class KafkaSink(Sink):
         self.transactional_id_prefix = (txn.validate_prefix(transactional_id_prefix) if self.exactly_once
                                         else transactional_id_prefix)
         self.properties = properties
+        try:
+            self.max_block_s = float(properties.get("max.block.ms", DEFAULT_MAX_BLOCK_MS)) / 1000
+        except (TypeError, ValueError):
+            self.max_block_s = -1.0
+        if not self.max_block_s > 0:
+            raise ValueError(f"KafkaSink: max.block.ms must be a positive number of milliseconds, got "
+                             f"{properties.get('max.block.ms')!r}")
+        if not hanging_check_interval_s >= 0:
+            raise ValueError(f"KafkaSink: the hanging transaction check interval must be >= 0 s, got "
+                             f"{hanging_check_interval_s!r}")
+        self.hanging_check_interval_s = float(hanging_check_interval_s)
         self.default_name = f"KafkaSink({delivery_guarantee.name})"
         self._client: TransactionClient | None = None
 
@@ -119,7 +156,7 @@ class KafkaSink(Sink):
             conf["enable.idempotence"] = True  # the producer's own retries add no duplicates (Java's default)
         if self.exactly_once:
             conf["transaction.timeout.ms"] = DEFAULT_TRANSACTION_TIMEOUT_MS
-        conf.update(self.properties)
+        conf.update({k: v for k, v in self.properties.items() if k not in _SINK_ONLY})
         return conf
 
     def transaction_timeout_ms(self) -> int:
@@ -200,6 +237,7 @@ class KafkaSinkBuilder:
         self._guarantee = DeliveryGuarantee.NONE
         self._prefix: str | None = None
         self._props: dict[str, Any] = {}
+        self._hanging_check_s = DEFAULT_HANGING_CHECK_INTERVAL_S
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> "KafkaSinkBuilder":
         self._servers = bootstrap_servers
@@ -219,8 +257,17 @@ class KafkaSinkBuilder:
 
     def set_property(self, key: str, value: Any) -> "KafkaSinkBuilder":
         """A producer property (librdkafka's names, which are Java's for the common ones), e.g.
-        ``transaction.timeout.ms``, ``compression.type``, ``security.protocol``, ``sasl.*``, ``ssl.*``."""
+        ``transaction.timeout.ms``, ``compression.type``, ``security.protocol``, ``sasl.*``, ``ssl.*``;
+        and ``max.block.ms`` (Java's name, read by the sink): how long an EXACTLY_ONCE transaction's
+        producer may take to initialize before the task fails (default 30000)."""
         self._props[str(key)] = value
+        return self
+
+    def set_hanging_transaction_check_interval(self, seconds: float) -> "KafkaSinkBuilder":
+        """EXACTLY_ONCE: how often a running writer looks for (and repairs) transactions of its
+        prefix that the coordinator completed but whose marker a partition never got (``hanging.py``;
+        default 5 s, 0: only when a writer starts and at the end of input)."""
+        self._hanging_check_s = float(seconds)
         return self
 
     def set_kafka_producer_config(self, props: dict[str, Any]) -> "KafkaSinkBuilder":
@@ -230,7 +277,7 @@ class KafkaSinkBuilder:
 
     def build(self) -> KafkaSink:
         return KafkaSink(self._servers or "", self._serializer, self._guarantee, self._prefix,  # type: ignore[arg-type]
-                         self._props)
+                         self._props, self._hanging_check_s)
 
 
 # -- writers ----------------------------------------------------------------------------------------
@@ -354,6 +401,9 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-sink-producer")
         self._warm: Future | None = None  # (n, producer) ready for the next transaction
         self._started = False
+        self._stop_checks = threading.Event()
+        self._refusals_warned: set[str] = set()  # a refused repair is logged once, not at every look
+        self._checker: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def restore_state(self, state: list) -> None:
@@ -373,8 +423,62 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         for tid in txn.lingering_to_abort(open_ids, self.prefix, self.subtask, self.parallelism, self.counters):
             client.init_producer_id(tid, self.sink.transaction_timeout_ms())  # fences the id: its transaction aborts
             log.info("KafkaSink: aborted transaction %s of a failed attempt", tid)
+        self._repair_hanging(client)
         self._started = True
         self._prewarm()
+        if self.sink.hanging_check_interval_s > 0 and self.sink.record_serializer.topic is not None:
+            self._checker = threading.Thread(target=self._check_hanging_periodically, daemon=True,
+                                             name=f"kafka-sink-hanging-{self.subtask}")
+            self._checker.start()
+
+    # -- hanging transactions (hanging.py) ------------------------------------------------------------
+    def _my_partitions(self) -> set[int] | None:
+        """The output partitions this subtask looks after: those ``p`` with ``p % parallelism ==
+        subtask`` of the sink's fixed topic (None: no fixed topic, nothing known to look at)."""
+        if self.sink.record_serializer.topic is None:
+            return None
+        return {p for p in range(self._partition_count()) if p % self.parallelism == self.subtask}
+
+    def _partition_count(self) -> int:
+        if not hasattr(self, "_n_partitions"):
+            with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as c:
+                self._n_partitions = len(c.partition_leaders([self.sink.record_serializer.topic]))
+        return self._n_partitions
+
+    def _repair_hanging(self, client: TransactionClient, quiet: bool = False) -> hanging.RepairReport | None:
+        """Write the markers the broker dropped for transactions of this prefix (a restore is when the
+        restored checkpoint's transactions were just committed, and a broker restart is the usual cause
+        of the failure it restores from)."""
+        try:
+            mine = self._my_partitions()
+            if not mine:
+                return None
+            return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine,
+                                           self._refusals_warned)
+        except KafkaProtocolError as e:  # the next look (or the next start) tries again
+            (log.info if quiet else log.warning)("KafkaSink(%s): could not look for hanging transactions: %s",
+                                                 self.sink.bootstrap_servers, e)
+            return None
+
+    def _check_hanging_periodically(self) -> None:
+        # A client of its own: the task thread's is not thread-safe. A short timeout, so that close
+        # is not held up by a look at a cluster that is away.
+        with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
+            while not self._stop_checks.wait(self.sink.hanging_check_interval_s):
+                self._repair_hanging(client, quiet=True)  # a broker away: the task itself will say so
+
+    def _final_hanging_check(self) -> None:
+        """At the end of input: the last commits may still be ending at the coordinator (their
+        markers on the way, or dropped): wait for that, then repair what hangs."""
+        if not self._started or self.sink.record_serializer.topic is None:
+            return
+        deadline = time.monotonic() + FINAL_HANGING_CHECK_S
+        with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
+            while True:
+                report = self._repair_hanging(client)
+                if report is None or not report.in_progress or time.monotonic() > deadline:
+                    return
+                time.sleep(0.2)
 
     def _new_producer(self, n: int) -> tuple[int, Any]:
         from confluent_kafka import KafkaException, Producer
@@ -384,7 +488,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         conf["on_delivery"] = self._on_delivery
         producer = Producer(conf)
         try:
-            producer.init_transactions(60)
+            producer.init_transactions(self.sink.max_block_s)
         except KafkaException as e:
             why = e.args[0].str() if e.args else str(e)
         else:
@@ -440,7 +544,15 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
     def snapshot_state(self) -> list:
         return [txn.writer_state(self.prefix, self.subtask, self.next_n)]
 
+    def dispose(self) -> None:
+        """After a failure (no close): the periodic checks stop (their thread ends within a look)."""
+        self._stop_checks.set()
+
     def close(self) -> None:
+        self._stop_checks.set()
+        if self._checker is not None:
+            self._checker.join()
+            self._checker = None
         # After the end of input everything was pre-committed; a transaction still open here was
         # never part of a checkpoint: abort it rather than leave it to the timeout.
         if self.current is not None:
@@ -450,9 +562,14 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
                 producer.abort_transaction(10)
             except Exception as e:  # noqa: BLE001 - the next start aborts it anyway
                 log.warning("KafkaSink: could not abort an open transaction at close: %s", e)
+        else:
+            self._final_hanging_check()
         warm, self._warm = self._warm, None
         if warm is not None:
             warm.cancel()
+        # A producer still initializing is waited for (at most max.block.ms), not abandoned: its id is
+        # the checkpoint's next number, which a job started from this savepoint uses first, and a late
+        # InitProducerId of an abandoned one would fence that job's transaction.
         self._pool.shutdown(wait=True)
 
 

@@ -89,7 +89,10 @@ class KafkaSource(Source):
         if self.dead_letters is None:
             return
         sink = self.dead_letters.sink(self.bootstrap_servers, self.group_id, self.properties)
-        stream.get_side_output(self.failure_output).sink_to(sink).name(f"DeadLetters({self.dead_letters.topic})")
+        dlq = stream.get_side_output(self.failure_output).sink_to(sink)
+        dlq.name(self.dead_letters.name or f"DeadLetters({self.dead_letters.topic})")
+        if self.dead_letters.uid is not None:  # the restore finds the sink's pending transactions by it
+            dlq.uid(self.dead_letters.uid)
 
     def is_bounded(self) -> bool:
         return self.stopping is not None
@@ -181,17 +184,23 @@ class KafkaSourceBuilder:
         return self
 
     def set_dead_letter_topic(self, topic: str, delivery_guarantee: Any = None,
-                              transactional_id_prefix: str | None = None) -> "KafkaSourceBuilder":
+                              transactional_id_prefix: str | None = None, uid: str | None = None,
+                              name: str | None = None) -> "KafkaSourceBuilder":
         """Messages the deserializer cannot decode are written to ``topic`` (key, value and headers as
         they were, plus ``__streamjob.errors.topic/partition/offset/exception.class.name/
         exception.message`` headers, Kafka Connect's dead letter queue names) instead of failing the
         job. ``DeliveryGuarantee.EXACTLY_ONCE`` by default (it needs checkpointing, as any exactly-once
-        KafkaSink); the transactional id prefix defaults to ``<group id>-dlq-<topic>``."""
+        KafkaSink); the transactional id prefix defaults to ``<group id>-dlq-<topic>``.
+
+        The dead-letter sink is an operator of the job like any other: ``uid`` is its stable id (as
+        ``sink_to(...).uid(...)``: a savepoint's pending dead-letter transactions are restored to it
+        even after the job graph changed; without one it gets the generated id of its position) and
+        ``name`` its name (default ``DeadLetters(<topic>)``)."""
         from ..delivery import DeliveryGuarantee
         from ...api.functions import OutputTag
 
         guarantee = DeliveryGuarantee.EXACTLY_ONCE if delivery_guarantee is None else delivery_guarantee
-        self._dead_letters = DeadLetterTopic(topic, guarantee, transactional_id_prefix)
+        self._dead_letters = DeadLetterTopic(topic, guarantee, transactional_id_prefix, uid, name)
         if self._failure_output is None:
             self._failure_output = OutputTag(f"dead-letters-{topic}")
         return self

@@ -124,3 +124,55 @@ def explain_failed_commit(c: dict, error: str, now: dict | None) -> str:
     return (f"{where} cannot be committed ({error}); the id is now {state} with producer id {now_pid}, epoch "
             f"{now_epoch}: it was used again after this transaction, so it was committed before (a restore from an "
             "older checkpoint or savepoint), or it timed out and its records are lost")
+
+
+# -- hanging transactions ---------------------------------------------------------------------------
+#
+# A transaction "hangs" when its coordinator has completed it (CompleteCommit / CompleteAbort) but a
+# partition it wrote to never got its marker: the partition still holds it open, its last stable
+# offset stays at the transaction's first offset, and read_committed readers wait forever. Kafka
+# itself causes this: a coordinator that finds a partition leaderless while it sends the markers
+# skips that partition as "likely deleted" (the rule of KAFKA-5202), which a single-node KRaft broker
+# restart triggers (the controller fences the old incarnation: every partition is leaderless for a
+# moment). The repair writes the missing marker with WriteTxnMarkers, as ``kafka-transactions.sh``
+# does, with the outcome the coordinator recorded.
+
+def hanging_repairs(open_on_partitions: dict[tuple[str, int], list[tuple[int, int, int]]],
+                    coordinator: dict[int, tuple[str, str, int]], prefix: str) -> tuple[list[dict], list[str]]:
+    """The markers to write, and warnings for what is left alone.
+
+    ``open_on_partitions``: (topic, partition) -> [(producer id, epoch, coordinator epoch)] of the
+    producers with a transaction open there (DescribeProducers, ``current_txn_start_offset >= 0``).
+    ``coordinator``: producer id -> (transactional id, state, epoch) (ListTransactions +
+    DescribeTransactions). Only transactions of ``prefix`` are touched. A transaction the coordinator
+    is still working on (Ongoing, PrepareCommit, PrepareAbort) is not hanging: its markers are on the
+    way, or it is live. Returns repairs ``{transactional_id, producer_id, epoch, commit,
+    coordinator_epoch, partitions}`` (one per producer, epoch and outcome).
+    """
+    repairs: dict[tuple[int, int, bool, int], dict] = {}
+    warnings: list[str] = []
+    for tp in sorted(open_on_partitions):
+        for pid, epoch, coordinator_epoch in open_on_partitions[tp]:
+            known = coordinator.get(pid)
+            if known is None:
+                continue  # another writer's, or an id the coordinator has expired: not ours to decide
+            tid, state, now_epoch = known
+            if parse_transactional_id(prefix, tid) is None:
+                continue
+            if state == "CompleteCommit" and now_epoch == epoch:
+                commit = True
+            elif state in ("CompleteAbort", "Empty") and now_epoch >= epoch:
+                # Aborted (on timeout or by fencing: the epoch was bumped), or fenced by
+                # InitProducerId after it, which aborts whatever was open.
+                commit = False
+            elif state in ("Ongoing", "PrepareCommit", "PrepareAbort"):
+                continue
+            else:
+                warnings.append(f"transaction {tid} (producer id {pid}, epoch {epoch}) is open on {tp[0]}-{tp[1]} "
+                                f"but its coordinator says {state} with epoch {now_epoch}: left alone")
+                continue
+            key = (pid, epoch, commit, coordinator_epoch)
+            r = repairs.setdefault(key, {"transactional_id": tid, "producer_id": pid, "epoch": epoch, "commit": commit,
+                                         "coordinator_epoch": coordinator_epoch, "partitions": []})
+            r["partitions"].append(tp)
+    return list(repairs.values()), warnings
