@@ -18,7 +18,6 @@ class Options:
     MAX_PARALLELISM = "pipeline.max-parallelism"
     BUFFER_TIMEOUT = "execution.buffer-timeout"
     BATCH_SIZE = "execution.batch-size"
-    ROW_BATCH_SIZE = "execution.batch-size.rows"  # records per network batch of rows (not Arrow), at most
     BUFFERS_PER_CHANNEL = "taskmanager.network.memory.buffers-per-channel"
     METRICS_INTERVAL = "metrics.reporter.interval"
     AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"  # ms between periodic watermarks; 0 = none
@@ -120,7 +119,6 @@ DEFAULTS: dict[str, Any] = {
     Options.MAX_PARALLELISM: 128,
     Options.BUFFER_TIMEOUT: 100,  # ms, as Flink's default
     Options.BATCH_SIZE: 8192,  # records per network batch
-    Options.ROW_BATCH_SIZE: 1024,  # rows per network batch of Python objects (network/channels.py: why)
     Options.BUFFERS_PER_CHANNEL: 2,  # credits: batches in flight per input channel
     Options.METRICS_INTERVAL: 500,  # ms between task metric reports
     Options.AUTO_WATERMARK_INTERVAL: 200,  # ms, as Flink's default

@@ -15,24 +15,14 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from ..batch import Batch, Stamped, concat, concat_timestamps, is_columnar, num_rows, same_form
+from ..batch import Batch, Stamped, concat, concat_timestamps, num_rows, same_form
 from .events import CheckpointBarrier, RuntimeEvent
-
-# Records per network batch of rows (per-record paths: Python objects, pickled on the wire), at most.
-# A channel holds a few batches ahead of a checkpoint barrier (its credits and one waiting for credit),
-# and a row costs a downstream per-record function 10-20x what an Arrow row costs a column kernel: at
-# 8192 rows a batch of dicts (json.loads -> key_by -> sum -> Kafka) is ~0.2-0.4 s of work, so barriers
-# queued 1-2.4 s behind the data (measured: Kafka bench, per-record, 1 s checkpoints) and every
-# checkpoint outlasted its interval. At 1024 the same data is 8x fewer seconds in flight; pickling
-# per batch costs next to nothing at that size. Columnar batches keep ``execution.batch-size``.
-ROW_BATCH_SIZE = 1024
 
 
 class OutputChannel:
     def __init__(self, deliver: Callable[[Any, bool], None], batch_size: int, buffer_timeout_ms: int, max_pending: int = 1):
         self._deliver = deliver
         self.batch_size = max(1, batch_size)
-        self.row_batch_size = min(self.batch_size, ROW_BATCH_SIZE)  # see ROW_BATCH_SIZE
         self.buffer_timeout = buffer_timeout_ms / 1000.0
         self.max_pending = max_pending
         self.credits = 0
@@ -55,8 +45,7 @@ class OutputChannel:
         self._buf.append(batch)
         self._buf_ts.append(ts)
         self._buf_rows += n
-        if (self._buf_rows >= (self.batch_size if is_columnar(batch) else self.row_batch_size)
-                or self.buffer_timeout == 0):
+        if self._buf_rows >= self.batch_size or self.buffer_timeout == 0:
             self._seal()
 
     def send_event(self, event: RuntimeEvent) -> None:

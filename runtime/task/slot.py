@@ -283,7 +283,6 @@ class SlotRuntime:
         conf = Configuration(graph.config)
         filesystems.configure(conf)  # s3:// settings of this job, in this task's process
         self.batch_size = conf.get_int(Options.BATCH_SIZE)
-        self.row_batch_size = conf.get_int(Options.ROW_BATCH_SIZE)
         self.inline_threshold = conf.get_int(Options.INLINE_STATE_THRESHOLD)
         self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
         self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
@@ -353,7 +352,6 @@ class SlotRuntime:
                     local_inputs[(e.id, i)] = inp
                 else:
                     out = self.transport.output_channel(e.id, j, self.batch_size, self.buffer_timeout)
-                out.row_batch_size = max(1, min(out.batch_size, self.row_batch_size))
                 channels.append(out)
             writers_of[e.id] = RecordWriter(e.id, e.partitioner, channels, i, e.key, target_node.max_parallelism)
         for op_id, op in self.operators.items():
