@@ -53,8 +53,17 @@ else:
 summed.sink_to(sink)
 result = env.execute(f"kafka-bench-{path}")
 done = [c for c in result.checkpoints or [] if str(c.get("status")).upper() == "COMPLETED"]
+def median(key: str) -> float:
+    xs = sorted(c.get(key) or 0.0 for c in done)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
 syncs = sorted(c.get("max_sync_ms") or 0 for c in done)  # the slowest task's synchronous phase: the sink's pre-commit
 print(json.dumps({"running_ms": result.running_time_ms, "checkpoints": len(done),
                   "max_checkpoint_ms": max((c.get("duration_ms") or 0 for c in done), default=0.0),
                   "median_checkpoint_ms": syncs and sorted(c.get("duration_ms") or 0 for c in done)[len(done) // 2],
-                  "median_sync_ms": syncs and syncs[len(syncs) // 2], "max_sync_ms": syncs and syncs[-1]}), flush=True)
+                  "median_sync_ms": syncs and syncs[len(syncs) // 2], "max_sync_ms": syncs and syncs[-1],
+                  # How long barriers took to reach the slowest subtask (queued behind in-flight batches) and
+                  # the longest alignment: a checkpoint that outlasts its interval shows here, not in sync_ms.
+                  "median_start_delay_ms": median("max_start_delay_ms"),
+                  "median_alignment_ms": median("max_alignment_ms")}), flush=True)
