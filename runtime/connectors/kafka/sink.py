@@ -28,7 +28,8 @@
   4. On start, every subtask aborts the open transactions of this prefix that a failed attempt
      began after the restored checkpoint (``transactions.lingering_to_abort``; ``InitProducerId`` on
      the id fences it and aborts its transaction), so ``read_committed`` readers are held back by a
-     failed attempt for one restart at most.
+     failed attempt for one restart at most (plus one check interval for what a task of it that
+     lives on opens after this abort: the periodic look aborts that, see below).
 
   A transaction must stay open from its first record until its checkpoint completes and, after a
   failure, until the restored job commits it: ``transaction.timeout.ms`` (default here 15 min, the
