@@ -255,3 +255,132 @@ def test_an_exactly_once_job_repairs_its_prefix_s_hanging_transactions_when_it_s
     got = sorted(read_all(bootstrap, topic, 2, "read_committed"))
     assert got == sorted([b"ended-committed-before"] * 2 + [b"committed-before"]
                          + [f"r{i}".encode() for i in range(20)])
+
+
+def _open(bootstrap: str, tid: str, topic: str, value: bytes, partition: int = 0) -> Producer:
+    """A transaction of ``tid`` left Ongoing with one record on ``partition`` (its producer kept)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, value, partition=partition)
+    assert producer.flush(30) == 0
+    return producer
+
+
+# Fenced by InitProducerId: aborting, aborted, then Empty under the bumped epoch.
+ABORTED = ("PrepareAbort", "CompleteAbort", "Empty")
+
+
+def _state(bootstrap: str, tid: str) -> str:
+    with TransactionClient(bootstrap) as client:
+        return client.describe_transactions([tid])[tid].state
+
+
+def test_a_transaction_an_earlier_attempt_opens_after_the_start_up_abort_is_aborted_by_the_next_look(broker):
+    """A task of the failed attempt 0 that lives on (its producer retrying while the broker was away)
+    opens a transaction after attempt 1's start-up abort has run: the writer's periodic look aborts it
+    (fencing its id, as the start-up abort does), so it does not hold back read_committed readers
+    until transaction.timeout.ms. Left alone: the restored checkpoint's committable (still open here,
+    to show the look never takes it; the runtime commits it before ``start``), a transaction numbered
+    in attempt 1's own range, and another prefix's. A second late one, opened just before the end of
+    input, is gone when ``close`` returns. The writer runs outside a job (a real RuntimeContext of
+    attempt 1, the real broker) so that the late transactions open at a known point."""
+    from confluent_kafka import KafkaException
+
+    from streamjob.runtime.api.functions import RuntimeContext
+    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
+        SimpleStringSchema
+    from streamjob.runtime.connectors.kafka import transactions as txn
+    from streamjob.runtime.connectors.kafka.sink import TransactionalKafkaSinkWriter
+
+    bootstrap = broker.bootstrap
+    topic, prefix, other = unique_topic("late"), unique_topic("job"), unique_topic("other")
+    create_topic(bootstrap, topic, 2)
+    interval = 0.5
+    sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
+            .set_hanging_transaction_check_interval(interval).build())
+    # The restored checkpoint (attempt 0, parallelism 1) holds the committable prefix-0-2; next: 3.
+    pre_committed = _open(bootstrap, f"{prefix}-0-2", topic, b"committable", partition=1)
+    with TransactionClient(bootstrap) as client:
+        desc = client.describe_transactions([f"{prefix}-0-2"])[f"{prefix}-0-2"]
+    committable = txn.committable(f"{prefix}-0-2", desc.producer_id, desc.producer_epoch)
+    del pre_committed  # its producer is gone, its transaction stays open for the commit
+    writer = TransactionalKafkaSinkWriter(sink, RuntimeContext("sink", 0, 1, 128, attempt=1))
+    writer.restore_state([txn.writer_state(prefix, 0, 3)])
+    try:
+        writer.start()
+        own_range = f"{prefix}-0-{txn.ATTEMPT_SPAN + 50}"
+        keep = [_open(bootstrap, own_range, topic, b"own-range"), _open(bootstrap, f"{other}-0-3", topic, b"other")]
+        late = _open(bootstrap, f"{prefix}-0-3", topic, b"late-of-attempt-0")  # after the start-up abort
+        assert _state(bootstrap, f"{prefix}-0-3") == "Ongoing"
+        writer.write([f"r{i}" for i in range(5)])
+        deadline = time.monotonic() + 20 * interval + 10  # a few looks, on a machine shared with other tests
+        while _state(bootstrap, f"{prefix}-0-3") == "Ongoing" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(bootstrap, f"{prefix}-0-3") in ABORTED
+        with pytest.raises(KafkaException):  # fenced: the left-over task cannot commit it any more
+            late.commit_transaction(10)
+        del late
+        for tid in (f"{prefix}-0-2", own_range, f"{other}-0-3"):
+            assert _state(bootstrap, tid) == "Ongoing", tid
+        sink.commit([committable])  # the restored checkpoint's committable, untouched: still commits
+        writer.write([f"r{i}" for i in range(5, 10)])
+        sink.commit(writer.prepare_commit())
+        late2 = _open(bootstrap, f"{prefix}-0-4", topic, b"late-at-the-end", partition=1)
+        writer.close()  # the end-of-input look (or a last periodic one) has aborted it
+        assert _state(bootstrap, f"{prefix}-0-4") in ABORTED
+        del late2
+        for producer in keep:
+            producer.abort_transaction(30)
+    finally:
+        writer.dispose()
+    deadline = time.monotonic() + 30
+    while (offsets := stable_offsets(bootstrap, topic, 2)) and any(lso < hw for lso, hw in offsets.values()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # the abort markers are written after the coordinator answers
+    assert all(lso == hw for lso, hw in offsets.values()), offsets
+    assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == \
+        sorted([b"committable"] + [f"r{i}".encode() for i in range(10)])
+
+
+def test_without_periodic_looks_the_end_of_input_look_aborts_what_an_earlier_attempt_left_open(broker):
+    """Periodic looks off (interval 0), no checkpoint restored (attempt 0 failed before its first):
+    a transaction attempt 0's task opens after attempt 1 started is aborted by the look at the end of
+    input, so the job's readers see exactly its output once it is done."""
+    from streamjob.runtime.api.functions import RuntimeContext
+    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
+        SimpleStringSchema
+    from streamjob.runtime.connectors.kafka.sink import TransactionalKafkaSinkWriter
+
+    bootstrap = broker.bootstrap
+    topic, prefix = unique_topic("late"), unique_topic("job")
+    create_topic(bootstrap, topic, 2)
+    sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
+            .set_hanging_transaction_check_interval(0).build())
+    writer = TransactionalKafkaSinkWriter(sink, RuntimeContext("sink", 1, 2, 128, attempt=1))
+    try:
+        writer.start()
+        late = _open(bootstrap, f"{prefix}-1-3", topic, b"late-of-attempt-0", partition=1)
+        other_subtask = _open(bootstrap, f"{prefix}-0-3", topic, b"subtask-0-s", partition=0)
+        writer.write([f"r{i}" for i in range(6)])
+        sink.commit(writer.prepare_commit())
+        assert _state(bootstrap, f"{prefix}-1-3") == "Ongoing"  # no periodic look
+        writer.close()
+        assert _state(bootstrap, f"{prefix}-1-3") in ABORTED
+        assert _state(bootstrap, f"{prefix}-0-3") == "Ongoing"  # subtask 0's to abort, not this one's
+        del late
+        other_subtask.abort_transaction(30)
+    finally:
+        writer.dispose()
+    deadline = time.monotonic() + 30
+    while (offsets := stable_offsets(bootstrap, topic, 2)) and any(lso < hw for lso, hw in offsets.values()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(lso == hw for lso, hw in offsets.values()), offsets
+    assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == sorted(f"r{i}".encode() for i in range(6))

@@ -166,3 +166,31 @@ def test_hanging_transactions_get_the_marker_their_coordinator_decided_and_only_
                    ("job-3-1", 16, 5, False, 3, [t1])]
     assert len(warnings) == 1 and "job-0-9" in warnings[0] and "CompleteCommit with epoch 2" in warnings[0]
     assert txn.hanging_repairs({t0: [(99, 0, 0)]}, {}, "job") == ([], [])  # unknown producer: not ours
+
+
+def test_a_running_subtask_aborts_only_what_earlier_attempts_opened_and_never_its_own_or_a_committable():
+    """What the periodic look aborts: the start-up abort's ids (this subtask's share, at or above the
+    restored counter) numbered below the attempt's first number, which this attempt never uses."""
+    span = txn.ATTEMPT_SPAN
+    counters = {0: 5, 1: span + 3}  # restored from a checkpoint of attempt 1 at parallelism 2
+    first = txn.first_number(counters, 2)
+    assert first == 2 * span
+    open_ids = ["p-0-4", f"p-1-{span + 2}",  # committables of the restored checkpoint (below the counters)
+                "p-0-5", f"p-0-{span + 9}", f"p-1-{span + 3}",  # opened late by tasks of attempts 0 and 1
+                f"p-0-{first}", f"p-1-{first + 7}",  # this attempt's own
+                f"p-0-{3 * span}",  # a later attempt's (this task being the one left over)
+                "p-3-1",  # an earlier attempt at parallelism 4 (subtask 3 -> 3 % 2 == 1)
+                "q-0-1", "p-0-1-2", "p-x-1"]  # not this sink's prefix
+    by_subtask = [txn.earlier_attempts_to_abort(open_ids, "p", i, 2, counters, 2) for i in range(2)]
+    assert by_subtask == [["p-0-5", f"p-0-{span + 9}"], [f"p-1-{span + 3}", "p-3-1"]]
+    # Each once whatever the parallelism, and always a subset of what the start-up abort would take.
+    for p in (1, 2, 3, 5):
+        got = [txn.earlier_attempts_to_abort(open_ids, "p", i, p, counters, 2) for i in range(p)]
+        flat = sorted(t for g in got for t in g)
+        assert flat == sorted(["p-0-5", f"p-0-{span + 9}", f"p-1-{span + 3}", "p-3-1"])
+        for i in range(p):
+            assert set(got[i]) <= set(txn.lingering_to_abort(open_ids, "p", i, p, counters))
+    # The first attempt of a fresh job has no earlier range: nothing to abort.
+    assert txn.earlier_attempts_to_abort(["p-0-0", "p-0-7"], "p", 0, 1, {}, 0) == []
+    # A restart before any checkpoint: everything of attempt 0 is the failed attempt's.
+    assert txn.earlier_attempts_to_abort(["p-0-3", f"p-0-{span}"], "p", 0, 1, {}, 1) == ["p-0-3"]

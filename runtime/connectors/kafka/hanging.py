@@ -7,6 +7,10 @@ DescribeTransactions name their transactional ids and the coordinator's state; a
 sink's prefix that the coordinator has completed gets the marker it missed (WriteTxnMarkers at the
 leader): commit for CompleteCommit, abort for CompleteAbort (or Empty after fencing).
 
+The same looks abort what a task of an earlier attempt opened after the running attempt's start-up
+abort (``abort_earlier_attempts``): such a transaction is Ongoing at its coordinator, so it is not
+hanging, but nothing would end it before ``transaction.timeout.ms``.
+
 ACLs: DescribeProducers needs Read on the topic, ListTransactions/DescribeTransactions Describe on
 the transactional ids, WriteTxnMarkers ClusterAction on the cluster (a right normally only brokers
 have). Where the cluster refuses, the repair logs a warning naming the transaction, partition and
@@ -89,6 +93,23 @@ def find_and_repair(client: TransactionClient, topics: list[str], prefix: str,
     return report
 
 
+def abort_earlier_attempts(client: TransactionClient, prefix: str, subtask: int, parallelism: int,
+                           counters: dict[int, int], attempt: int, transaction_timeout_ms: int) -> list[str]:
+    """Abort the open transactions of ``prefix`` that a task of an earlier attempt opened after this
+    attempt's start-up abort (``transactions.earlier_attempts_to_abort`` decides which), the way the
+    start-up abort does: InitProducerId on the id bumps its epoch, which fences the left-over producer
+    and aborts its transaction. Returns the ids aborted. Raises ``KafkaProtocolError`` when the
+    cluster cannot be asked."""
+    open_ids = [t.transactional_id for t in client.list_transactions(("Ongoing",))]
+    aborted = []
+    for tid in txn.earlier_attempts_to_abort(open_ids, prefix, subtask, parallelism, counters, attempt):
+        client.init_producer_id(tid, transaction_timeout_ms)
+        log.warning("KafkaSink: aborted transaction %s, opened by a task of an earlier attempt after this attempt "
+                    "started (it would hold back read_committed readers until transaction.timeout.ms)", tid)
+        aborted.append(tid)
+    return aborted
+
+
 def _warn_refused(report: RepairReport, warned: set[str]) -> None:
     for message in report.refused:
         if message not in warned:
@@ -96,4 +117,4 @@ def _warn_refused(report: RepairReport, warned: set[str]) -> None:
             log.warning("KafkaSink: %s", message)
 
 
-__all__ = ["RepairReport", "find_and_repair"]
+__all__ = ["RepairReport", "abort_earlier_attempts", "find_and_repair"]

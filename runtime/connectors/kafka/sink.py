@@ -28,7 +28,8 @@
   4. On start, every subtask aborts the open transactions of this prefix that a failed attempt
      began after the restored checkpoint (``transactions.lingering_to_abort``; ``InitProducerId`` on
      the id fences it and aborts its transaction), so ``read_committed`` readers are held back by a
-     failed attempt for one restart at most.
+     failed attempt for one restart at most (plus one check interval for what a task of it that
+     lives on opens after this abort: the periodic look aborts that, see below).
 
   A transaction must stay open from its first record until its checkpoint completes and, after a
   failure, until the restored job commits it: ``transaction.timeout.ms`` (default here 15 min, the
@@ -45,7 +46,13 @@ restart can leave them, see ``transactions.hanging_repairs``) of the sink's pref
 are looked for, and their missing marker written (``hanging.py``), when a writer starts, every
 ``set_hanging_transaction_check_interval`` seconds (default 5) while it runs, and at the end of input;
 subtask ``i`` looks after the partitions ``p`` with ``p % parallelism == i``. A sink whose serializer
-picks the topic per record has no fixed topic: it does not look.
+picks the topic per record has no fixed topic: it does not look for hanging transactions.
+
+The same periodic and end-of-input looks (with or without a fixed topic) abort the open transactions
+of the prefix numbered in an earlier attempt's range (``transactions.earlier_attempts_to_abort``): a
+task of a failed attempt that lives on can open one after the restarted attempt's start-up abort
+(step 4) has run, and it would hold back read_committed readers until ``transaction.timeout.ms``;
+so a failed attempt holds them back for at most one restart plus one check interval.
 """
 
 from __future__ import annotations
@@ -265,8 +272,9 @@ class KafkaSinkBuilder:
 
     def set_hanging_transaction_check_interval(self, seconds: float) -> "KafkaSinkBuilder":
         """EXACTLY_ONCE: how often a running writer looks for (and repairs) transactions of its
-        prefix that the coordinator completed but whose marker a partition never got (``hanging.py``;
-        default 5 s, 0: only when a writer starts and at the end of input)."""
+        prefix that the coordinator completed but whose marker a partition never got (``hanging.py``),
+        and aborts the open transactions of its prefix that a task of an earlier attempt began after
+        this attempt started (default 5 s, 0: only when a writer starts and at the end of input)."""
         self._hanging_check_s = float(seconds)
         return self
 
@@ -426,7 +434,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         self._repair_hanging(client)
         self._started = True
         self._prewarm()
-        if self.sink.hanging_check_interval_s > 0 and self.sink.record_serializer.topic is not None:
+        if self.sink.hanging_check_interval_s > 0:
             self._checker = threading.Thread(target=self._check_hanging_periodically, daemon=True,
                                              name=f"kafka-sink-hanging-{self.subtask}")
             self._checker.start()
@@ -460,20 +468,40 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
                                                  self.sink.bootstrap_servers, e)
             return None
 
+    def _abort_earlier_attempts(self, client: TransactionClient, quiet: bool = False) -> list[str]:
+        """Abort what a task of an earlier attempt opened after this writer's start-up abort (its
+        producer retrying on while the broker was away): Ongoing, so not hanging, but it would hold
+        back read_committed readers until transaction.timeout.ms. The restored checkpoint's
+        committables (committed before ``start``) and this attempt's ids are never among them."""
+        try:
+            return hanging.abort_earlier_attempts(client, self.prefix, self.subtask, self.parallelism, self.counters,
+                                                  self.attempt, self.sink.transaction_timeout_ms())
+        except KafkaProtocolError as e:  # the next look (or the next start) tries again
+            (log.info if quiet else log.warning)("KafkaSink(%s): could not look for transactions of earlier "
+                                                 "attempts: %s", self.sink.bootstrap_servers, e)
+            return []
+
     def _check_hanging_periodically(self) -> None:
         # A client of its own: the task thread's is not thread-safe. A short timeout, so that close
         # is not held up by a look at a cluster that is away.
         with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
             while not self._stop_checks.wait(self.sink.hanging_check_interval_s):
-                self._repair_hanging(client, quiet=True)  # a broker away: the task itself will say so
+                # Abort first: an aborted transaction whose markers the broker drops is repaired by
+                # the next look. A broker away: the task itself will say so.
+                self._abort_earlier_attempts(client, quiet=True)
+                self._repair_hanging(client, quiet=True)
 
     def _final_hanging_check(self) -> None:
-        """At the end of input: the last commits may still be ending at the coordinator (their
-        markers on the way, or dropped): wait for that, then repair what hangs."""
-        if not self._started or self.sink.record_serializer.topic is None:
+        """At the end of input: abort what a task of an earlier attempt still holds open; the last
+        commits (and those aborts) may still be ending at the coordinator (their markers on the way,
+        or dropped): wait for that, then repair what hangs."""
+        if not self._started:
             return
         deadline = time.monotonic() + FINAL_HANGING_CHECK_S
         with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as client:
+            self._abort_earlier_attempts(client)
+            if self.sink.record_serializer.topic is None:
+                return
             while True:
                 report = self._repair_hanging(client)
                 if report is None or not report.in_progress or time.monotonic() > deadline:

@@ -23,7 +23,9 @@ transactions of the cluster and aborts those named ``<prefix>-<s>-<n>`` with ``s
 failed attempt (of any parallelism) began after the restored checkpoint. Ids below the counter are
 the restored checkpoint's own committables, committed by whichever subtask holds them; ids of other
 current subtasks never match (``s < p`` and ``s % p == i`` means ``s == i``), so no subtask aborts
-what another has just begun.
+what another has just begun. What a failed attempt's task that lives on opens after this start-up
+abort is aborted by the running subtask's periodic look (``earlier_attempts_to_abort``): ids of the
+same rule numbered below the current attempt's first number, which it never uses.
 """
 
 from __future__ import annotations
@@ -97,6 +99,26 @@ def lingering_to_abort(open_ids: Iterable[str], prefix: str, subtask: int, paral
         if s % parallelism == subtask and n >= counters.get(s, 0):
             out.append(tid)
     return sorted(out, key=lambda t: parse_transactional_id(prefix, t))  # type: ignore[arg-type,return-value]
+
+
+def earlier_attempts_to_abort(open_ids: Iterable[str], prefix: str, subtask: int, parallelism: int,
+                              counters: dict[int, int], attempt: int) -> list[str]:
+    """The open transactions a running subtask aborts at each look for hanging transactions: those
+    ``lingering_to_abort`` names that are numbered below ``first_number(counters, attempt)``, i.e. in
+    an earlier attempt's range.
+
+    The start-up abort sees only what was open when it ran; a task of the failed attempt that lives on
+    (its producer still retrying while the broker was away) can open a transaction after that, which
+    then holds back read_committed readers until ``transaction.timeout.ms``. The current attempt never
+    uses these ids (it numbers from ``first_number`` up), and the restored checkpoint's committables
+    are numbered below the counters, so neither is touched, whatever the order of commit and look. A
+    later attempt numbers above this one's first number (from ``(attempt + 1) * ATTEMPT_SPAN`` and
+    above the counters of a checkpoint at least as new), so a look by a task of this attempt that is
+    itself left over never aborts a later attempt's transaction either.
+    """
+    first = first_number(counters, attempt)
+    lingering = lingering_to_abort(open_ids, prefix, subtask, parallelism, counters)
+    return [t for t in lingering if parse_transactional_id(prefix, t)[1] < first]  # type: ignore[index]
 
 
 def committable(tid: str, producer_id: int, epoch: int) -> dict:
