@@ -79,12 +79,14 @@ def test_a_named_checkpoint_is_never_replaced_and_nothing_is_restarted_from_scra
 
 # -- state files --------------------------------------------------------------------------------
 
-def heap_snapshot(checksummed: bool = True):
+def heap_snapshot(checksummed: bool = True, value=lambda k: f"v{k * 10}"):
+    """A heap ValueState of 500 keys. Its values are strings by default, so each key group is a
+    pickled chunk; int values make the table columnar (see the columnar tests below)."""
     b = HashMapKeyedStateBackend("op", 128, range(128))
     st = b.get_state(ValueStateDescriptor("v"))
     for k in range(500):
         b.current_key = k
-        st.update(k * 10)
+        st.update(value(k))
     return serialize(b.freeze(), 128, {"positions": ("split", [1, 2])}, checksums=checksummed)
 
 
@@ -103,7 +105,7 @@ def restored_values(data, index, key_groups=range(128)) -> dict:
 
 def test_a_flipped_bit_in_a_key_group_chunk_names_the_state_and_key_group():
     data, index = heap_snapshot()
-    assert restored_values(data, index) == {k: k * 10 for k in range(500)}
+    assert restored_values(data, index) == {k: f"v{k * 10}" for k in range(500)}
     kg, (offset, length, crc) = sorted(index["keyed"]["v"]["groups"].items(), key=lambda g: int(g[0]))[5]
     assert crc == checksums.checksum(data[offset : offset + length])
     damaged = flip(data, offset + length // 2)
@@ -120,10 +122,27 @@ def test_a_flipped_bit_in_a_key_group_chunk_names_the_state_and_key_group():
         read_operator(flip(data, o + n - 1), index, "state.bin")
 
 
+def test_a_flipped_bit_in_a_columnar_value_state_names_the_state_and_key_group():
+    """A heap ValueState of int keys and int values is written as a key block and a value block (the
+    rolling aggregations' layout), each key group's rows with their own checksums."""
+    data, index = heap_snapshot(value=lambda k: k * 10)
+    table = index["keyed"]["v"]
+    assert "columnar" in table
+    restored = restored_values(data, index)
+    assert restored == {k: k * 10 for k in range(500)} and all(type(v) is int for v in restored.values())
+    kg, (start, stop, _, _) = sorted(((g, span) for g, span in table["groups"].items() if span[1] > span[0]),
+                                     key=lambda g: int(g[0]))[5]
+    offset, length = table["columnar"]["values"]
+    width = length // max(span[1] for span in table["groups"].values())
+    with pytest.raises(SnapshotFormatError, match=rf"state.bin \(state 'v'\), key group {kg}: checksum mismatch "
+                                                  r"\(crc32c .*\) in its rows of the value block"):
+        restored_values(flip(data, offset + start * width), index)
+
+
 def test_snapshots_written_before_checksums_still_restore():
     data, index = heap_snapshot(checksummed=False)
     assert all(len(span) == 2 for span in index["keyed"]["v"]["groups"].values())
-    assert restored_values(data, index) == {k: k * 10 for k in range(500)}
+    assert restored_values(data, index) == {k: f"v{k * 10}" for k in range(500)}
     assert read_operator(data, index, "old") == {"positions": ("split", [1, 2])}
 
 

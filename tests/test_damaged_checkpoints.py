@@ -65,15 +65,30 @@ def delete_state_file(chk_dir: str) -> str:
 
 
 def flip_state_bit(chk_dir: str) -> str:
+    """Flips one bit inside the first key group of the count state. The heap backend writes that state
+    (int keys, int counts) columnar: a key block and a value block, each key group a slice of rows with
+    its own checksums, and the bit goes into that key group's rows of the value block; otherwise (a
+    RocksDB savepoint) each key group is a chunk of its own, and the bit goes into its middle."""
     path, handle = count_state(chk_dir)
-    kg, (offset, length, _) = sorted(handle["index"]["keyed"]["count"]["groups"].items())[0]
+    table = handle["index"]["keyed"]["count"]
+    groups = sorted(table["groups"].items(), key=lambda g: g[1][0])
+    if "columnar" in table:
+        kg, (start, stop, *_) = next((g, span) for g, span in groups if span[1] > span[0])
+        values_offset, values_length = table["columnar"]["values"]
+        width = values_length // max(span[1] for _, span in groups)
+        at = values_offset + (start + (stop - start) // 2) * width
+        said = rf"\(state 'count'\), key group {kg}: checksum mismatch \(crc32c 0x\w{{8}}, recorded 0x\w{{8}}\) " \
+               rf"in its rows of the value block"
+    else:
+        kg, (offset, length, _) = groups[0]
+        at = offset + length // 2
+        said = rf"\(state 'count', key group {kg}\): checksum mismatch \(crc32c 0x\w{{8}}, recorded 0x\w{{8}}\)"
     with open(path, "r+b") as f:
-        f.seek(offset + length // 2)
+        f.seek(at)
         byte = f.read(1)[0]
-        f.seek(offset + length // 2)
+        f.seek(at)
         f.write(bytes([byte ^ 0x04]))
-    return (rf"state file file://{path} of operator '[^']+' \(subtask 2/3\) \(state 'count', key group {kg}\): "
-            rf"checksum mismatch \(crc32c 0x\w{{8}}, recorded 0x\w{{8}}\)")
+    return rf"state file file://{path} of operator '[^']+' \(subtask 2/3\) " + said
 
 
 DAMAGE = {"truncated-metadata": truncate_metadata, "deleted-state-file": delete_state_file,
