@@ -2,7 +2,7 @@
 and without checkpoints) beside a plain confluent-kafka loop, PyFlink and Bytewax, in one run.
 
     python bench/kafka.py [--records 5000000] [--repeat 1] [--only plain,columnar,...]
-                          [--latency-rate 10000] [--latency-s 15] [--no-latency]
+                          [--latency-rate 10000] [--latency-s 15] [--latency-only]  (--latency-rate 0: no latency run)
 
 One real Kafka broker (``KafkaBroker``: Apache Kafka 4.x, KRaft, a temporary data dir) for the run.
 The input: ``--records`` JSON records ``{"k": i % 10000, "i": i, "v": i % 10, "t": <produce time, µs>}``
