@@ -570,6 +570,16 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
     def ratio(case: str, base: str) -> float:  # median over repeats of the ratio within a repeat
         return med([a["records_per_s"] / b["records_per_s"] for a, b in zip(runs[case], runs[base])])
 
+    def job_time_cost(case: str) -> str:
+        # From the job's own time RUNNING -> FINISHED (the final commit included), same input, with and
+        # without checkpoints: what checkpoints cost the job itself. records/s above ends when the
+        # watcher (a read_committed consumer sharing the two cores) has read the last record, and with
+        # exactly-once the records come in bursts per checkpoint, so a watcher that falls behind a
+        # burst adds its own lag to that figure.
+        pairs = [(a["job"]["running_ms"], b["job"]["running_ms"]) for a, b in zip(runs[case], runs.get(case + "-off", []))
+                 if a.get("job", {}).get("running_ms") and b.get("job", {}).get("running_ms")]
+        return f"{med([1 - off / on for on, off in pairs]) * 100:.1f}%" if pairs else ""
+
     if args.latency_only:
         print(f"\nKafka -> key_by.sum -> Kafka, latency to read_committed visibility, 4 partitions, parallelism 2, "
               f"checkpoints every {args.interval_ms} ms (exactly-once; Bytewax at-least-once, the loop without); "
@@ -580,7 +590,7 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
     if args.latency_only:
         print("| case | input rate | latency p50 | p99 | max | records measured |")
     head = (f"| {'case':<52} | {'checkpoints':<20} | {'records/s':>10} | {'vs loop':>7} | {'ckpt cost':>9} | "
-            f"{'p50 ms':>6} | {'p99 ms':>6} | {'peak RSS':>8} | sink wrote (read_committed) |")
+            f"{'job-time cost':>13} | {'p50 ms':>6} | {'p99 ms':>6} | {'peak RSS':>8} | sink wrote (read_committed) |")
     if not args.latency_only:
         print(head)
         print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
@@ -612,7 +622,7 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
         if case.startswith("pyflink") and records_of(case, args) != args.records:
             wrote += " (a smaller input)"
         print(f"| {LABELS[engine]:<52} | {checkpoints:<20} | {med([x['records_per_s'] for x in rs]):>10,.0f} | "
-              f"{vs:>7} | {cost:>9} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | {wrote} |")
+              f"{vs:>7} | {cost:>9} | {job_time_cost(case) if not case.endswith('-off') else '':>13} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | {wrote} |")
     rates = sorted({x["rate"] for xs in latency.values() for x in xs})
     if rates:
         print(f"latency: input written at {', '.join(f'{r:,}' for r in rates)} records/s (at most half of what the "
