@@ -33,10 +33,13 @@ Measured:
 * records/s = records / (end - start): start = the Kafka timestamp (producer's create time) of the
   first output records, i.e. when the job produced its first result (for PyFlink, whose sink keeps
   the input record's timestamp, the time the first output became visible, which flatters it by up to
-  one checkpoint interval); end = when the last output record became visible to a ``read_committed``
-  consumer that reads the output topic while the job runs. Start-up (JVM, Spark, Flink) is excluded;
+  one checkpoint interval); end = when all output was visible to ``read_committed`` readers: the
+  first moment every output partition's last stable offset had reached its final value (sampled
+  every 50 ms; a consumer reading every record, the watcher, can lag behind exactly-once's bursts,
+  ``watcher_lag_s`` in the JSON). Start-up (JVM, Spark, Flink) is excluded;
 * checkpoint cost = 1 - records/s exactly-once with 1 s checkpoints / records/s of the same job
-  without checkpoints, same run;
+  without checkpoints, same run; job-time cost = 1 - the job's own RUNNING -> FINISHED time
+  without checkpoints / with (streamjob's cases);
 * latency p50/p99 (with --latency-rate R > 0): a second run per engine (exactly-once, 1 s
   checkpoints) on a live topic: a producer writes 10 records/s until the first output is visible
   (the job is up), then R records/s (at most half of what the case sustained in the throughput run;
