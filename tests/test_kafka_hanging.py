@@ -231,8 +231,6 @@ def test_an_exactly_once_job_repairs_its_prefix_s_hanging_transactions_when_it_s
     the periodic look is off here). The committed one's record becomes visible, the aborted one's does
     not, and nothing holds readers back."""
     from streamjob.runtime import StreamExecutionEnvironment
-    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
-        SimpleStringSchema
 
     bootstrap = broker.bootstrap
     topic, prefix = unique_topic("hang"), unique_topic("job")
@@ -243,11 +241,7 @@ def test_an_exactly_once_job_repairs_its_prefix_s_hanging_transactions_when_it_s
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
     env.enable_checkpointing(200)
-    sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(SimpleStringSchema()).build())
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
-            .set_hanging_transaction_check_interval(0).build())
+    sink = exactly_once_sink(bootstrap, topic, prefix, 0)
     env.from_collection([f"r{i}" for i in range(20)]).sink_to(sink)
     env.execute("kafka-hanging-repair")
     offsets = stable_offsets(bootstrap, topic, 2)
@@ -255,6 +249,28 @@ def test_an_exactly_once_job_repairs_its_prefix_s_hanging_transactions_when_it_s
     got = sorted(read_all(bootstrap, topic, 2, "read_committed"))
     assert got == sorted([b"ended-committed-before"] * 2 + [b"committed-before"]
                          + [f"r{i}".encode() for i in range(20)])
+
+
+def exactly_once_sink(bootstrap: str, topic: str, prefix: str, check_interval: float):
+    """An exactly-once KafkaSink of strings into ``topic`` under ``prefix``."""
+    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
+        SimpleStringSchema
+
+    return (KafkaSink.builder().set_bootstrap_servers(bootstrap)
+            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                   .set_value_serialization_schema(SimpleStringSchema()).build())
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
+            .set_hanging_transaction_check_interval(check_interval).build())
+
+
+def wait_until_nothing_open(bootstrap: str, topic: str) -> None:
+    """Every partition's last stable offset reaches its high watermark within 30 s (abort markers are
+    written after the coordinator answers), else fails naming the offsets."""
+    deadline = time.monotonic() + 30
+    while (offsets := stable_offsets(bootstrap, topic, 2)) and any(lso < hw for lso, hw in offsets.values()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(lso == hw for lso, hw in offsets.values()), offsets
 
 
 def _open(bootstrap: str, tid: str, topic: str, value: bytes, partition: int = 0) -> Producer:
@@ -288,8 +304,6 @@ def test_a_transaction_an_earlier_attempt_opens_after_the_start_up_abort_is_abor
     from confluent_kafka import KafkaException
 
     from streamjob.runtime.api.functions import RuntimeContext
-    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
-        SimpleStringSchema
     from streamjob.runtime.connectors.kafka import transactions as txn
     from streamjob.runtime.connectors.kafka.sink import TransactionalKafkaSinkWriter
 
@@ -297,11 +311,7 @@ def test_a_transaction_an_earlier_attempt_opens_after_the_start_up_abort_is_abor
     topic, prefix, other = unique_topic("late"), unique_topic("job"), unique_topic("other")
     create_topic(bootstrap, topic, 2)
     interval = 0.5
-    sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(SimpleStringSchema()).build())
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
-            .set_hanging_transaction_check_interval(interval).build())
+    sink = exactly_once_sink(bootstrap, topic, prefix, interval)
     # The restored checkpoint (attempt 0, parallelism 1) holds the committable prefix-0-2; next: 3.
     pre_committed = _open(bootstrap, f"{prefix}-0-2", topic, b"committable", partition=1)
     with TransactionClient(bootstrap) as client:
@@ -337,11 +347,7 @@ def test_a_transaction_an_earlier_attempt_opens_after_the_start_up_abort_is_abor
             producer.abort_transaction(30)
     finally:
         writer.dispose()
-    deadline = time.monotonic() + 30
-    while (offsets := stable_offsets(bootstrap, topic, 2)) and any(lso < hw for lso, hw in offsets.values()) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)  # the abort markers are written after the coordinator answers
-    assert all(lso == hw for lso, hw in offsets.values()), offsets
+    wait_until_nothing_open(bootstrap, topic)
     assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == \
         sorted([b"committable"] + [f"r{i}".encode() for i in range(10)])
 
@@ -351,18 +357,12 @@ def test_without_periodic_looks_the_end_of_input_look_aborts_what_an_earlier_att
     a transaction attempt 0's task opens after attempt 1 started is aborted by the look at the end of
     input, so the job's readers see exactly its output once it is done."""
     from streamjob.runtime.api.functions import RuntimeContext
-    from streamjob.runtime.connectors import DeliveryGuarantee, KafkaRecordSerializationSchema, KafkaSink, \
-        SimpleStringSchema
     from streamjob.runtime.connectors.kafka.sink import TransactionalKafkaSinkWriter
 
     bootstrap = broker.bootstrap
     topic, prefix = unique_topic("late"), unique_topic("job")
     create_topic(bootstrap, topic, 2)
-    sink = (KafkaSink.builder().set_bootstrap_servers(bootstrap)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(SimpleStringSchema()).build())
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE).set_transactional_id_prefix(prefix)
-            .set_hanging_transaction_check_interval(0).build())
+    sink = exactly_once_sink(bootstrap, topic, prefix, 0)
     writer = TransactionalKafkaSinkWriter(sink, RuntimeContext("sink", 1, 2, 128, attempt=1))
     try:
         writer.start()
@@ -378,9 +378,5 @@ def test_without_periodic_looks_the_end_of_input_look_aborts_what_an_earlier_att
         other_subtask.abort_transaction(30)
     finally:
         writer.dispose()
-    deadline = time.monotonic() + 30
-    while (offsets := stable_offsets(bootstrap, topic, 2)) and any(lso < hw for lso, hw in offsets.values()) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert all(lso == hw for lso, hw in offsets.values()), offsets
+    wait_until_nothing_open(bootstrap, topic)
     assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == sorted(f"r{i}".encode() for i in range(6))
