@@ -189,7 +189,7 @@ def test_an_aborted_transaction_left_open_is_aborted_and_a_live_one_is_left_alon
     live.produce(topic, b"live", partition=1)
     live.flush(30)  # Ongoing at the coordinator: open on partition 1, and not hanging
     with TransactionClient(bootstrap) as client:
-        report = hanging.find_and_repair(client, [topic], prefix, partitions={0, 1})
+        report = hanging.find_and_repair(client, [topic], prefix, share=(0, 1))
     assert [(r["transactional_id"], r["commit"], r["partitions"]) for r in report.repaired] == \
         [(f"{prefix}-1-5", False, [(topic, 0)])]
     offsets = stable_offsets(bootstrap, topic, 2)
@@ -380,3 +380,37 @@ def test_without_periodic_looks_the_end_of_input_look_aborts_what_an_earlier_att
         writer.dispose()
     wait_until_nothing_open(bootstrap, topic)
     assert sorted(read_all(bootstrap, topic, 2, "read_committed")) == sorted(f"r{i}".encode() for i in range(6))
+
+
+def test_a_partition_added_while_the_job_runs_is_looked_at_for_hanging_transactions(broker):
+    """The periodic look asks for the topic's partitions at every look: a transaction left hanging
+    on a partition added after the writer started (a committed one, on partition 3: 3 % 2 == 1, this
+    subtask's) is repaired, and one on partition 2 (subtask 0's) is left to subtask 0."""
+    from confluent_kafka.admin import NewPartitions
+
+    from streamjob.runtime.api.functions import RuntimeContext
+    from streamjob.runtime.connectors.kafka.sink import TransactionalKafkaSinkWriter
+
+    bootstrap = broker.bootstrap
+    topic, prefix = unique_topic("grown"), unique_topic("job")
+    create_topic(bootstrap, topic, 2)
+    interval = 0.3
+    writer = TransactionalKafkaSinkWriter(exactly_once_sink(bootstrap, topic, prefix, interval),
+                                          RuntimeContext("sink", 1, 2, 128))
+    try:
+        writer.start()  # a first look, at two partitions
+        for f in AdminClient({"bootstrap.servers": bootstrap}).create_partitions([NewPartitions(topic, 4)]).values():
+            f.result(30)
+        hang(bootstrap, f"{prefix}-1-7", topic, True, b"on-3", partition=3)
+        hang(bootstrap, f"{prefix}-0-7", topic, True, b"on-2", partition=2)
+        deadline = time.monotonic() + 20 * interval + 10  # a few looks, on a machine shared with other tests
+        while (offsets := stable_offsets(bootstrap, topic, 4))[3][0] < offsets[3][1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert offsets[3][0] == offsets[3][1], offsets
+        assert offsets[2][0] < offsets[2][1], offsets  # subtask 0's partition: not this writer's to repair
+    finally:
+        writer.close()
+    with TransactionClient(bootstrap) as client:
+        assert len(hanging.find_and_repair(client, [topic], prefix, (0, 2)).repaired) == 1
+    assert sorted(read_all(bootstrap, topic, 4, "read_committed")) == \
+        sorted([b"ended-on-3", b"ended-on-3", b"on-3", b"ended-on-2", b"ended-on-2", b"on-2"])

@@ -36,15 +36,17 @@ class RepairReport:
 
 
 def find_and_repair(client: TransactionClient, topics: list[str], prefix: str,
-                    partitions: set[int] | None = None, warned: set[str] | None = None) -> RepairReport:
-    """Repair the hanging transactions of ``prefix`` on ``topics`` (only ``partitions`` of each, if
-    given). Raises ``KafkaProtocolError`` when the cluster cannot be asked (unreachable, timeout).
+                    share: tuple[int, int] | None = None, warned: set[str] | None = None) -> RepairReport:
+    """Repair the hanging transactions of ``prefix`` on ``topics``; with ``share`` = (subtask,
+    parallelism) only on the partitions ``p`` with ``p % parallelism == subtask``, of the partitions
+    the topics have at this look (a partition added while the job runs is looked at from then on).
+    Raises ``KafkaProtocolError`` when the cluster cannot be asked (unreachable, timeout).
     ``warned``: refusals already logged (by an earlier look of the same writer), not logged again."""
     report = RepairReport()
     warned = set() if warned is None else warned
     try:
         leaders = client.partition_leaders(sorted(topics))
-        wanted = [tp for tp in sorted(leaders) if partitions is None or tp[1] in partitions]
+        wanted = [tp for tp in sorted(leaders) if share is None or tp[1] % share[1] == share[0]]
         producers = client.describe_producers(wanted)
     except KafkaProtocolError as e:
         if e.code in AUTHORIZATION:

@@ -440,28 +440,15 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
             self._checker.start()
 
     # -- hanging transactions (hanging.py) ------------------------------------------------------------
-    def _my_partitions(self) -> set[int] | None:
-        """The output partitions this subtask looks after: those ``p`` with ``p % parallelism ==
-        subtask`` of the sink's fixed topic (None: no fixed topic, nothing known to look at)."""
-        if self.sink.record_serializer.topic is None:
-            return None
-        return {p for p in range(self._partition_count()) if p % self.parallelism == self.subtask}
-
-    def _partition_count(self) -> int:
-        if not hasattr(self, "_n_partitions"):
-            with TransactionClient(self.sink.bootstrap_servers, self.sink.properties, CONNECT_TIMEOUT_S) as c:
-                self._n_partitions = len(c.partition_leaders([self.sink.record_serializer.topic]))
-        return self._n_partitions
-
     def _repair_hanging(self, client: TransactionClient, quiet: bool = False) -> hanging.RepairReport | None:
         """Write the markers the broker dropped for transactions of this prefix (a restore is when the
         restored checkpoint's transactions were just committed, and a broker restart is the usual cause
         of the failure it restores from)."""
-        try:
-            mine = self._my_partitions()
-            if not mine:
-                return None
-            return hanging.find_and_repair(client, [self.sink.record_serializer.topic], self.prefix, mine,
+        topic = self.sink.record_serializer.topic
+        if topic is None:  # a topic per record: no fixed topic, nothing known to look at
+            return None
+        try:  # subtask i looks after the partitions p with p % parallelism == i
+            return hanging.find_and_repair(client, [topic], self.prefix, (self.subtask, self.parallelism),
                                            self._refusals_warned)
         except KafkaProtocolError as e:  # the next look (or the next start) tries again
             (log.info if quiet else log.warning)("KafkaSink(%s): could not look for hanging transactions: %s",
