@@ -54,7 +54,9 @@ class KeyOrder:
     """The layout of a heap table's keys in its last columnar snapshot (``snapshot.KeyLayout``, in
     ``key_layout``) and those keys (``keys``, int64): a dict keeps its keys in insertion order, so
     while none was deleted the keys of the last snapshot are the first ones of the next, and only
-    the keys added since are hashed and merged in. Read and replaced by the snapshot writer only."""
+    the keys added since are hashed and merged in. Read and replaced by the snapshot writer only:
+    one thread per slot (``checkpointing.SnapshotWriter``) writing the snapshots in checkpoint order,
+    so two snapshots of one table never use it at once."""
 
     __slots__ = ("key_layout", "keys")
 
