@@ -132,7 +132,8 @@ def hang(bootstrap: str, tid: str, topic: str, commit: bool, value: bytes, parti
 
 
 def _last_sequence(client: TransactionClient, topic: str, pid: int, partition: int) -> int:
-    """The producer's last sequence on the partition (DescribeProducers; the sink's client drops it)."""
+    """The producer's last sequence on the partition (DescribeProducers; the sink's client drops it);
+    -1 where it never wrote (its first batch there has sequence 0)."""
     from streamjob.runtime.connectors.kafka.protocol import DESCRIBE_PRODUCERS, Reader
 
     conn = client._connect(client.partition_leaders([topic])[(topic, partition)])
@@ -149,7 +150,7 @@ def _last_sequence(client: TransactionClient, topic: str, pid: int, partition: i
 
     r.array(lambda r: (r.string(), r.array(lambda r: (r.int32(), r.int16(), r.string(), r.array(producer), r.tags())),
                        r.tags()))
-    return found[pid]
+    return found.get(pid, -1)
 
 
 def test_a_committed_transaction_left_open_on_a_partition_is_committed_there(broker):
@@ -399,7 +400,8 @@ def test_a_partition_added_while_the_job_runs_is_looked_at_for_hanging_transacti
                                           RuntimeContext("sink", 1, 2, 128))
     try:
         writer.start()  # a first look, at two partitions
-        for f in AdminClient({"bootstrap.servers": bootstrap}).create_partitions([NewPartitions(topic, 4)]).values():
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures fail once it is destroyed
+        for f in admin.create_partitions([NewPartitions(topic, 4)]).values():
             f.result(30)
         hang(bootstrap, f"{prefix}-1-7", topic, True, b"on-3", partition=3)
         hang(bootstrap, f"{prefix}-0-7", topic, True, b"on-2", partition=2)
