@@ -47,6 +47,9 @@ Measured:
   the read_committed consumer notes when each output record became visible; latency = visible - t,
   over the records produced from 2 s after the switch for --latency-s seconds, then the job is stopped;
 * peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once;
+* job CPU-s / broker CPU-s = CPU seconds (user + system) of the case's process tree / of the
+  broker's JVM during the case (start to the end of the stable-offset watch): on two shared cores,
+  where exactly-once's extra work goes (the broker keeps transaction state and writes markers);
 * sink wrote = the output topic read back with read_committed after the run: the record count
   must equal the input's, the last sum of every key its total, and the sum of all output ``v`` the
   sum of all running sums (a lost or repeated record changes it). A case that fails a check fails
@@ -353,7 +356,25 @@ def _stop(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms: int) -> dict:
+def _cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) a process and its children have used so far (0 without one)."""
+    import psutil
+
+    if pid is None:
+        return 0.0
+    try:
+        root = psutil.Process(pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            t = p.cpu_times()
+            total += t.user + t.system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms: int,
+             broker_pid: int | None = None) -> dict:
     from w1 import _sample_tree
 
     topic_out = f"out-{case}-{uuid.uuid4().hex[:8]}"
@@ -365,6 +386,9 @@ def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms
         watcher.ready.wait(30)
         stable = StableOffsets(bootstrap, topic_out)
         stable.start()
+        # Where the CPU went (two cores shared by the job, the broker and this process's watchers):
+        # exactly-once makes the broker work too (transaction state, markers), off the job's books.
+        broker_cpu, bench_cpu = _cpu_s(broker_pid), time.process_time()
         started = time.time()
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -389,6 +413,7 @@ def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms
         time.sleep(0.2)
         stable.stop.set()
         stable.join(10)
+        broker_cpu, bench_cpu = _cpu_s(broker_pid) - broker_cpu, time.process_time() - bench_cpu
     wrote = verify(bootstrap, topic_out, records)
     if not wrote["ok"]:
         raise RuntimeError(f"{case}: the output is wrong: {wrote} (expected {records} records)")
@@ -401,7 +426,8 @@ def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms
     out = {"case": case, "records_per_s": records / (end - start), "wrote": wrote,
            "watcher_lag_s": watcher.last_visible - end,
            "peak_rss_mb": sampled["peak_rss"] / 2**20, "total_s": exited - started,
-           "processing_s": end - start}
+           "processing_s": end - start, "job_cpu_s": sampled["cpu"][-1][1] if sampled.get("cpu") else None,
+           "broker_cpu_s": broker_cpu if broker_pid else None, "bench_cpu_s": bench_cpu}
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if lines:
         out["job"] = json.loads(lines[-1])
@@ -579,7 +605,7 @@ def main() -> None:
                 print(f"run {r + 1}/{args.repeat}: {case}", file=sys.stderr, flush=True)
                 try:
                     n = records_of(case, args)
-                    res = run_case(case, bootstrap, inputs[n], n, args.interval_ms)
+                    res = run_case(case, bootstrap, inputs[n], n, args.interval_ms, broker.pid)
                 except Exception as e:  # noqa: BLE001 - a peer that fails is reported, the run goes on
                     if case.removesuffix("-off") in ("columnar", "per-record", "plain"):
                         raise
@@ -642,7 +668,8 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
     if args.latency_only:
         print("| case | input rate | latency p50 | p99 | max | records measured |")
     head = (f"| {'case':<52} | {'checkpoints':<20} | {'records/s':>10} | {'vs loop':>7} | {'ckpt cost':>9} | "
-            f"{'job-time cost':>13} | {'p50 ms':>6} | {'p99 ms':>6} | {'peak RSS':>8} | sink wrote (read_committed) |")
+            f"{'job-time cost':>13} | {'job CPU-s':>9} | {'broker CPU-s':>12} | {'p50 ms':>6} | {'p99 ms':>6} | {'peak RSS':>8} | "
+            f"sink wrote (read_committed) |")
     if not args.latency_only:
         print(head)
         print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
@@ -669,12 +696,15 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
         behind = "" if all(x["complete"] for x in lat) else "*"
         p50 = f"{med([x['p50_ms'] for x in lat]):.0f}{behind}" if lat else ""
         p99 = f"{med([x['p99_ms'] for x in lat]):.0f}{behind}" if lat else ""
+        cpu = lambda key: (f"{med([x[key] for x in rs]):.1f}"  # noqa: E731
+                           if all(x.get(key) is not None for x in rs) else "")
         ok = all(x["wrote"]["ok"] for x in rs)
         wrote = f"{rs[0]['wrote']['records']:,} records, sums {'exact' if ok else 'WRONG'}"
         if case.startswith("pyflink") and records_of(case, args) != args.records:
             wrote += " (a smaller input)"
         print(f"| {LABELS[engine]:<52} | {checkpoints:<20} | {med([x['records_per_s'] for x in rs]):>10,.0f} | "
-              f"{vs:>7} | {cost:>9} | {job_time_cost(case) if not case.endswith('-off') else '':>13} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | {wrote} |")
+              f"{vs:>7} | {cost:>9} | {job_time_cost(case) if not case.endswith('-off') else '':>13} | {cpu('job_cpu_s'):>9} | "
+              f"{cpu('broker_cpu_s'):>12} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | {wrote} |")
     rates = sorted({x["rate"] for xs in latency.values() for x in xs})
     if rates:
         print(f"latency: input written at {', '.join(f'{r:,}' for r in rates)} records/s (at most half of what the "
