@@ -68,7 +68,8 @@ class Meter:
     def __init__(self, time_span_in_seconds: int = 60):
         self._count = 0
         self.span = float(time_span_in_seconds)
-        self._samples: deque[tuple[float, int]] = deque()  # (report time, count then), oldest first
+        # (time, count then), oldest first: from its creation, then one per metric report
+        self._samples: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
 
     def mark_event(self, n: int = 1) -> None:
         self._count += n
@@ -77,7 +78,7 @@ class Meter:
         return self._count
 
     def rate(self, now: float) -> float:
-        """Events per second since the oldest sample still inside the time span (0 until a second sample)."""
+        """Events per second since the oldest sample still inside the time span (``now``: time.monotonic())."""
         samples = self._samples
         samples.append((now, self._count))
         # Keep one sample at or before the span's start, so the window covers the whole span once it can.
@@ -179,7 +180,7 @@ class MetricGroup:
         self._registry = registry
         self._system = system
         self._path = path  # Flink's identifier: every group name, a key-value group's key and value
-        self._groups = groups  # the plain groups and the keys (a Prometheus name or the ``group`` label)
+        self._groups = groups  # the plain groups (a Prometheus name, or the ``group`` label of a user's)
         self._variables = variables  # the key-value groups: (key, value) pairs, sorted (Prometheus labels)
 
     def add_group(self, name: str, extra: str | None = None) -> "MetricGroup":
@@ -195,8 +196,7 @@ class MetricGroup:
                              f"label, so it must be letters, digits and underscores and not one of "
                              f"{', '.join(sorted(RESERVED_LABELS))}")
         variables = tuple(sorted({**dict(self._variables), name: str(extra)}.items()))
-        return MetricGroup(self._registry, self._system, (*self._path, name, str(extra)), (*self._groups, name),
-                           variables)
+        return MetricGroup(self._registry, self._system, (*self._path, name, str(extra)), self._groups, variables)
 
     def counter(self, name: str) -> Counter:
         return self._registry.register(self, name, COUNTER, Counter)
