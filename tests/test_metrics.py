@@ -267,7 +267,7 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
     client = env.execute_async("kafka-lag")
     try:
         assert client.wait_until_running(60)
-        pending = lambda s: list(values(s, "streamjob_pending_records", operator="kafka").values())  # noqa: E731
+        pending = lambda s: list(values(s, "streamjob_pending_records", operator="Source: kafka").values())  # noqa: E731
         first = wait_until(lambda: pending(scrape(client)), 60, "a first pendingRecords")
         # The alert rules read Kafka metrics by these names (tests/test_dashboard.py leaves them to this test).
         exported = {name for name, _ in scrape(client)}
@@ -279,8 +279,8 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
             scrape(client), f"streamjob_kafka_source_reader_{name}", topic=topic).items()}
         assert offsets("current_offset") == {"0": 800.0, "1": 800.0}
         wait_until(lambda: offsets("committed_offset") == {"0": 800.0, "1": 800.0}, 30, "committedOffset at the end")
-        ids = {m["id"] for m in rest(client, f"/v1/vertices/{vertex_of(client, 'kafka')}/metrics")}
-        assert f"0.kafka.KafkaSourceReader.topic.{topic}.partition.1.committedOffset" in ids
+        ids = {m["id"] for m in rest(client, f"/v1/vertices/{vertex_of(client, 'Source: kafka')}/metrics")}
+        assert f"0.Source: kafka.KafkaSourceReader.topic.{topic}.partition.1.committedOffset" in ids
     finally:
         client.cancel()
         try:
