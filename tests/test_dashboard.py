@@ -107,7 +107,7 @@ def test_metric_name_lexer():
 
 
 def test_dashboard_metrics_exist_in_real_scrapes(job_scrape, operator_scrape):
-    exported = job_scrape | operator_scrape
+    exported = job_scrape | operator_scrape | KAFKA_SOURCE_METRICS  # those: tests/test_metrics.py
     missing = {(title, name) for title, expr in dashboard_exprs() for name in metric_names(expr) - exported}
     assert not missing, f"panels read metrics that are not exported: {sorted(missing)}"
 
@@ -129,6 +129,7 @@ def test_dashboard_shows_what_an_operator_of_jobs_needs():
         "streamjob_operator_reconcile_errors_total", "streamjob_operator_reconcile_duration_seconds_bucket",
         "streamjob_operator_streamjobs", "streamjob_current_output_watermark",
         "streamjob_last_checkpoint_persisted_data_bytes", "streamjob_checkpoint_start_delay_seconds",
+        "streamjob_pending_records",
     }
     assert not needed - used, f"the dashboard shows nothing of {sorted(needed - used)}"
 

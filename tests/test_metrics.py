@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_util import create_topic, produce, unique_topic
-from monitoring_promql import KAFKA_SOURCE_METRICS, alert_rules, metric_names
+from monitoring_promql import KAFKA_SOURCE_METRICS, alert_rules, dashboard, metric_names, panels
 from streamjob.runtime import MapFunction, RuntimeContext, StreamExecutionEnvironment
 from streamjob.runtime.api.metrics import Meter
 from streamjob.runtime.cluster.metrics import operator_families, vertex_metrics
@@ -269,10 +269,13 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
         assert client.wait_until_running(60)
         pending = lambda s: list(values(s, "streamjob_pending_records", operator="Source: kafka").values())  # noqa: E731
         first = wait_until(lambda: pending(scrape(client)), 60, "a first pendingRecords")
-        # The alert rules read Kafka metrics by these names (tests/test_dashboard.py leaves them to this test).
+        # The alert rules and the dashboard read Kafka metrics by these names (tests/test_dashboard.py
+        # leaves them to this test: its job reads no Kafka).
         exported = {name for name, _ in scrape(client)}
         assert KAFKA_SOURCE_METRICS <= exported
-        assert {n for r in alert_rules() for n in metric_names(r["expr"]) if "pending" in n} <= KAFKA_SOURCE_METRICS
+        used = {n for r in alert_rules() for n in metric_names(r["expr"])} | {
+            n for p in panels(dashboard()) for t in p.get("targets", []) for n in metric_names(t["expr"])}
+        assert {n for n in used if "pending" in n or "kafka" in n} <= KAFKA_SOURCE_METRICS
         assert first[0] > 0, f"records were waiting, yet pendingRecords was {first}"
         wait_until(lambda: pending(scrape(client)) == [0.0], 60, "pendingRecords to reach 0")
         offsets = lambda name: {dict(k)["partition"]: v for k, v in values(  # noqa: E731
