@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -20,7 +21,7 @@ from kafka_util import create_topic, produce, unique_topic
 from monitoring_promql import KAFKA_SOURCE_METRICS, alert_rules, dashboard, metric_names, panels
 from streamjob.runtime import MapFunction, RuntimeContext, StreamExecutionEnvironment
 from streamjob.runtime.api.metrics import Meter
-from streamjob.runtime.cluster.metrics import operator_families, vertex_metrics
+from streamjob.runtime.cluster.metrics import operator_families, subtask_aggregates, vertex_metrics
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink, KafkaOffsetsInitializer, KafkaSource, \
     SimpleStringSchema
 from streamjob.runtime.connectors.kafka.lag import partition_ends, pending_records
@@ -128,6 +129,10 @@ def test_rest_metric_ids_are_flinks():
                      "0.Parse.rate": "2.5", "0.Parse.rate.count": "40",
                      "0.Parse.topic.clicks.size.count": "3", "0.Parse.topic.clicks.size.sum": "16",
                      "0.Parse.topic.clicks.size.min": "2", "0.Parse.topic.clicks.size.max": "9"}
+    # Over the subtasks (Flink's .../subtasks/metrics): by the id without the subtask.
+    assert subtask_aggregates(parse, ["Parse.parser.seen", "Parse.nothing"], ("min", "sum", "avg")) == [
+        {"id": "Parse.parser.seen", "min": 12.0, "sum": 42.0, "avg": 21.0}]
+    assert {"id": "Parse.topic.clicks.size.max"} in subtask_aggregates(parse, None)
     source = vertex_metrics(plan, REPORTED, 0)
     assert source["0.Source: kafka.KafkaSourceReader.topic.t.partition.0.currentOffset"] == "880"
     assert source["0.Source: kafka.pendingRecords"] == "120"
@@ -220,8 +225,12 @@ def test_user_counter_and_gauge_on_prometheus_and_rest(spark_slots):
     client = env.execute_async("user-metrics")
     try:
         assert client.wait_until_running(60)
-        samples = wait_until(lambda: (s := scrape(client)) and sum(values(s, "streamjob_user_records_seen_total").values())
-                             > 500 and s, 60, "the map to count 500 records")
+        def counted() -> dict | None:  # a scrape where both subtasks reported, 500 records in all
+            s = scrape(client)
+            seen = values(s, "streamjob_user_records_seen_total")
+            return s if len(seen) == 2 and min(seen.values()) > 0 and sum(seen.values()) > 500 else None
+
+        samples = wait_until(counted, 60, "both subtasks of the map to count, 500 records in all")
         seen = values(samples, "streamjob_user_records_seen_total", operator="audited", group="audit", job="user-metrics")
         assert len(seen) == 2 and all(v > 0 for v in seen.values())
         assert [sum(seen.values())] == list(values(samples, "streamjob_num_records_in_total", operator="audited").values())
@@ -233,6 +242,14 @@ def test_user_counter_and_gauge_on_prometheus_and_rest(spark_slots):
         assert {"0.audited.audit.records_seen", "1.audited.audit.subtask_plus_100"} <= ids
         got = rest(client, f"/v1/vertices/{vertex}/metrics?get=1.audited.audit.subtask_plus_100,0.nothing")
         assert got == [{"id": "1.audited.audit.subtask_plus_100", "value": "101"}]
+        got = rest(client, f"/v1/vertices/{vertex}/subtasks/metrics?get=audited.audit.subtask_plus_100&agg=min,max,sum")
+        assert got == [{"id": "audited.audit.subtask_plus_100", "min": 100.0, "max": 101.0, "sum": 201.0}]
+        for path, status, says in ((f"/v1/vertices/{vertex}/subtasks/metrics?agg=median", 400, "'agg' takes"),
+                                   ("/v1/vertices/99/metrics", 404, "no vertex 99"),
+                                   ("/v1/vertices/x/metrics", 400, "non-negative integer")):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                rest(client, path)
+            assert e.value.code == status and says in json.loads(e.value.read())["error"]
     finally:
         client.cancel()
         try:

@@ -253,3 +253,30 @@ def vertex_metrics(plan: dict, reported: Iterable[tuple], vertex_id: int) -> dic
 
 def _text(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+AGGREGATIONS = ("min", "max", "sum", "avg")
+
+
+def subtask_aggregates(per_subtask: dict[str, str], wanted: list[str] | None,
+                       aggregations: tuple[str, ...] = AGGREGATIONS) -> list[dict[str, Any]]:
+    """Flink's ``/jobs/:jobid/vertices/:vertexid/subtasks/metrics``: a vertex's metrics aggregated over
+    its subtasks, by their id without the subtask (``<operator>.<groups>.<name>``). ``per_subtask`` is
+    ``vertex_metrics``'s answer; ``wanted`` None: the ids there are (``[{"id"}]``)."""
+    by_id: dict[str, list[float]] = {}
+    for metric, value in per_subtask.items():
+        _subtask, _, rest = metric.partition(".")
+        try:
+            by_id.setdefault(rest, []).append(float(value))
+        except ValueError:  # not a number: nothing to aggregate
+            continue
+    if wanted is None:
+        return [{"id": k} for k in sorted(by_id)]
+    out = []
+    for metric in wanted:
+        values = by_id.get(metric)
+        if not values:
+            continue
+        agg = {"min": min(values), "max": max(values), "sum": sum(values), "avg": sum(values) / len(values)}
+        out.append({"id": metric, **{a: agg[a] for a in aggregations}})
+    return out
