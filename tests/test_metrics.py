@@ -9,6 +9,8 @@ prometheus-client's parser and its REST API.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -19,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_util import create_topic, produce, unique_topic
 from monitoring_promql import KAFKA_SOURCE_METRICS, alert_rules, dashboard, metric_names, panels
-from streamjob.runtime import MapFunction, RuntimeContext, StreamExecutionEnvironment
+from streamjob.runtime import MapFunction, RestartStrategies, RuntimeContext, StreamExecutionEnvironment
 from streamjob.runtime.api.metrics import Meter
 from streamjob.runtime.cluster.metrics import operator_families, subtask_aggregates, vertex_metrics
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink, KafkaOffsetsInitializer, KafkaSource, \
@@ -250,6 +252,45 @@ def test_user_counter_and_gauge_on_prometheus_and_rest(spark_slots):
             with pytest.raises(urllib.error.HTTPError) as e:
                 rest(client, path)
             assert e.value.code == status and says in json.loads(e.value.read())["error"]
+    finally:
+        client.cancel()
+        try:
+            client.get_job_execution_result(120)
+        except Exception:  # noqa: BLE001 - canceled on purpose
+            pass
+
+
+@pytest.mark.spark
+def test_user_counters_restart_with_the_task(spark_slots):
+    """As in Flink, a user counter belongs to its task: after a task is killed and the job restarts,
+    the counters start from zero again (the old attempt's values are gone, not added to)."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 100))
+    env.from_source(DataGenSource(lambda i: i, rows_per_second=500), None, "numbers") \
+        .map(Seen()).name("audited").sink_to(DiscardingSink())
+    client = env.execute_async("user-metrics-restart")
+    try:
+        assert client.wait_until_running(60)
+        jm = client.job_manager
+        seen = lambda s: values(s, "streamjob_user_records_seen_total", operator="audited")  # noqa: E731
+        before = sum(wait_until(lambda: (v := seen(scrape(client))) and sum(v.values()) > 1000 and v, 60,
+                                "1000 records counted").values())
+        wait_until(lambda: len(jm.task_pids()) == 2, 30, "both task processes known")
+        first_attempt = jm.attempt
+        os.kill(jm.task_pids()[0], signal.SIGKILL)
+
+        def restarted() -> dict | None:
+            # Until the next attempt begins, the job manager shows the last values the tasks reported.
+            if jm.attempt == first_attempt:
+                return None
+            s = scrape(client)
+            return s if len(seen(s)) == 2 else None
+
+        after = wait_until(restarted, 60, "the restarted attempt's reports")
+        assert sum(seen(after).values()) < before, "the counters went on from the old attempt's values"
+        assert [sum(seen(after).values())] == list(values(after, "streamjob_num_records_in_total",
+                                                          operator="audited").values())
     finally:
         client.cancel()
         try:
