@@ -26,6 +26,7 @@ from streamjob.runtime.api.metrics import Meter
 from streamjob.runtime.cluster.metrics import operator_families, subtask_aggregates, vertex_metrics
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink, KafkaOffsetsInitializer, KafkaSource, \
     SimpleStringSchema
+from streamjob.runtime.connectors.base import END
 from streamjob.runtime.connectors.kafka.lag import partition_ends, pending_records
 
 
@@ -158,6 +159,37 @@ def test_pending_records_from_librdkafka_statistics():
     # A bounded split is pending up to its stop; a finished one not at all.
     assert pending_records([(("t", 0), 900, 950, False), (("t", 1), 10, 50, True)], committed) == 50
     assert pending_records([(("t", 2), 0, None, False)], committed) is None
+
+
+def test_kafka_reader_counts_undecodable_records_and_the_emit_lag(kafka_broker):
+    """numRecordsInErrors counts the records that went to the failure side output; currentEmitEventTimeLag
+    is the age (wall clock minus Kafka timestamp) of the last record handed out. A reader alone, on the
+    real broker."""
+    from streamjob.runtime import OutputTag
+    from streamjob.runtime.connectors import JsonRowDeserializationSchema
+    from streamjob.runtime.api.types import Types
+
+    topic = unique_topic("errors")
+    create_topic(kafka_broker.bootstrap, topic, 1)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    produce(kafka_broker.bootstrap, topic, [(0, None, b'{"n": 1}', hour_ago), (0, None, b"not json", hour_ago),
+                                            (0, None, b'{"n": 2}', hour_ago), (0, None, b"{", hour_ago)])
+    schema = JsonRowDeserializationSchema.builder().type_info(Types.ROW_NAMED(["n"], [Types.LONG()])).build()
+    source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap).set_topics(topic)
+              .set_value_only_deserializer(schema).set_bounded(KafkaOffsetsInitializer.latest())
+              .set_deserialization_failure_output(OutputTag("bad")).build())
+    ctx = RuntimeContext("Source: kafka", 0, 1, 128)
+    reader = source.create_reader(ctx)
+    try:
+        deadline = time.monotonic() + 30
+        while reader.poll() is not END:
+            assert time.monotonic() < deadline, "no END in 30 s"
+            time.sleep(0.01)
+        got = {e[4]: e[6] for e in ctx._metrics.report()}
+        assert got["numRecordsInErrors"] == 2
+        assert 3_600_000 <= got["currentEmitEventTimeLag"] < 3_600_000 + 60_000
+    finally:
+        reader.close()
 
 
 # -- real jobs ---------------------------------------------------------------------------------------

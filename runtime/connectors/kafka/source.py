@@ -294,6 +294,11 @@ class KafkaSourceReader(SourceReader):
         self.committed: dict[TopicPartitionId, int] = {}  # offsets committed back on checkpoint completion
         self.metrics = metrics if metrics is not None else connector_metrics(None)
         self.metrics.gauge("pendingRecords", self.pending_records)
+        # FLIP-33's: records that could not be decoded (sent to the failure side output), and the age of
+        # the last record handed out when it was (wall clock minus its Kafka timestamp, ms).
+        self.records_in_errors = self.metrics.counter("numRecordsInErrors")
+        self.emit_lag_ms: float | None = None
+        self.metrics.gauge("currentEmitEventTimeLag", lambda: self.emit_lag_ms)
         self.reader_metrics = self.metrics.add_group("KafkaSourceReader")
         self.commits_succeeded = self.reader_metrics.counter("commitsSucceeded")
         self.commits_failed = self.reader_metrics.counter("commitsFailed")
@@ -559,6 +564,9 @@ class KafkaSourceReader(SourceReader):
             self._check_finished(tp, split)
             if failures:  # handed out with the batch (even an empty one): the position moved past them
                 self.side = {self.failure_tag: (failures, [r["timestamp"] for r in failures])}
+                self.records_in_errors.inc(len(failures))
+            if len(ts):
+                self.emit_lag_ms = time.time() * 1000.0 - float(ts[-1])
             if len(ts) or failures:  # (a run of tombstones only has no records)
                 self.turn = tp
                 return Stamped(batch, ts)
