@@ -15,6 +15,11 @@ checkpoint completes, for monitoring only: a restore starts from the checkpoint,
 
 An undecodable value fails the job naming topic, partition and offset, or, when the user asks, goes
 to a side output or a dead-letter topic with the same address (``dead_letters.py``).
+
+Metrics are Flink's KafkaSource ones, on the operator's connector metric group (``api/metrics.py``):
+``pendingRecords`` (``lag.py``: from librdkafka's statistics), ``numRecordsInErrors``,
+``currentEmitEventTimeLag``, and in ``KafkaSourceReader``: ``commitsSucceeded``/``commitsFailed`` and per
+partition (``topic.<t>.partition.<p>``) ``currentOffset`` and ``committedOffset``.
 """
 
 from __future__ import annotations
