@@ -63,6 +63,10 @@ _NAMES = {
     "ProcessFunction": ".api.functions",
     "ReduceFunction": ".api.functions",
     "RuntimeContext": ".api.functions",
+    "Counter": ".api.metrics",
+    "Distribution": ".api.metrics",
+    "Meter": ".api.metrics",
+    "MetricGroup": ".api.metrics",
     "RestartStrategies": ".api.restart",
     "RestartStrategyConfiguration": ".api.restart",
     "AggregatingStateDescriptor": ".api.state",
@@ -170,6 +174,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         ExternalizedCheckpointRetention,
     )
     from .api.execution_config import ExecutionConfig
+    from .api.metrics import Counter, Distribution, Meter, MetricGroup
     from .api.environment import (
         JobClient,
         JobExecutionResult,
@@ -369,6 +374,10 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "Counter",
+    "Distribution",
+    "Meter",
+    "MetricGroup",
     "OutputTag",
     "Partitioner",
     "PyFlinkNotSupported",

@@ -15,6 +15,10 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
 RULES_FILE = os.path.join(ROOT, "helm", "streamjob-operator", "files", "alerts.rules.yaml")
 DASHBOARD_FILE = os.path.join(ROOT, "helm", "streamjob-operator", "files", "dashboard.json")
 
+# Metrics only a job with a KafkaSource exports: the rules' use of them is checked against a real
+# Kafka job's scrape in tests/test_metrics.py (the dashboard test's job reads no Kafka).
+KAFKA_SOURCE_METRICS = {"streamjob_pending_records"}
+
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
             "group_right", "inf", "nan", "start", "end"}
 # Aggregations may be followed by `by (...)` before their parenthesis, so they are not always

@@ -31,11 +31,19 @@ class RuntimeContext:
         return f"{self._task_name} ({self._index + 1}/{self._parallelism})#{self._attempt}"
 
     def get_metrics_group(self) -> Any:
-        from .unsupported import PyFlinkNotSupported
+        """This operator subtask's ``MetricGroup`` (PyFlink's): counters, gauges, meters and
+        distributions registered on it are reported by the task to the job manager's ``/metrics``
+        (Prometheus, ``streamjob_user_<name>``) and REST API (``api/metrics.py``)."""
+        return self._metric_registry().group()
 
-        raise PyFlinkNotSupported("RuntimeContext.get_metrics_group()",
-                                  "user-defined metrics are not available; every operator's records in/out "
-                                  "are metrics already (the REST API's /metrics, Prometheus)")
+    def _metric_registry(self) -> Any:
+        """The registry of this operator subtask's metrics, user and connector ones (made on first use)."""
+        registry = getattr(self, "_metrics", None)
+        if registry is None:
+            from .metrics import MetricRegistry
+
+            registry = self._metrics = MetricRegistry(self._task_name, self._index)
+        return registry
 
     def get_index_of_this_subtask(self) -> int:
         return self._index

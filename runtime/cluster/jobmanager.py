@@ -133,6 +133,8 @@ class JobManager:
         self.fenced = False
         self.restore: CompletedCheckpoint | None = None
         self.metrics: dict[int, dict[str, list[int]]] = {}
+        # slot -> [op id, subtask, entries] of its user and connector metrics (api/metrics.py), this attempt
+        self.user_metrics: dict[int, list] = {}
         self.windows: dict[int, tuple[float | None, float | None]] = {}  # slot -> (loop start, loop end)
         self.registered: set[int] = set()
         self.addresses: dict[int, list] = {}  # slot -> its data address, this attempt
@@ -293,6 +295,7 @@ class JobManager:
             self.finished.clear()
             self.pids.clear()
             self.metrics.clear()
+            self.user_metrics.clear()  # counters restart with the tasks, as Flink's
             self.rates.clear()
             self.windows.clear()
             self.failures = []
@@ -503,7 +506,18 @@ class JobManager:
                     "restored_time": self.restored[1] if self.restored else None,
                     "records": {self.operator_names.get(k, k): v for k, v in self.operator_totals().items()},
                     "watermarks": self._watermarks_unlocked(),
-                    "backpressure": bp}
+                    "backpressure": bp,
+                    "user": self._user_metrics_unlocked()}
+
+    def operator_metrics(self) -> list[tuple[str, str, int, list]]:
+        """(operator id, its metric name, subtask, entries) of every user and connector metric
+        the tasks last reported (``api/metrics.py``'s report entries)."""
+        with self._lock:
+            return self._user_metrics_unlocked()
+
+    def _user_metrics_unlocked(self) -> list[tuple[str, str, int, list]]:
+        return [(op, self.operator_names.get(op, op), int(subtask), entries)
+                for slot in sorted(self.user_metrics) for op, subtask, entries in self.user_metrics[slot]]
 
     def savepoint_status(self, trigger_id: str) -> SavepointRequest | None:
         with self._lock:
@@ -740,6 +754,7 @@ class JobManager:
                 if kind == C.METRICS:
                     with self._lock:
                         self.metrics[int(msg["slot"])] = msg["ops"]
+                        self.user_metrics[int(msg["slot"])] = msg.get("user") or []
                         self.backpressure[int(msg["slot"])] = msg.get("backpressure") or {}
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                         self.rates.observe(int(msg["slot"]), time.monotonic(), _counters(msg))

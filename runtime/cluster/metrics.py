@@ -29,15 +29,33 @@ streamjob_current_output_watermark {operator, subtask}        currentOutputWater
 streamjob_back_pressured_time_seconds_total {task, subtask}   backPressuredTimeMsPerSecond, as a counter
 streamjob_is_back_pressured {task, subtask}                   isBackPressured
 =============================================================  ==========================================
+
+Metrics registered on an operator's ``MetricGroup`` (``api/metrics.py``) carry ``operator`` and
+``subtask`` labels and a label per key-value group (``add_group("topic", "clicks")``: ``topic="clicks"``):
+
+- a user's (``runtime_context.get_metrics_group()``) is ``streamjob_user_<name>`` with a ``group`` label
+  (its groups, dot-joined; ``""`` for none): a counter ``..._total``; a gauge; a meter ``..._total`` (events)
+  and ``..._per_second`` (its rate over its time span); a distribution ``..._count``, ``..._sum``,
+  ``..._min``, ``..._max``;
+- a connector's is named by its groups and name in snake case: ``streamjob_pending_records``,
+  ``streamjob_kafka_source_reader_current_offset{topic, partition}`` (Flink's
+  ``KafkaSourceReader.topic.<t>.partition.<p>.currentOffset``), counters with ``_total``.
+
+A name taken by a metric of another type (two operators' metrics of one name) keeps the first
+type; the others are left out (one Prometheus family has one type).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import logging
+import re
+from typing import Any, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("streamjob.metrics")
 
 STATES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELED")
 
@@ -148,4 +166,117 @@ class JobMetrics:
             is_bp.add_metric([*values, task, str(subtask)], 1.0 if now else 0.0)
         yield bp
         yield is_bp
+        yield from operator_families(labels, values, snap["user"])
 
+
+def snake(name: str) -> str:
+    """Flink's camelCase metric and group names as Prometheus ones: ``pendingRecords`` -> ``pending_records``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def operator_families(labels: list[str], values: list[str], reported: Iterable[tuple]) -> list[Metric]:
+    """The families of the user and connector metrics the tasks reported: (op id, operator, subtask,
+    entries) as ``JobManager.operator_metrics`` gives them."""
+    families: dict[str, Metric] = {}
+    refused: set[str] = set()
+
+    def add(name: str, kind: str, doc: str, suffix: str, sample_labels: dict, value: Any) -> None:
+        if value is None:
+            return
+        family = families.get(name)
+        if family is None:
+            family = families[name] = Metric(name, doc, kind)
+        elif family.type != kind:
+            if name not in refused:
+                refused.add(name)
+                log.warning("metric %s is a %s already; a %s of that name is left out", name, family.type, kind)
+            return
+        family.add_sample(name + suffix, sample_labels, float(value))
+
+    base = dict(zip(labels, values))
+    for _op, operator, subtask, entries in reported:
+        for system, _path, groups, variables, name, kind, value in entries:
+            sample = {**base, "operator": operator, "subtask": str(subtask)}
+            if system:
+                metric = "streamjob_" + "_".join(snake(g) for g in [*groups, name])
+                doc = f"{'.'.join([*groups, name])} (connector metric)"
+            else:
+                metric = f"streamjob_user_{name}"
+                sample["group"] = ".".join(groups)
+                doc = f"user metric {name}"
+            sample.update(variables)
+            if kind == "counter":
+                add(metric, "counter", doc, "_total", sample, value)
+            elif kind == "gauge":
+                add(metric, "gauge", doc, "", sample, value)
+            elif kind == "meter":
+                add(metric, "counter", f"{doc}: events", "_total", sample, value[0])
+                add(metric + "_per_second", "gauge", f"{doc}: events per second over its time span", "", sample,
+                    value[1])
+            elif kind == "distribution":
+                count, total, low, high = value
+                add(metric, "summary", f"{doc}: count and sum of its values", "_count", sample, count)
+                add(metric, "summary", f"{doc}: count and sum of its values", "_sum", sample, total)
+                add(metric + "_min", "gauge", f"{doc}: smallest value", "", sample, low)
+                add(metric + "_max", "gauge", f"{doc}: largest value", "", sample, high)
+    return list(families.values())
+
+
+
+def vertex_metrics(plan: dict, reported: Iterable[tuple], vertex_id: int) -> dict[str, str] | None:
+    """The user and connector metrics of one task vertex, by Flink's REST metric id
+    ``<subtask>.<operator>.<groups...>.<name>`` (a key-value group is its key and value), with values
+    as strings, as Flink's ``/jobs/:jobid/vertices/:vertexid/metrics``. A meter's value is its rate
+    (its count is ``<id>.count``); a distribution has ``<id>.count``, ``.sum``, ``.min``, ``.max``.
+    None: no such vertex."""
+    vertex = next((v for v in plan["vertices"] if v["id"] == vertex_id), None)
+    if vertex is None:
+        return None
+    ops = {o["id"] for o in vertex["operators"]}
+    out: dict[str, str] = {}
+    for op, operator, subtask, entries in reported:
+        if op not in ops:
+            continue
+        for _system, path, _groups, _variables, name, kind, value in entries:
+            metric = ".".join([str(subtask), operator, *path, name])
+            if kind == "meter":
+                out[metric] = _text(value[1])
+                out[metric + ".count"] = _text(value[0])
+            elif kind == "distribution":
+                for part, v in zip(("count", "sum", "min", "max"), value):
+                    if v is not None:
+                        out[f"{metric}.{part}"] = _text(v)
+            elif value is not None:
+                out[metric] = _text(value)
+    return out
+
+
+def _text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+AGGREGATIONS = ("min", "max", "sum", "avg")
+
+
+def subtask_aggregates(per_subtask: dict[str, str], wanted: list[str] | None,
+                       aggregations: tuple[str, ...] = AGGREGATIONS) -> list[dict[str, Any]]:
+    """Flink's ``/jobs/:jobid/vertices/:vertexid/subtasks/metrics``: a vertex's metrics aggregated over
+    its subtasks, by their id without the subtask (``<operator>.<groups>.<name>``). ``per_subtask`` is
+    ``vertex_metrics``'s answer; ``wanted`` None: the ids there are (``[{"id"}]``)."""
+    by_id: dict[str, list[float]] = {}
+    for metric, value in per_subtask.items():
+        _subtask, _, rest = metric.partition(".")
+        try:
+            by_id.setdefault(rest, []).append(float(value))
+        except ValueError:  # not a number: nothing to aggregate
+            continue
+    if wanted is None:
+        return [{"id": k} for k in sorted(by_id)]
+    out = []
+    for metric in wanted:
+        values = by_id.get(metric)
+        if not values:
+            continue
+        agg = {"min": min(values), "max": max(values), "sum": sum(values), "avg": sum(values) / len(values)}
+        out.append({"id": metric, **{a: agg[a] for a in aggregations}})
+    return out

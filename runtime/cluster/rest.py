@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
-from .metrics import JobMetrics
+from .metrics import AGGREGATIONS, JobMetrics, subtask_aggregates, vertex_metrics
 from .pod import is_wildcard
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class RestServer:
         app.router.add_get(f"{API}/job", self.job)
         app.router.add_get(f"{API}/checkpoints", self.checkpoints)
         app.router.add_get(f"{API}/exceptions", self.exceptions)
+        app.router.add_get(f"{API}/vertices/{{vertex_id}}/metrics", self.vertex_metrics)
+        app.router.add_get(f"{API}/vertices/{{vertex_id}}/subtasks/metrics", self.subtask_metrics)
         app.router.add_get(f"{API}/savepoints", self.savepoints)
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{trigger_id}}", self.savepoint)
@@ -233,6 +235,44 @@ class RestServer:
         if final:
             self.jm.note_result_read()
         return response
+
+    def _vertex_metrics(self, request: web.Request) -> dict[str, str] | web.Response:
+        raw = request.match_info["vertex_id"]
+        if not raw.isdigit():
+            return _error(400, f"vertex id must be a non-negative integer (the ids of GET {API}/job's vertices), "
+                               f"got {raw[:50]!r}")
+        found = vertex_metrics(self.jm.plan, self.jm.operator_metrics(), int(raw))
+        if found is None:
+            ids = ", ".join(str(v["id"]) for v in self.jm.plan["vertices"])
+            return _error(404, f"no vertex {raw} in this job (its vertices: {ids})")
+        return found
+
+    async def vertex_metrics(self, request: web.Request) -> web.Response:
+        """Flink's ``/jobs/:jobid/vertices/:vertexid/metrics``: without ``get``, the ids there are
+        (``[{"id": ...}]``); with ``get=id1,id2``, those that exist with their values."""
+        found = self._vertex_metrics(request)
+        if isinstance(found, web.Response):
+            return found
+        wanted = request.query.get("get")
+        if wanted is None:
+            return web.json_response([{"id": k} for k in sorted(found)])
+        names = [n for n in wanted.split(",") if n]
+        return web.json_response([{"id": n, "value": found[n]} for n in names if n in found])
+
+    async def subtask_metrics(self, request: web.Request) -> web.Response:
+        """Flink's ``/jobs/:jobid/vertices/:vertexid/subtasks/metrics``: the vertex's metrics over its
+        subtasks, ``?get=<operator>.<groups>.<name>,...&agg=min,max,sum,avg``."""
+        found = self._vertex_metrics(request)
+        if isinstance(found, web.Response):
+            return found
+        aggs = tuple(a for a in request.query.get("agg", ",".join(AGGREGATIONS)).split(",") if a)
+        bad = [a for a in aggs if a not in AGGREGATIONS]
+        if bad or not aggs:
+            return _error(400, f"query parameter 'agg' takes {', '.join(AGGREGATIONS)} (comma-separated), "
+                               f"got {request.query.get('agg', '')[:50]!r}")
+        wanted = request.query.get("get")
+        names = None if wanted is None else [n for n in wanted.split(",") if n]
+        return web.json_response(subtask_aggregates(found, names, aggs))
 
     async def prometheus(self, request: web.Request) -> web.Response:
         if self.metrics is None:
@@ -457,6 +497,12 @@ OPENAPI: dict[str, Any] = {
                 "savepoints": {"type": "array", "items": _ref("Savepoint"),
                                "description": f"newest first, at most {SAVEPOINT_HISTORY}"}}},
             "Accepted": {"type": "object", "required": ["state"], "properties": {"state": {"type": "string"}}},
+            "AggregatedMetrics": {"type": "array", "items": {
+                "type": "object", "required": ["id"], "additionalProperties": False,
+                "properties": {"id": {"type": "string"}, **{a: _NUM for a in AGGREGATIONS}}}},
+            "VertexMetrics": {"type": "array", "items": {
+                "type": "object", "required": ["id"], "additionalProperties": False,
+                "properties": {"id": {"type": "string"}, "value": {"type": "string"}}}},
         },
     },
     "security": [{"bearer": []}],
@@ -518,6 +564,28 @@ OPENAPI: dict[str, Any] = {
                                            "rest.result-linger is 0"}],
             "responses": {"202": _json(_ref("Accepted"), "canceling"), "400": _json(_ref("Error"), "malformed query"),
                           "409": _json(_ref("Error"), "the job already ended"), **_ERRORS}}},
+        f"{API}/vertices/{{vertex_id}}/metrics": {"get": {
+            "summary": "User and connector metrics of a task vertex, by Flink's metric ids "
+                       "(<subtask>.<operator>.<groups>.<name>), as Flink's /jobs/:jobid/vertices/:vertexid/metrics: "
+                       "without get, the ids; with get, the values (strings) of those that exist",
+            "parameters": [{"name": "vertex_id", "in": "path", "required": True, "schema": {"type": "integer"}},
+                           {"name": "get", "in": "query", "required": False, "schema": {"type": "string"},
+                            "description": "comma-separated metric ids"}],
+            "responses": {"200": _json(_ref("VertexMetrics"), "[{id}] or [{id, value}]"),
+                          "400": _json(_ref("Error"), "malformed vertex id"),
+                          "404": _json(_ref("Error"), "no such vertex"), **_ERRORS}}},
+        f"{API}/vertices/{{vertex_id}}/subtasks/metrics": {"get": {
+            "summary": "A task vertex's user and connector metrics aggregated over its subtasks, by their ids "
+                       "without the subtask (<operator>.<groups>.<name>), as Flink's "
+                       "/jobs/:jobid/vertices/:vertexid/subtasks/metrics",
+            "parameters": [{"name": "vertex_id", "in": "path", "required": True, "schema": {"type": "integer"}},
+                           {"name": "get", "in": "query", "required": False, "schema": {"type": "string"},
+                            "description": "comma-separated metric ids; without it, the ids there are"},
+                           {"name": "agg", "in": "query", "required": False, "schema": {"type": "string"},
+                            "description": "comma-separated of min, max, sum, avg (default: all)"}],
+            "responses": {"200": _json(_ref("AggregatedMetrics"), "[{id}] or [{id, min, max, sum, avg}]"),
+                          "400": _json(_ref("Error"), "malformed vertex id or agg"),
+                          "404": _json(_ref("Error"), "no such vertex"), **_ERRORS}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "security": [],
                              "responses": {"200": {"description": "Prometheus text format"}}}},
         "/": {"get": {"summary": "The web dashboard (it reads this API; it asks for the bearer token)",

@@ -125,8 +125,19 @@ def batch_size_of(ctx: RuntimeContext) -> int:
     return int(ctx.get_job_parameter(Options.BATCH_SIZE, 8192))
 
 
+def connector_metrics(ctx: Any) -> Any:
+    """The connector (system) metric group of the operator the reader or writer is for: Flink's
+    connector metrics (``pendingRecords``...), shown without the ``user`` prefix (``api/metrics.py``)."""
+    registry = getattr(ctx, "_metric_registry", None)
+    if registry is None:  # a context of another kind (tests): metrics that go nowhere
+        from ..api.metrics import MetricRegistry
+
+        return MetricRegistry().group(system=True)
+    return registry().group(system=True)
+
+
 def share(ctx: RuntimeContext) -> tuple[int, int]:
     return ctx.get_index_of_this_subtask(), ctx.get_number_of_parallel_subtasks()
 
 
-__all__ = ["END", "Source", "SourceReader", "Sink", "SinkWriter", "batch_size_of", "share", "Any"]
+__all__ = ["END", "Source", "SourceReader", "Sink", "SinkWriter", "batch_size_of", "connector_metrics", "share", "Any"]

@@ -762,9 +762,21 @@ class SlotRuntime:
                              None if op.current_watermark == MIN_WATERMARK else op.current_watermark]
                 for op_id, op in self.operators.items()}
 
+    def user_metrics(self) -> list[list]:
+        """[op id, subtask, entries] of each operator with user or connector metrics (api/metrics.py):
+        gauges are read and meter rates worked out now, in the task's thread."""
+        now = time.monotonic()
+        out = []
+        for op_id, op in self.operators.items():
+            registry = getattr(op.ctx, "_metrics", None)
+            if registry is not None and registry.metrics:
+                out.append([str(op_id), op.ctx.get_index_of_this_subtask(), registry.report(now)])
+        return out
+
     def _report_metrics(self) -> None:
         if self.control is not None:
             self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
+                               "user": self.user_metrics(),
                                "started": self.started_at, "ended": self.ended_at,
                                "backpressure": {t.vertex.name(self.graph): [round(t.backpressured_s, 3),
                                                                             t.backpressured]

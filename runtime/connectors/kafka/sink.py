@@ -65,7 +65,7 @@ from typing import Any
 
 from ...batch import to_rows
 from ...config import Configuration, Options
-from ..base import Sink, SinkWriter
+from ..base import Sink, SinkWriter, connector_metrics
 from ..delivery import DeliveryGuarantee
 from . import hanging
 from . import transactions as txn
@@ -295,12 +295,16 @@ class _Producing:
 
     sink: KafkaSink
 
-    def _init_producing(self) -> None:
+    def _init_producing(self, ctx: Any) -> None:
         self._errors: list[str] = []
+        # Flink's sink metric: records Kafka did not take (each also fails the job at the next check).
+        self._out_errors = connector_metrics(ctx).counter("numRecordsOutErrors")
         self._partitions: dict[str, tuple[float, list[int]]] = {}
         self._serialize = self.sink.record_serializer.serialize
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self._out_errors.inc()
         if err is not None and len(self._errors) < 5:
             self._errors.append(f"topic {msg.topic()} partition {msg.partition()}: {err.str()}")
 
@@ -375,7 +379,7 @@ class KafkaSinkWriter(_Producing, SinkWriter):
         from confluent_kafka import Producer
 
         self.sink = sink
-        self._init_producing()
+        self._init_producing(ctx)
         self.producer = Producer({**sink.producer_config(), "on_delivery": self._on_delivery})
 
     def start(self) -> None:
@@ -398,7 +402,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
 
     def __init__(self, sink: KafkaSink, ctx: Any):
         self.sink = sink
-        self._init_producing()
+        self._init_producing(ctx)
         self.prefix: str = sink.transactional_id_prefix  # type: ignore[assignment]
         self.subtask = ctx.get_index_of_this_subtask()
         self.parallelism = ctx.get_number_of_parallel_subtasks()

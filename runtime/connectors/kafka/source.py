@@ -15,6 +15,11 @@ checkpoint completes, for monitoring only: a restore starts from the checkpoint,
 
 An undecodable value fails the job naming topic, partition and offset, or, when the user asks, goes
 to a side output or a dead-letter topic with the same address (``dead_letters.py``).
+
+Metrics are Flink's KafkaSource ones, on the operator's connector metric group (``api/metrics.py``):
+``pendingRecords`` (``lag.py``: from librdkafka's statistics), ``numRecordsInErrors``,
+``currentEmitEventTimeLag``, and in ``KafkaSourceReader``: ``commitsSucceeded``/``commitsFailed`` and per
+partition (``topic.<t>.partition.<p>``) ``currentOffset`` and ``committedOffset``.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from collections import deque
 from typing import Any
 
 from ...batch import Stamped
-from ..base import END, Source, SourceReader, batch_size_of, share
+from ..base import END, Source, SourceReader, batch_size_of, connector_metrics, share
 from ..serialization import DeserializationSchema
 from .dead_letters import DeadLetterTopic
+from .lag import commit_results, partition_ends, pending_records
 from .offsets import (
     KafkaOffsetsInitializer,
     OffsetResolutionError,
@@ -51,6 +57,9 @@ METADATA_TIMEOUT = "streamjob.metadata.timeout.ms"
 _SOURCE_OPTIONS = {DISCOVERY_INTERVAL, COMMIT_ON_CHECKPOINT, CLIENT_ID_PREFIX, REGISTER_METRICS, METADATA_TIMEOUT}
 DEFAULT_DISCOVERY_MS = 300_000  # Flink's default: every 5 minutes (unbounded sources only)
 DEFAULT_METADATA_TIMEOUT_MS = 10_000
+# librdkafka's statistics (the ends of the partitions, for pendingRecords) every second unless the
+# properties say otherwise; register.consumer.metrics=false turns them off.
+DEFAULT_STATISTICS_MS = "1000"
 
 
 class KafkaSourceError(RuntimeError):
@@ -107,7 +116,7 @@ class KafkaSource(Source):
 
     def create_reader(self, ctx) -> "KafkaSourceReader":
         k, p = share(ctx)
-        return KafkaSourceReader(self, k, p, batch_size_of(ctx))
+        return KafkaSourceReader(self, k, p, batch_size_of(ctx), connector_metrics(ctx))
 
 
 class KafkaSourceBuilder:
@@ -257,7 +266,7 @@ class _Split:
 class KafkaSourceReader(SourceReader):
     union_state = True  # every restored reader sees every partition and keeps those split_owner gives it
 
-    def __init__(self, source: KafkaSource, subtask: int, parallelism: int, batch_size: int):
+    def __init__(self, source: KafkaSource, subtask: int, parallelism: int, batch_size: int, metrics: Any = None):
         self.source = source
         self.subtask = subtask
         self.parallelism = parallelism
@@ -282,6 +291,22 @@ class KafkaSourceReader(SourceReader):
         tag = source.failure_output
         self.failure_tag: str | None = tag.tag_id if tag is not None else None
         self.side: dict | None = None  # undecodable records of the batch last handed out, for its side output
+        # Flink's KafkaSource metrics: pendingRecords (per subtask), currentOffset and committedOffset
+        # (per partition, in the KafkaSourceReader.topic.<t>.partition.<p> group), commit counts.
+        self.statistics = props.get(REGISTER_METRICS, "true").lower() != "false"
+        self.read_committed = props.get("isolation.level", "read_committed") != "read_uncommitted"
+        self.ends: dict[TopicPartitionId, int] = {}  # the end of each partition, as librdkafka last saw it
+        self.committed: dict[TopicPartitionId, int] = {}  # offsets committed back on checkpoint completion
+        self.metrics = metrics if metrics is not None else connector_metrics(None)
+        self.metrics.gauge("pendingRecords", self.pending_records)
+        # FLIP-33's: records that could not be decoded (sent to the failure side output), and the age of
+        # the last record handed out when it was (wall clock minus its Kafka timestamp, ms).
+        self.records_in_errors = self.metrics.counter("numRecordsInErrors")
+        self.emit_lag_ms: float | None = None
+        self.metrics.gauge("currentEmitEventTimeLag", lambda: self.emit_lag_ms)
+        self.reader_metrics = self.metrics.add_group("KafkaSourceReader")
+        self.commits_succeeded = self.reader_metrics.counter("commitsSucceeded")
+        self.commits_failed = self.reader_metrics.counter("commitsFailed")
 
     # -- opening -----------------------------------------------------------------
 
@@ -302,13 +327,42 @@ class KafkaSourceReader(SourceReader):
             "on_commit": self._on_commit,
             "logger": log,
         }
+        if self.statistics:
+            conf["statistics.interval.ms"] = DEFAULT_STATISTICS_MS
+            conf["stats_cb"] = self._on_statistics
         conf.update((k, v) for k, v in src.properties.items() if k not in _SOURCE_OPTIONS)
         return conf
 
     def _on_commit(self, err: Any, partitions: list) -> None:
         self.commits_in_flight -= 1
-        if err is not None:
-            log.warning("KafkaSource subtask %d: committing offsets failed: %s", self.subtask, err)
+        done, failed = commit_results(partitions)
+        self.committed.update(done)
+        if err is not None or failed:
+            self.commits_failed.inc()
+            log.warning("KafkaSource subtask %d: committing offsets failed: %s", self.subtask,
+                        err or ", ".join(f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in partitions if tp.error))
+        else:
+            self.commits_succeeded.inc()
+
+    def _on_statistics(self, statistics: str) -> None:
+        """librdkafka's statistics, served by the reader's polls (its own thread): the partitions' ends."""
+        try:
+            self.ends.update(partition_ends(statistics, self.read_committed))
+        except (ValueError, TypeError, AttributeError) as e:  # a statistics format we do not know: no lag, no failure
+            log.warning("KafkaSource subtask %d: cannot read librdkafka's statistics: %s", self.subtask, e)
+            self.statistics = False
+
+    def pending_records(self) -> int | None:
+        """Flink's pendingRecords: records of this subtask's partitions not yet handed out (``lag.py``)."""
+        if not self.statistics:
+            return None
+        return pending_records(((tp, s.position, s.stop, s.finished) for tp, s in self.splits.items()), self.ends)
+
+    def _track(self, tp: TopicPartitionId) -> None:
+        """The per-partition gauges of a split (Flink's currentOffset and committedOffset)."""
+        group = self.reader_metrics.add_group("topic", tp[0]).add_group("partition", str(tp[1]))
+        group.gauge("currentOffset", lambda: self.splits[tp].position if tp in self.splits else None)
+        group.gauge("committedOffset", lambda: self.committed.get(tp))
 
     def _on_error(self, err: Any) -> None:
         self.last_error = err.str()
@@ -345,6 +399,7 @@ class KafkaSourceReader(SourceReader):
         stops = self._resolve(self.source.stopping, unbounded) if self.source.stopping is not None else {}
         for tp, (position, stop) in mine_restored.items():
             self.splits[tp] = _Split(position, stop if stop is not None else stops.get(tp))
+            self._track(tp)
         # Partitions in no checkpointed split: at a fresh start by the starting offsets, after a
         # restore they are new since the checkpoint, so from the earliest offset.
         new = [tp for tp in topics if tp not in self.known]
@@ -390,6 +445,7 @@ class KafkaSourceReader(SourceReader):
         stops = self._resolve(src.stopping, mine) if src.stopping is not None else {}
         for tp in mine:
             self.splits[tp] = _Split(starts[tp], stops.get(tp))
+            self._track(tp)
             log.info("KafkaSource subtask %d reads topic %s partition %d from offset %d%s", self.subtask, tp[0],
                      tp[1], starts[tp], f" to {stops[tp]}" if tp in stops else "")
         self._assign(mine)
@@ -513,6 +569,9 @@ class KafkaSourceReader(SourceReader):
             self._check_finished(tp, split)
             if failures:  # handed out with the batch (even an empty one): the position moved past them
                 self.side = {self.failure_tag: (failures, [r["timestamp"] for r in failures])}
+                self.records_in_errors.inc(len(failures))
+            if len(ts):
+                self.emit_lag_ms = time.time() * 1000.0 - float(ts[-1])
             if len(ts) or failures:  # (a run of tombstones only has no records)
                 self.turn = tp
                 return Stamped(batch, ts)
