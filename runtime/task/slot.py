@@ -419,8 +419,9 @@ class SlotRuntime:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
     def _recover_channel_state(self, restore: dict) -> None:
-        """Restore the in-flight data of an unaligned checkpoint ahead of any new input: every task's
-        output channel state is sent again (it was emitted before the snapshot), and each input
+        """Restore the in-flight data of an unaligned checkpoint at the parallelism it was taken with
+        (at another, ``channel_recovery.recover_rescaled`` redistributes it) ahead of any new input: every
+        task's output channel state is sent again (it was emitted before the snapshot), and each input
         channel's state is put at the head of that channel (it preceded the barrier there). The task
         processes it in its running loop: recovery never holds back "running", so the next checkpoint
         is not delayed by the replay and recovery time does not grow with the data in flight."""
@@ -439,8 +440,8 @@ class SlotRuntime:
             unknown = [k for k in state.outputs if k not in outputs] + [k for k in state.inputs if k not in inputs]
             if unknown:
                 raise RestoreError(f"{where}: holds in-flight data of channels (edge, subtask) {unknown} this job "
-                                   f"does not have; restore a savepoint instead (in-flight data is only restorable "
-                                   f"into the same job graph at the same parallelism)")
+                                   f"does not have (the job graph changed); restore it with the job it was taken of, "
+                                   f"or a savepoint instead")
             for key, batches in state.outputs.items():
                 for batch in batches:
                     outputs[key].resend(batch)
@@ -448,6 +449,10 @@ class SlotRuntime:
         for task, state, inputs in recovered:
             for key, batches in state.inputs.items():
                 inputs[key].prepend_recovered(list(batches))
+            if state.inputs and task.gate is not None:
+                # All of it before new input: after a restore at another parallelism a key's records may
+                # have come in on another channel than its new ones, and this state can be what is left.
+                task.gate.recovering = True
 
     def _read_channel_state(self, handle: dict, where: str,
                             location: StateLocation | None = None) -> channel_state.RecoveredChannelState:
