@@ -98,6 +98,8 @@ def test_rescaled_only_when_a_parallelism_or_an_edge_changed():
     assert not cr.rescaled(3, {}, {}, graph)
     assert cr.rescaled(2, {}, state, graph)
     assert cr.rescaled(3, {"count": {"subtasks": [None] * 4, "parallelism": 4}}, state, graph)
+    # Same shapes, but the data sits under another task vertex id (chaining changed elsewhere): redistributed.
+    assert cr.rescaled(3, {}, {"1": [handle, None, None]}, graph)
     # Format 1 (no edges named) at the same parallelism restores its channels as they were.
     assert not cr.rescaled(3, {}, {"2": [{"data": "", "index": {}}]}, graph)
 
@@ -280,3 +282,45 @@ def test_unaligned_checkpoint_under_backpressure_restores_exactly_once_at_anothe
     got = committed_rows(out)
     assert len(got) == len(set(got)) == rows  # nothing lost, nothing twice
     assert got == counting.expected_rows(rows)  # every running count as a failure-free run has it
+
+
+def rebalanced_graph(parallelism: int):
+    from streamjob.runtime import StreamExecutionEnvironment
+    from streamjob.runtime.connectors import DataGenSource
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(parallelism)
+    env.from_source(DataGenSource(counting.row, count=10), None, "numbers").uid("numbers") \
+        .rebalance().map(lambda r: r).uid("m").print()
+    return env._build("rebalanced")
+
+
+@pytest.mark.parametrize("old_p, new_p", [(3, 2), (2, 3)])
+def test_rebalanced_in_flight_data_moves_in_whole_old_channels(old_p, new_p):
+    old_graph, graph = rebalanced_graph(old_p), rebalanced_graph(new_p)
+    edge = next(iter(cr.shapes_of(old_graph).values()))
+    assert edge.partitioner == REBALANCE
+    barrier = CheckpointBarrier(5, 0, unaligned=True)
+    blobs, handles, sent = {}, {}, {}
+    for s in range(old_p):
+        out = ChannelStateCollector(5, barrier)
+        for t in range(old_p):
+            sent[(s, t)] = [{"s": s, "t": t, "n": n} for n in range(4)]
+            out.add_output((edge.edge, t), [sent[(s, t)][:2], sent[(s, t)][2:]])
+        blobs[f"src-{s}"] = out.to_bytes()
+        handles.setdefault("1", []).append({"data": f"src-{s}", "index": {"channel_state": cr.describe_handle(
+            [], [edge.edge], cr.shapes_of(old_graph))}})
+    target = next(v for v in graph.tasks if v.input_edges)
+    tasks = [SimpleNamespace(gate=InputGate([InputChannel(edge.edge, s, 0) for s in range(new_p)]), subtask=k,
+                             vertex=target) for k in range(new_p)]
+    recover_rescaled(tasks, graph, {"url": "u", "channel_state": handles},
+                     lambda h, where: channel_state.read(blobs[h["data"]], where))
+    for task in tasks:
+        got = []
+        while (item := task.gate.poll()) is not None:
+            got += item[1]
+        # The old channels into old subtask t, whole and in order, at new subtask t mod new parallelism.
+        assert sorted(got, key=lambda r: (r["s"], r["t"], r["n"])) == [
+            r for (s, t), rows in sorted(sent.items()) if t % new_p == task.subtask for r in rows]
+        for key in {(r["s"], r["t"]) for r in got}:
+            assert [r["n"] for r in got if (r["s"], r["t"]) == key] == [0, 1, 2, 3]

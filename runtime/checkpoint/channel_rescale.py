@@ -146,7 +146,17 @@ def rescaled(old_parallelism: int, operators: dict[str, dict], channel_state: di
     if indexed is None:
         return False  # format 1 at the same parallelism: its channels are this job's
     new = shapes_of(graph)
-    return any(_key(old) != _key(new.get(e)) for e, old in indexed[1].items())
+    if any(_key(old) != _key(new.get(e)) for e, old in indexed[1].items()):
+        return True
+    # Channel state is found by task vertex id at the same parallelism: the vertices must hold the same edges
+    # (chaining changed elsewhere renumbers them).
+    vertices = {str(v.id): v for v in graph.tasks}
+    for h in indexed[0]:
+        v = vertices.get(h.vertex)
+        outputs = {e for o in v.operators for e in graph.operators[o].channel_outputs} if v is not None else set()
+        if v is None or not set(h.inputs) <= set(v.input_edges) or not set(h.outputs) <= outputs:
+            return True
+    return False
 
 
 def _key(shape: EdgeShape | None) -> tuple | None:
