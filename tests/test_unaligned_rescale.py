@@ -241,7 +241,7 @@ def held_channel_state(url: str) -> tuple[int, int]:
     return sides[0], sides[1]
 
 
-@pytest.mark.parametrize("old_p, new_p", [(2, 4), (4, 3)], ids=["up-2-to-4", "down-4-to-3"])
+@pytest.mark.parametrize("old_p, new_p", [(2, 4), (3, 2)], ids=["up-2-to-4", "down-3-to-2"])
 def test_unaligned_checkpoint_under_backpressure_restores_exactly_once_at_another_parallelism(
         spark_slots, tmp_path, old_p, new_p):
     rows = 12_000
