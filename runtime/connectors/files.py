@@ -242,8 +242,9 @@ class FileSink(Sink):
     at a checkpoint barrier (or when the file rolls, or at the end of input) it
     is closed, still hidden (pre-commit); when the checkpoint is complete it is
     renamed to its final name (commit). After a failure the files the restored
-    checkpoint pre-committed are committed, every other hidden file of the
-    subtask is deleted, and numbering continues from the checkpoint.
+    checkpoint pre-committed are committed, the hidden files written after it
+    are deleted, and numbering continues from the checkpoint (at another
+    parallelism: above every old subtask's number).
 
     ``FileSink.for_row_format(path, encoder)`` (PyFlink's builder, see
     ``file_system.py``) writes encoded rows, names parts ``<prefix>-<subtask>-<n><suffix>``,
