@@ -244,19 +244,19 @@ def held_channel_state(meta) -> tuple[int, int]:
 @pytest.mark.parametrize("old_p, new_p", [(2, 4), (3, 2)], ids=["up-2-to-4", "down-3-to-2"])
 def test_unaligned_checkpoint_under_backpressure_restores_exactly_once_at_another_parallelism(
         spark_slots, tmp_path, old_p, new_p):
-    rows = 60_000
+    rows = 100_000  # the keyed operator's pace (~2,000 rows/s a subtask) gives a long first run; the second is fast
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
     # 0.5 ms a row in the keyed operator (~2,000 rows/s per subtask) against a source offering 20,000 rows/s:
     # the channels stay full, so each unaligned barrier overtakes data waiting at the receivers, and
     # now and then at the senders too (batches without credit in their output queues).
-    env = counting.build(out, checkpoints, rows, rate=20_000, interval_ms=1000, parallelism=old_p, slow_ms=0.5,
+    env = counting.build(out, checkpoints, rows, rate=20_000, interval_ms=500, parallelism=old_p, slow_ms=0.5,
                          retained=20, conf={"execution.checkpointing.unaligned": "true", "execution.batch-size": 200})
     env.set_restart_strategy(RestartStrategies.no_restart())  # the kill below ends this run
     client = env.execute_async("counting-unaligned-before")
     assert client.wait_until_running(60)
     jm = client.job_manager
     # Kill the tasks right after a checkpoint holding in-flight data on both sides of the hash edge completed
-    # (the next is a second away; a cancel takes longer): it is the newest, the one restored.
+    # (the next is half a second away; a cancel takes longer): it is the newest, the one restored.
     looked, chosen = set(), None
     deadline = time.monotonic() + 60
     while chosen is None:
