@@ -196,3 +196,20 @@ def test_jsonl_sink_writes_arrow_batches_as_json_dumps_would(tmp_path):
     FileSink.jsonl(str(tmp_path)).commit(writer.prepare_commit())
     expected = "".join(json.dumps(r, default=str) + "\n" for b in batches for r in b.to_pylist())
     assert (tmp_path / "part-0-0.jsonl").read_text() == expected
+
+
+def test_file_sink_restored_at_another_parallelism_keeps_the_checkpoints_pre_committed_files(tmp_path):
+    """Restored at parallelism 2 from a checkpoint of parallelism 3: a pre-committed part file of the
+    checkpoint may go to another new subtask to commit, so no subtask deletes it; what the failed attempt
+    wrote after the checkpoint (numbered from its subtask's counter on) is deleted, old subtask 2's by new 0."""
+    sink = FileSink.jsonl(str(tmp_path))
+    counters = {0: 2, 1: 5, 2: 1}  # each old subtask's part counter at the checkpoint
+    for j, n in ((0, 1), (0, 2), (1, 4), (1, 5), (1, 6), (2, 0), (2, 1)):
+        (tmp_path / f".part-{j}-{n}.jsonl.inprogress").write_text("{}\n")
+    state = [{"counter": c, "subtask": j} for j, c in counters.items()]
+    for k in range(2):
+        writer = sink.create_writer(ctx(index=k, parallelism=2))
+        writer.restore_state(state)
+        assert writer.counter == 5  # numbering goes on above every old subtask's: no name is taken twice
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".part-0-1.jsonl.inprogress", ".part-1-4.jsonl.inprogress", ".part-2-0.jsonl.inprogress"]

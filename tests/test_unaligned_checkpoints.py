@@ -310,23 +310,6 @@ def test_persisted_in_flight_bytes_per_checkpoint_in_rest_stats_and_metrics(tmp_
     assert 'streamjob_last_checkpoint_processed_data_bytes{job="j",job_id="job1"} 0.0' in text
 
 
-def test_restoring_channel_state_at_another_parallelism_is_refused_naming_savepoints():
-    from streamjob.runtime.checkpoint.coordinator import CompletedCheckpoint
-    from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
-    from streamjob.runtime.cluster.executor import JobDefinitionError, check_restorable
-
-    def checkpoint(channel: dict) -> CompletedCheckpoint:
-        meta = CheckpointMetadata(checkpoint_id=7, job_id="j", job_name="counting", timestamp_ms=0, parallelism=3,
-                                  max_parallelism=128, operators={}, extra={"channel_state": channel} if channel else {})
-        return CompletedCheckpoint(7, "file:///c/j/chk-7", meta)
-
-    graph = counting.build("/tmp/out", "/tmp/chk", 10, 10, parallelism=2)._build("counting")
-    assert check_restorable(checkpoint({}), graph, False) == []  # aligned: rescaling is fine
-    with pytest.raises(JobDefinitionError, match=r"unaligned checkpoint holding in-flight data .* only be restored "
-                                                 r"at parallelism 3, this job has 2.*savepoint"):
-        check_restorable(checkpoint({"2": [None, {"data": "", "index": {}}, None]}), graph, False)
-
-
 def in_flight_bytes(checkpoint) -> int:
     """The bytes of in-flight data a completed checkpoint holds (its channel state)."""
     return sum(int(h.get("size", 0)) for handles in checkpoint.metadata.channel_state().values()

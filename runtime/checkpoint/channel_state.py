@@ -16,8 +16,13 @@ snapshot), then the input state goes through the operators, before any new
 input: together with the operator state, every record is counted exactly once.
 
 Channels are named by (edge, subtask at the other end): a restore at the same
-parallelism has the same channels. This module is pure logic and encoding; the
-task decides when, the snapshot writer stores the bytes.
+parallelism has the same channels. At another parallelism the data is
+redistributed to the new subtasks (``channel_rescale``). This module is pure
+logic and encoding; the task decides when, the snapshot writer stores the bytes.
+
+Format 2 names an output channel by its target subtask (format 1: by its place in
+the writer's channels, which differs on a forward edge, whose one channel goes to
+the sender's own subtask); both are read.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from ..batch import Stamped
 
 # The key under which a task's channel state travels among its acknowledged handles.
 CHANNEL_STATE_KEY = "__channel_state__"
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 ChannelKey = tuple[int, int]  # (edge id, subtask at the other end)
 
@@ -136,6 +142,7 @@ class ChannelStateCollector:
 class RecoveredChannelState:
     inputs: dict[ChannelKey, list[Any]]
     outputs: dict[ChannelKey, list[Any]]
+    format: int = FORMAT  # 1: an output channel's key names its place in the writer, not its target subtask
 
 
 class ChannelStateFormatError(ValueError):
@@ -145,14 +152,14 @@ class ChannelStateFormatError(ValueError):
 def read(data: bytes, where: str) -> RecoveredChannelState:
     try:
         doc = pickle.loads(data)
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+        if doc.get("format") not in READABLE_FORMATS:
+            raise ValueError(f"format {doc.get('format')!r}, expected one of {READABLE_FORMATS}")
 
         def dec(entries: list) -> dict[ChannelKey, list[Any]]:
             return {(int(edge), int(other)): [decode(kind, payload) for kind, payload in frames]
                     for edge, other, frames in entries}
 
-        return RecoveredChannelState(dec(doc["inputs"]), dec(doc["outputs"]))
+        return RecoveredChannelState(dec(doc["inputs"]), dec(doc["outputs"]), int(doc["format"]))
     except Exception as e:  # noqa: BLE001 - any malformation is the same error, naming the file
         raise ChannelStateFormatError(f"{where}: channel state cannot be read ({type(e).__name__}: {e})") from None
 

@@ -20,7 +20,7 @@ import cloudpickle
 
 from ..api.job_result import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint, keeps_checkpoints
-from ..checkpoint import filesystems, recovery
+from ..checkpoint import channel_rescale, filesystems, recovery
 from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
                                   normalize_url)
@@ -238,14 +238,23 @@ def check_restorable(checkpoint: CompletedCheckpoint, graph: JobGraph, allow_non
                 f"{what} was taken with max parallelism {old_max}, this job has {node.max_parallelism} (operator "
                 f"{node.name!r}): keyed state is sharded into max-parallelism key groups, which cannot change; "
                 f"set {fix}")
-    if meta.channel_state() and (meta.parallelism != graph.parallelism or any(
-            nodes[k].parallelism != meta.operator_parallelism(k) for k in meta.operators if k in nodes)):
-        raise JobDefinitionError(
-            f"{what} is an unaligned checkpoint holding in-flight data (channel state) of {meta.parallelism} "
-            f"subtasks; it can only be restored at parallelism {meta.parallelism}, this job has {graph.parallelism}. "
-            f"To rescale, restore it at parallelism {meta.parallelism} and take a savepoint (savepoints are always "
-            f"aligned: streamjob savepoint --stop --target-dir DIR), then start from it with --from-savepoint "
-            f"(execution.state-recovery.path) at the new parallelism")
+    if channel_rescale.rescaled(meta.parallelism, meta.operators, meta.channel_state(), graph):
+        # In-flight data of an unaligned checkpoint goes to the new subtasks by the new partitioning
+        # (checkpoint/channel_rescale.py); refused only where there is no channel to put it on.
+        indexed = channel_rescale.index_edges(meta.channel_state())
+        if indexed is None:
+            raise JobDefinitionError(
+                f"{what} is an unaligned checkpoint holding in-flight data (channel state) written by an earlier "
+                f"streamjob, which does not name its edges; it can only be restored at parallelism "
+                f"{meta.parallelism}, this job has {graph.parallelism}. To rescale, restore it at parallelism "
+                f"{meta.parallelism} and take a savepoint (savepoints are always aligned: streamjob savepoint "
+                f"--stop --target-dir DIR), or let it take a new checkpoint, then start from that at the new "
+                f"parallelism")
+        for old in indexed[1].values():
+            reason = channel_rescale.refusal(old, graph)
+            if reason is not None:
+                raise JobDefinitionError(f"{what} is an unaligned checkpoint that cannot be restored into this job "
+                                         f"at its parallelism: {reason}")
     by_key = {op.state_key: op for op in graph.operators.values()}
     holding = {k: op for k, op in meta.operators.items() if any(op.get("subtasks") or [])}
     unmatched = [k for k in holding if k not in by_key]

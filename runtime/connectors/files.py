@@ -242,8 +242,9 @@ class FileSink(Sink):
     at a checkpoint barrier (or when the file rolls, or at the end of input) it
     is closed, still hidden (pre-commit); when the checkpoint is complete it is
     renamed to its final name (commit). After a failure the files the restored
-    checkpoint pre-committed are committed, every other hidden file of the
-    subtask is deleted, and numbering continues from the checkpoint.
+    checkpoint pre-committed are committed, the hidden files written after it
+    are deleted, and numbering continues from the checkpoint (at another
+    parallelism: above every old subtask's number).
 
     ``FileSink.for_row_format(path, encoder)`` (PyFlink's builder, see
     ``file_system.py``) writes encoded rows, names parts ``<prefix>-<subtask>-<n><suffix>``,
@@ -316,7 +317,8 @@ class FileSink(Sink):
         # The sink operator's list of waits for work a pre-commit left running (see FileSinkWriter._roll);
         # a writer made elsewhere has none and completes its part files before prepare_commit returns.
         background = getattr(ctx, "_sink_background", None) if two_phase else None
-        return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase, background)
+        return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase, background,
+                              ctx.get_number_of_parallel_subtasks())
 
     def commit(self, committables: list) -> None:
         fs, _ = fsspec.core.url_to_fs(self.path)
@@ -371,8 +373,10 @@ class _PartCloser:
 
 
 class FileSinkWriter(SinkWriter):
-    def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False, background: list | None = None):
+    def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False, background: list | None = None,
+                 parallelism: int = 1):
         self.sink = sink
+        self.parallelism = parallelism
         self.two_phase = two_phase
         self.background = background  # where pre-commits put their waits (the sink operator's), or None
         self._closer: _PartCloser | None = None
@@ -478,21 +482,35 @@ class FileSinkWriter(SinkWriter):
         return out
 
     def snapshot_state(self) -> list:
-        return [{"counter": self.counter}]
+        return [{"counter": self.counter, "subtask": self.subtask}]
 
     def restore_state(self, state: list) -> None:
         if state:
             self.counter = max(int(s.get("counter", 0)) for s in state)
-        # Drop what the failed attempt wrote after the checkpoint: every hidden part file of this subtask
-        # (in the root and in every bucket directory).
-        prefix = f".{self.sink.part_prefix}-{self.subtask}-"
+        # Drop what the failed attempt wrote after the checkpoint: the hidden part files numbered from the
+        # counter its subtask had at the checkpoint on (in the root and in every bucket directory). The ones
+        # below it are the checkpoint's pre-committed files: after a restore at another parallelism another
+        # subtask may commit them (pending committables are redistributed), so they are kept. This subtask
+        # also cleans for the old subtasks the new parallelism no longer has (index mod parallelism).
+        counters = {int(s["subtask"]): int(s.get("counter", 0)) for s in state or [] if "subtask" in s}
+        mine = {j for j in set(counters) | {self.subtask}
+                if j == self.subtask or (j >= self.parallelism and j % self.parallelism == self.subtask)}
         try:
             names = self.fs.find(self.root)
         except FileNotFoundError:
             return
         for path in names:
-            if posixpath.basename(path).startswith(prefix):
-                self.fs.rm(path)
+            base = posixpath.basename(path)
+            for j in mine:
+                prefix = f".{self.sink.part_prefix}-{j}-"
+                if not base.startswith(prefix):
+                    continue
+                digits = re.match(r"\d+", base[len(prefix):])
+                first = counters.get(j)
+                # Without the old subtask's counter (state written before it was recorded): all of its files.
+                if first is None or digits is None or int(digits.group()) >= first:
+                    self.fs.rm(path)
+                break
 
     def close(self) -> None:
         try:

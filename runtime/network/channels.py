@@ -165,9 +165,10 @@ class InputChannel:
     def prepend_recovered(self, batches: list[Any]) -> None:
         """Restored in-flight data of an unaligned checkpoint: it preceded everything the channel will
         receive, so it goes first, and the task processes it in its loop like any input (checkpoints go
-        on meanwhile; a barrier that overtakes it records it again as channel state)."""
+        on meanwhile; a barrier that overtakes it records it again as channel state). Only batches
+        count as recovered: an event (a watermark among them) took no credit, and poll returns none for it."""
         self.queue.extendleft(reversed(batches))
-        self.recovered += len(batches)
+        self.recovered += sum(1 for b in batches if not isinstance(b, RuntimeEvent))
 
     def __repr__(self) -> str:
         return f"InputChannel(edge={self.edge}, from={self.source_subtask}, queued={len(self.queue)})"
@@ -185,6 +186,10 @@ class InputGate:
         self.channels = channels
         self._blocked: set[int] = set()
         self._next = 0
+        # Restored at another parallelism: the recovered in-flight data (at the head of some channels) is
+        # taken before anything new on any channel, so a key's old records come before its new ones even
+        # when its new records arrive on another channel than its recovered ones (see channel_rescale).
+        self.recovering = False
         # Unaligned barriers that overtook queued data: (channel index, barrier, items before it).
         self.priority: deque[tuple[int, CheckpointBarrier, int]] = deque()
 
@@ -197,6 +202,16 @@ class InputGate:
         channels = self.channels
         n = len(channels)
         start = self._next
+        if self.recovering:
+            for k in range(n):
+                i = (start + k) % n
+                ch = channels[i]
+                if ch.recovered and i not in self._blocked:
+                    self._next = i + 1
+                    return i, ch.poll()
+            if any(ch.recovered for ch in channels):
+                return None  # recovered data only behind a block: never happens (nothing precedes it)
+            self.recovering = False
         for k in range(n):
             i = (start + k) % n
             ch = channels[i]
@@ -221,6 +236,8 @@ class InputGate:
         return all(ch.finished for ch in self.channels)
 
     def has_available(self) -> bool:
+        if self.recovering and any(ch.recovered for ch in self.channels):
+            return any(ch.recovered and i not in self._blocked for i, ch in enumerate(self.channels))
         return any(ch.queue and i not in self._blocked for i, ch in enumerate(self.channels))
 
 

@@ -32,6 +32,8 @@ class RecordWriter:
                  key: KeySpec | None = None, max_parallelism: int = 128):
         self.edge = edge
         self.channels = channels
+        # The target subtask of each channel: a forward edge's one channel goes to the sender's own subtask.
+        self.targets = [subtask] if partitioner == FORWARD else list(range(len(channels)))
         self._emit: Callable[[Batch, Any], None]
         if partitioner == FORWARD:
             self._emit = self._forward

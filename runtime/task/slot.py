@@ -34,7 +34,8 @@ from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocation
 from ..state.snapshot import SnapshotFormatError, serialize
 from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
-from ..checkpoint import channel_state
+from ..checkpoint import channel_rescale, channel_state
+from . import channel_recovery
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
 from .base import OperatorFailure, OperatorSnapshot, StreamOperator
@@ -304,6 +305,7 @@ class SlotRuntime:
         self.unaligned, self.aligned_timeout_ms = conf.unaligned_checkpoints() if self.checkpointing else (False, 0)
         self._parked: list[SnapshotJob] = []  # snapshots waiting for their channel state to be complete
         self._next_timeout_poll = 0.0
+        self._edge_shapes = channel_rescale.shapes_of(graph) if self.unaligned else {}
         self.final_checkpoint_done = False
         self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
@@ -417,8 +419,9 @@ class SlotRuntime:
                     raise RestoreError(f"cannot restore checkpoint {restore['url']}: {e}", _transient(e)) from e
 
     def _recover_channel_state(self, restore: dict) -> None:
-        """Restore the in-flight data of an unaligned checkpoint ahead of any new input: every task's
-        output channel state is sent again (it was emitted before the snapshot), and each input
+        """Restore the in-flight data of an unaligned checkpoint at the parallelism it was taken with
+        (at another, ``channel_recovery.recover_rescaled`` redistributes it) ahead of any new input: every
+        task's output channel state is sent again (it was emitted before the snapshot), and each input
         channel's state is put at the head of that channel (it preceded the barrier there). The task
         processes it in its running loop: recovery never holds back "running", so the next checkpoint
         is not delayed by the replay and recovery time does not grow with the data in flight."""
@@ -430,19 +433,15 @@ class SlotRuntime:
             if not handle:
                 continue
             where = f"checkpoint {restore['url']}, task {task.vertex.name(self.graph)} (subtask {task.subtask + 1})"
-            try:
-                state = channel_state.read(location.read(handle), where)
-            except channel_state.ChannelStateFormatError as e:
-                raise RestoreError(str(e)) from e
-            except Exception as e:
-                raise RestoreError(f"cannot restore {where}: {e}", _transient(e)) from e
-            outputs = {(w.edge, j): ch for w in task.writers for j, ch in enumerate(w.channels)}
+            state = self._read_channel_state(handle, where, location)
+            outputs = {(w.edge, j if state.format == 1 else w.targets[j]): ch
+                       for w in task.writers for j, ch in enumerate(w.channels)}
             inputs = {(ch.edge, ch.source_subtask): ch for ch in (task.gate.channels if task.gate else [])}
             unknown = [k for k in state.outputs if k not in outputs] + [k for k in state.inputs if k not in inputs]
             if unknown:
                 raise RestoreError(f"{where}: holds in-flight data of channels (edge, subtask) {unknown} this job "
-                                   f"does not have; restore a savepoint instead (in-flight data is only restorable "
-                                   f"into the same job graph at the same parallelism)")
+                                   f"does not have (the job graph changed); restore it with the job it was taken of, "
+                                   f"or a savepoint instead")
             for key, batches in state.outputs.items():
                 for batch in batches:
                     outputs[key].resend(batch)
@@ -450,6 +449,21 @@ class SlotRuntime:
         for task, state, inputs in recovered:
             for key, batches in state.inputs.items():
                 inputs[key].prepend_recovered(list(batches))
+            if state.inputs and task.gate is not None:
+                # All of it before new input: after a restore at another parallelism a key's records may
+                # have come in on another channel than its new ones, and this state can be what is left.
+                task.gate.recovering = True
+
+    def _read_channel_state(self, handle: dict, where: str,
+                            location: StateLocation | None = None) -> channel_state.RecoveredChannelState:
+        """One subtask's channel state of the checkpoint being restored; ``where`` names it in errors."""
+        try:
+            data = (location or StateLocation(self.restore["root"])).read(handle)  # type: ignore[index]
+            return channel_state.read(data, where)
+        except channel_state.ChannelStateFormatError as e:
+            raise RestoreError(str(e)) from e
+        except Exception as e:
+            raise RestoreError(f"cannot restore {where}: {e}", _transient(e)) from e
 
     def _print(self, lines: list[str]) -> None:
         control = self.control
@@ -469,7 +483,11 @@ class SlotRuntime:
                 for op in reversed(task.operators):
                     op.open()
             if self.restore and self.restore.get("channel_state"):
-                self._recover_channel_state(self.restore)
+                r = self.restore
+                if channel_rescale.rescaled(r["parallelism"], r["operators"], r["channel_state"], self.graph):
+                    channel_recovery.recover_rescaled(self.tasks, self.graph, r, self._read_channel_state)
+                else:
+                    self._recover_channel_state(r)
             if self.snapshotting:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
@@ -631,12 +649,12 @@ class SlotRuntime:
                 collector.barrier = forwarded = as_unaligned(barrier)
                 for w in task.writers:
                     for j, ch in enumerate(w.channels):
-                        collector.add_output((w.edge, j), ch.overtake(forwarded))
+                        collector.add_output((w.edge, w.targets[j]), ch.overtake(forwarded))
             else:
                 for w in task.writers:
                     w.broadcast_event(barrier)
                 if collector is not None:  # aligned so far: the barrier may still time out in an output queue
-                    collector.waiting_outputs = {(w.edge, j): ch for w in task.writers
+                    collector.waiting_outputs = {(w.edge, w.targets[j]): ch for w in task.writers
                                                  for j, ch in enumerate(w.channels) if ch.holds(barrier)}
         sync_ms = (time.perf_counter() - started) * 1000.0
         task.last_checkpoint = n
@@ -691,7 +709,11 @@ class SlotRuntime:
         storage: Any = self.savepoints.get(checkpoint_id) or self.storage
         if isinstance(snap, ChannelStateSnapshot):
             data = snap.collector.to_bytes()
-            index = {"channel_state": {"inputs": snap.collector.bytes_in, "outputs": snap.collector.bytes_out}}
+            held = snap.collector
+            # The edges it holds data of, and their shapes: what a restore at another parallelism looks up.
+            edges = channel_rescale.describe_handle([e for (e, _), b in held.inputs.items() if b],
+                                                    [e for (e, _), b in held.outputs.items() if b], self._edge_shapes)
+            index = {"channel_state": {"inputs": held.bytes_in, "outputs": held.bytes_out, **edges}}
             return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
         for wait in getattr(snap, "waits", ()):  # e.g. a FileSink's part files: complete before the ack
             wait()

@@ -9,6 +9,8 @@ output queues. The data the barrier jumped over is recorded as channel state
 (``checkpoint.channel_state``): on the channel it came through, the batches queued
 before it; on every other channel, what arrives until that channel's barrier.
 Nothing is blocked, so records keep flowing while the checkpoint completes.
+On restore the channel state is put back on its channels, or, at another
+parallelism, redistributed to the new subtasks (``checkpoint.channel_rescale``).
 
 With an aligned-checkpoint timeout a checkpoint starts aligned (barriers in order,
 channels blocked as usual) and turns unaligned where its start delay (now minus the
