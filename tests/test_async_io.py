@@ -26,7 +26,7 @@ from streamjob.runtime.api.functions import RuntimeContext
 from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 from streamjob.runtime.graph.job_graph import build_job_graph
-from streamjob.runtime.network.events import Watermark
+from streamjob.runtime.network.events import MAX_WATERMARK, Watermark
 from streamjob.runtime.task.async_queue import OrderedQueue, RecordEntry, UnorderedQueue, WatermarkEntry
 from streamjob.runtime.task.base import OperatorFailure
 from streamjob.runtime.task.operators import create_operator
@@ -125,7 +125,9 @@ class Harness:
     def values(self):
         return [v for v, _ in self.out if v != "wm"]
 
-    def finish(self):
+    def finish(self, end_of_input=True):
+        if end_of_input:  # what a source sends when its input ends (or it drains)
+            self.op.process_watermark(MAX_WATERMARK)
         self.op.finish()
         self.op.close()
         self.op.dispose()
@@ -191,11 +193,19 @@ def test_capacity_bounds_the_calls_in_flight_and_holds_the_tasks_input():
     h.finish()
 
 
-def test_finish_waits_for_every_call_in_flight():
+def test_end_of_input_waits_for_every_call_in_flight_a_stop_does_not():
     h = Harness(Sleepy(), ordered=True, capacity=4)
     h.feed([(i, 40) for i in range(8)])
     h.finish()
     assert h.values() == [2 * i for i in range(8)]
+    assert h.out[-1] == ("wm", MAX_WATERMARK)  # after every result
+    # Stopped (with a savepoint, without drain): what is in flight belongs to the savepoint, not the output.
+    stopped = Harness(Sleepy(), ordered=True, capacity=4)
+    stopped.feed([(i, 40) for i in range(8)])
+    state = stopped.op.snapshot_state(1).operator_state
+    stopped.finish(end_of_input=False)
+    assert stopped.values() == []
+    assert len(state["_async_wait_operator_state_"][1]) == 8
 
 
 class Slow(AsyncFunction):

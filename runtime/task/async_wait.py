@@ -32,7 +32,7 @@ import numpy as np
 
 from ..api.async_io import NO_RETRY_STRATEGY, AsyncFunctionDescriptor
 from ..batch import Batch, to_rows
-from ..network.events import Watermark
+from ..network.events import MAX_WATERMARK, Watermark
 from .async_queue import RecordEntry, WatermarkEntry, create_queue
 from .base import StreamOperator
 
@@ -293,7 +293,13 @@ class AsyncWaitOperator(StreamOperator):
         flush()
 
     def on_finish(self) -> None:
-        """End of input: every record in flight completes (or times out) and leaves first."""
+        """End of input (the sources' final MAX_WATERMARK came through): every record in flight
+        completes (or times out) and leaves first. A task finishing without it was stopped (stop with
+        savepoint without drain, or a graceful stop): as in Flink, what is in flight is not emitted,
+        it belongs to the savepoint (or the last checkpoint) and is sent again when the job resumes
+        from it; emitting it now would emit it twice."""
+        if self.current_watermark != MAX_WATERMARK:
+            return
         while self.backlog or len(self.queue):
             if not self.completed:
                 self.doorbell.wait(0.1)
