@@ -99,7 +99,7 @@ class AsyncWaitOperator(StreamOperator):
         self.strategy = d.async_retry_strategy
         self.queue = create_queue(d.ordered, d.capacity)
         self.backlog: deque[RecordEntry | WatermarkEntry] = deque()  # accepted, not yet in the queue
-        self.completed: deque[tuple[RecordEntry, Any]] = deque()  # from the loop thread: (entry, future)
+        self.completed: deque[tuple[RecordEntry, Any]] = deque()  # from the loop thread: (entry, its finished asyncio task)
         self.doorbell = Doorbell()  # the slot registers it with its selector
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -179,15 +179,23 @@ class AsyncWaitOperator(StreamOperator):
             self._emit_ready()  # first: what leaves makes room
             if not (backlog and queue.has_room()):
                 return
+            start = []
             while backlog and queue.has_room():
                 entry = backlog.popleft()
                 queue.add(entry)
                 if isinstance(entry, RecordEntry) and not entry.done:
-                    future = asyncio.run_coroutine_threadsafe(self._call(entry.value), self.loop)
-                    future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
+                    start.append(entry)
+            if start:  # one hand-over per batch, not one per record (each wakes the loop thread)
+                self.loop.call_soon_threadsafe(self._start, start)
 
-    def _on_done(self, entry: RecordEntry, future: Any) -> None:  # in the loop thread
-        self.completed.append((entry, future))
+    def _start(self, entries: list[RecordEntry]) -> None:  # in the loop thread
+        loop = self.loop
+        for entry in entries:
+            task = loop.create_task(self._call(entry.value))
+            task.add_done_callback(lambda t, e=entry: self._on_done(e, t))
+
+    def _on_done(self, entry: RecordEntry, task: Any) -> None:  # in the loop thread
+        self.completed.append((entry, task))
         if not self._rung:  # one ring per drain, not one syscall per record
             self._rung = True
             self.doorbell.ring()
@@ -249,7 +257,9 @@ class AsyncWaitOperator(StreamOperator):
 
     def _result(self, value: Any, future: Any) -> list:
         try:
-            result = future.result()
+            result = future.result()  # a finished asyncio task: reading it from this thread is safe
+        except asyncio.CancelledError as e:  # only when the loop shuts down under a failing task
+            raise AsyncCallError(f"async_invoke of record {_describe(value)} was cancelled") from e
         except Exception as e:
             raise AsyncCallError(f"async_invoke of record {_describe(value)} raised {type(e).__name__}: {e}") from e
         if result is _TIMED_OUT:
