@@ -2,7 +2,7 @@
 an asyncio loop (a stand-in for a service call) and comes back doubled, so its result is
 deterministic while the order the calls complete in is not.
 
-    streamjob run tests/jobs/async_lookup.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND [ordered|unordered]
+    streamjob run tests/jobs/async_lookup.py OUT CHECKPOINT_DIR ROWS ROWS_PER_SECOND [ordered|unordered|both]
 """
 
 import asyncio
@@ -37,21 +37,27 @@ def expected_rows(rows: int) -> list[tuple]:
     return [(i, 2 * i) for i in range(rows)]
 
 
-def build(out: str, checkpoints: str, rows: int, rate: float, ordered: bool, interval_ms: int = 300,
+def build(out: str, checkpoints: str, rows: int, rate: float, ordered: bool | None, interval_ms: int = 300,
           capacity: int = 50, parallelism: int = 3) -> StreamExecutionEnvironment:
+    """``ordered`` None: both pipelines in one job (two sources, one for each mode), writing to
+    ``out``/unordered and ``out``/ordered, so one run's failures hit both."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     env.enable_checkpointing(interval_ms, CheckpointingMode.EXACTLY_ONCE)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage(checkpoints)
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
-    source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, "numbers").uid("numbers")
-    wait = AsyncDataStream.ordered_wait if ordered else AsyncDataStream.unordered_wait
-    wait(source, Double(), Time.seconds(10), capacity).uid("lookup").sink_to(FileSink.jsonl(out)).uid("files")
+    for mode in ((False, True) if ordered is None else (ordered,)):
+        name = "ordered" if mode else "unordered"
+        source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, f"numbers-{name}")
+        wait = AsyncDataStream.ordered_wait if mode else AsyncDataStream.unordered_wait
+        target = f"{out}/{name}" if ordered is None else out
+        wait(source.uid(f"numbers-{name}"), Double(), Time.seconds(10), capacity).uid(f"lookup-{name}") \
+            .sink_to(FileSink.jsonl(target)).uid(f"files-{name}")
     return env
 
 
 if __name__ == "__main__":
     out, checkpoints, rows, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    ordered = len(sys.argv) > 5 and sys.argv[5] == "ordered"
+    ordered = {"ordered": True, "unordered": False}.get(sys.argv[5] if len(sys.argv) > 5 else "both")
     build(out, checkpoints, rows, rate, ordered).execute("async-lookup")
