@@ -104,8 +104,8 @@ class Harness:
         g = build_job_graph(env._transformations, env.get_config(), "t")
         node = g.operators[stream._t.id]
         self.op = create_operator(node, RuntimeContext(node.name, 0, 1, 128, job_parameters=g.config))
-        if restore is not None:
-            self.op.operator_state.restore([restore], 0, 1)
+        if restore is not None:  # one subtask's operator state, or a list of them (a rescale)
+            self.op.operator_state.restore(restore if isinstance(restore, list) else [restore], 0, 1)
         self.out: list = []
         self.op.output.connect(lambda b, ts: self.out.extend(zip(b, ts.tolist() if ts is not None else [None] * len(b))),
                                None, lambda e: self.out.append(("wm", e.timestamp_ms)) if isinstance(e, Watermark) else None)
@@ -287,6 +287,19 @@ def test_the_snapshot_holds_what_is_in_flight_and_restore_sends_it_again():
     assert again.values() == [2, 4, 6, 8, 10]
     assert again_fn.calls == 3  # 1, 4 and 5
     again.finish()
+
+
+def test_in_flight_records_of_two_subtasks_restore_into_one():
+    states = []
+    for first in (0, 100):
+        h = Harness(Sleepy(), ordered=True, capacity=5)
+        h.feed([(first + i, 300) for i in range(3)])  # snapshotted at once: all three in flight
+        states.append(h.op.snapshot_state(1).operator_state)
+        h.op.dispose()
+    again = Harness(Sleepy(), ordered=True, capacity=5, restore=states)
+    again.feed([(7, 0)])
+    again.finish()
+    assert again.values() == [0, 2, 4, 200, 202, 204, 14]  # restored first, in their order, then new input
 
 
 class Flaky(AsyncFunction):
