@@ -193,19 +193,30 @@ def test_capacity_bounds_the_calls_in_flight_and_holds_the_tasks_input():
     h.finish()
 
 
-def test_end_of_input_waits_for_every_call_in_flight_a_stop_does_not():
+def test_end_of_input_and_a_graceful_stop_wait_for_every_call_in_flight():
     h = Harness(Sleepy(), ordered=True, capacity=4)
     h.feed([(i, 40) for i in range(8)])
+    h.op.snapshot_state(1)  # a checkpoint on the way changes nothing
     h.finish()
     assert h.values() == [2 * i for i in range(8)]
     assert h.out[-1] == ("wm", MAX_WATERMARK)  # after every result
-    # Stopped (with a savepoint, without drain): what is in flight belongs to the savepoint, not the output.
+    # A graceful stop (the sources stop, event time does not end): every record in flight drains too.
     stopped = Harness(Sleepy(), ordered=True, capacity=4)
     stopped.feed([(i, 40) for i in range(8)])
-    state = stopped.op.snapshot_state(1).operator_state
     stopped.finish(end_of_input=False)
-    assert stopped.values() == []
+    assert stopped.values() == [2 * i for i in range(8)]
+
+
+def test_a_stop_with_savepoint_without_drain_leaves_the_calls_in_flight_to_the_savepoint():
+    h = Harness(Sleepy(), ordered=True, capacity=4)
+    h.feed([(i, 40) for i in range(8)])
+    state = h.op.snapshot_state(1, full=True).operator_state  # the stop's savepoint (full), no input after it
+    h.finish(end_of_input=False)
+    assert h.values() == []
     assert len(state["_async_wait_operator_state_"][1]) == 8
+    again = Harness(Sleepy(), ordered=True, capacity=4, restore=state)
+    again.finish()
+    assert again.values() == [2 * i for i in range(8)]
 
 
 class Slow(AsyncFunction):

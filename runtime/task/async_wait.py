@@ -104,6 +104,7 @@ class AsyncWaitOperator(StreamOperator):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._rung = False  # the loop thread rang and the task has not drained ``completed`` since
+        self._after_savepoint = False  # the last snapshot was a savepoint and no input came since
 
     # lifecycle -------------------------------------------------------------------
     def setup(self) -> None:
@@ -159,6 +160,7 @@ class AsyncWaitOperator(StreamOperator):
         return not self.backlog and self.queue.has_room()
 
     def process(self, batch: Batch, input_index: int) -> None:
+        self._after_savepoint = False
         rows = to_rows(batch)
         ts = self.ts.tolist() if self.ts is not None else [None] * len(rows)
         self.backlog.extend(RecordEntry(r, t) for r, t in zip(rows, ts))
@@ -303,12 +305,13 @@ class AsyncWaitOperator(StreamOperator):
         flush()
 
     def on_finish(self) -> None:
-        """End of input (the sources' final MAX_WATERMARK came through): every record in flight
-        completes (or times out) and leaves first. A task finishing without it was stopped (stop with
-        savepoint without drain, or a graceful stop): as in Flink, what is in flight is not emitted,
-        it belongs to the savepoint (or the last checkpoint) and is sent again when the job resumes
-        from it; emitting it now would emit it twice."""
-        if self.current_watermark != MAX_WATERMARK:
+        """No more input: every record in flight completes (or times out) and leaves first, at the
+        end of input and at a graceful stop alike ("every record the sources emitted was processed").
+        Not after a stop-with-savepoint without drain (the savepoint was this operator's last
+        snapshot and no input came after it): as in Flink, what is in flight then belongs to the
+        savepoint and is sent again when the job resumes from it (its results would go to the sinks
+        after the job's final snapshot)."""
+        if self._after_savepoint and self.current_watermark != MAX_WATERMARK:
             return
         while self.backlog or len(self.queue):
             if not self.completed:
@@ -316,6 +319,10 @@ class AsyncWaitOperator(StreamOperator):
             self._take_completed()
 
     # state ---------------------------------------------------------------------------
+    def snapshot_state(self, checkpoint_id: int, full: bool = False) -> Any:
+        self._after_savepoint = full  # savepoints are full snapshots; any input after one clears it
+        return super().snapshot_state(checkpoint_id, full)
+
     def prepare_snapshot(self, checkpoint_id: int) -> None:
         items: list = []
         for entry in list(self.queue) + list(self.backlog):
