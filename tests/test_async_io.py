@@ -409,6 +409,26 @@ def test_random_kills_lose_and_duplicate_nothing_ordered_and_unordered(spark_slo
                 assert [i for i, _ in f] == sorted(i for i, _ in f)
 
 
+def test_stop_with_savepoint_and_resume_at_another_parallelism_is_exactly_one_run(spark_slots, tmp_path):
+    """The calls in flight at a stop-with-savepoint (without drain) are in the savepoint and sent again by
+    the resumed job, which runs at parallelism 2 instead of 3 (the in-flight records are redistributed)."""
+    rows = 9_000
+    out, savepoints = str(tmp_path / "out"), str(tmp_path / "savepoints")
+    env = async_lookup.build(out, str(tmp_path / "checkpoints"), rows, rate=3000, ordered=None, interval_ms=250)
+    client = env.execute_async("async-lookup")
+    assert client.wait_until_running(60)
+    time.sleep(1.5)
+    path = client.stop_with_savepoint(False, savepoints, timeout=120)
+    client.get_job_execution_result(120)
+    partial = [sorted(r for f in committed(os.path.join(out, m)) for r in f) for m in ("unordered", "ordered")]
+    assert all(0 < len(p) < rows for p in partial), "the first run should stop in the middle"
+    async_lookup.build(out, str(tmp_path / "checkpoints"), rows, rate=3000, ordered=None, interval_ms=250,
+                       parallelism=2, restore=path).execute("async-lookup")
+    for mode in ("unordered", "ordered"):
+        got = sorted(r for f in committed(os.path.join(out, mode)) for r in f)
+        assert got == async_lookup.expected_rows(rows), mode
+
+
 def test_a_failing_call_fails_the_job_naming_the_operator_and_the_record(spark_slots):
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)

@@ -38,11 +38,13 @@ def expected_rows(rows: int) -> list[tuple]:
 
 
 def build(out: str, checkpoints: str, rows: int, rate: float, ordered: bool | None, interval_ms: int = 300,
-          capacity: int = 50, parallelism: int = 3) -> StreamExecutionEnvironment:
+          capacity: int = 50, parallelism: int = 3, restore: str | None = None) -> StreamExecutionEnvironment:
     """``ordered`` None: both pipelines in one job (two sources, one for each mode), writing to
     ``out``/unordered and ``out``/ordered, so one run's failures hit both."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
+    if restore:
+        env.configure({"execution.state-recovery.path": restore})
     env.enable_checkpointing(interval_ms, CheckpointingMode.EXACTLY_ONCE)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage(checkpoints)
