@@ -417,7 +417,10 @@ def test_stop_with_savepoint_and_resume_at_another_parallelism_is_exactly_one_ru
     env = async_lookup.build(out, str(tmp_path / "checkpoints"), rows, rate=3000, ordered=None, interval_ms=250)
     client = env.execute_async("async-lookup")
     assert client.wait_until_running(60)
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the tasks process records (running is said before the first one)
+    time.sleep(1.0)
     path = client.stop_with_savepoint(False, savepoints, timeout=120)
     client.get_job_execution_result(120)
     partial = [sorted(r for f in committed(os.path.join(out, m)) for r in f) for m in ("unordered", "ordered")]
