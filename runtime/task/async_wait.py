@@ -38,6 +38,7 @@ from .base import StreamOperator
 
 STATE = "_async_wait_operator_state_"  # Flink's name for the same list state
 _TIMED_OUT = object()
+_HAS_TIMEOUT_SCOPE = hasattr(asyncio, "timeout")  # Python 3.11+
 _RECORD_CHARS = 200  # how much of a record an error message shows
 
 
@@ -208,6 +209,14 @@ class AsyncWaitOperator(StreamOperator):
         every attempt, as Flink's."""
         if self.timeout_ms <= 0:
             return await self._attempts(value)
+        if not _HAS_TIMEOUT_SCOPE:  # Python 3.10: the calls run as a task of their own, cancelled at the timeout
+            task = asyncio.ensure_future(self._attempts(value))
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_ms / 1000.0)
+            if task in done:
+                return task.result()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return _TIMED_OUT
         try:
             async with asyncio.timeout(self.timeout_ms / 1000.0) as scope:
                 return await self._attempts(value)
