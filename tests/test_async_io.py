@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import random
+import threading
 import time
 
 import numpy as np
@@ -311,6 +312,66 @@ def test_in_flight_records_of_two_subtasks_restore_into_one():
     again.feed([(7, 0)])
     again.finish()
     assert again.values() == [0, 2, 4, 200, 202, 204, 14]  # restored first, in their order, then new input
+
+
+@pytest.fixture
+def double_service():
+    """A real HTTP service on 127.0.0.1 (aiohttp, its own loop thread): GET /double?v=N answers
+    {"doubled": 2N} after a random few milliseconds; it stops with the test."""
+    from aiohttp import web
+
+    async def double(request):
+        await asyncio.sleep(random.uniform(0, 0.01))
+        return web.json_response({"doubled": 2 * int(request.query["v"])})
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_get("/double", double)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}/double"
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+class HttpDouble(AsyncFunction):
+    """The usual shape: an aiohttp session made in open() (it needs the running loop), closed in an
+    async close()."""
+
+    def __init__(self, url):
+        self.url = url
+        self.session = None
+
+    def open(self, runtime_context):
+        import aiohttp
+
+        self.session = aiohttp.ClientSession()
+
+    async def async_invoke(self, value):
+        async with self.session.get(self.url, params={"v": value}) as response:
+            return [(value, (await response.json())["doubled"])]
+
+    async def close(self):
+        await self.session.close()
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+def test_calls_to_a_real_http_service_with_an_aiohttp_session_made_in_open(double_service, ordered):
+    fn = HttpDouble(double_service)
+    h = Harness(fn, ordered=ordered, capacity=20)
+    h.feed(range(200))
+    h.finish()
+    assert sorted(h.values()) == [(i, 2 * i) for i in range(200)]
+    if ordered:
+        assert h.values() == [(i, 2 * i) for i in range(200)]
+    assert fn.session.closed
 
 
 class Flaky(AsyncFunction):

@@ -2,8 +2,9 @@
 
 Each record becomes an ``async_invoke`` coroutine on an asyncio loop of the operator's own (one
 thread per operator subtask), so up to ``capacity`` requests wait on the network together while the
-task goes on taking input, checkpointing and emitting. The loop thread only runs the user's
-coroutines (with the timeout and retries around them): a finished call is handed back through a
+task goes on taking input, checkpointing and emitting. The loop thread runs the user's coroutines
+(with the timeout and retries around them) and ``open`` / ``close`` (so a client bound to the loop,
+an ``aiohttp.ClientSession``, can be made in ``open``): a finished call is handed back through a
 queue and a doorbell socket the task's selector watches, and everything else (emitting results,
 calling ``timeout``, the element queue, snapshots) happens on the task's thread, like the rest of
 the task, so a snapshot sees one consistent queue.
@@ -22,6 +23,7 @@ not in the snapshot, so nothing is emitted twice or lost; the service may see a 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import selectors
 import socket
 import threading
@@ -109,10 +111,10 @@ class AsyncWaitOperator(StreamOperator):
 
     # lifecycle -------------------------------------------------------------------
     def setup(self) -> None:
-        self.fn.open(self.ctx)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"async-io {self.name}", daemon=True)
         self._thread.start()
+        self._on_loop(self.fn.open, self.ctx)
         for item in self.operator_state.get_list_state(STATE).get():  # restored: before any new input
             if item[0] == "w":
                 self.backlog.append(WatermarkEntry(item[1]))
@@ -147,9 +149,21 @@ class AsyncWaitOperator(StreamOperator):
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10.0)
 
+    def _on_loop(self, method: Any, *args: Any) -> None:
+        """Run ``open`` / ``close`` on the loop, waiting for it: clients bound to a running loop
+        (``aiohttp.ClientSession()``) can be made in ``open`` and closed in ``close``, either of
+        which may also be ``async def``."""
+        async def run() -> None:
+            result = method(*args)
+            if inspect.isawaitable(result):
+                await result
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+
     def close(self) -> None:
+        if self._thread is not None:
+            self._guard(lambda: self._on_loop(self.fn.close))
         self._stop_loop()
-        self._guard(self.fn.close)
 
     def dispose(self) -> None:
         self._stop_loop()
