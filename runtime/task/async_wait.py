@@ -108,6 +108,7 @@ class AsyncWaitOperator(StreamOperator):
         self._thread: threading.Thread | None = None
         self._rung = False  # the loop thread rang and the task has not drained ``completed`` since
         self._after_savepoint = False  # the last snapshot was a savepoint and no input came since
+        self._restored = False  # restored elements wait for the task's first step
 
     # lifecycle -------------------------------------------------------------------
     def setup(self) -> None:
@@ -125,7 +126,9 @@ class AsyncWaitOperator(StreamOperator):
                 if done:
                     entry.done, entry.result = True, result
                 self.backlog.append(entry)
-        self._pump()
+        # Started at the task's first step, not here: with unaligned checkpoints the task resends its
+        # recovered output channel state after open, and restored results must not overtake it.
+        self._restored = bool(self.backlog)
 
     def _run_loop(self) -> None:
         loop = self.loop
@@ -266,6 +269,10 @@ class AsyncWaitOperator(StreamOperator):
     # completions (task thread) -------------------------------------------------------
     def poll_async(self) -> bool:
         """Take in the calls that finished and emit what may leave; True if any finished."""
+        if self._restored:
+            self._restored = False
+            self._guard(self._pump)
+            return True
         if not self.completed:
             return False
         self._guard(self._take_completed)
