@@ -453,8 +453,10 @@ def test_random_kills_lose_and_duplicate_nothing_ordered_and_unordered(spark_slo
     rng = random.Random(int(time.time()))
     rows = 9_000  # 3 s of input; each kill leaves at most 0.6 s of progress behind
     out, checkpoints = str(tmp_path / "out"), str(tmp_path / "checkpoints")
-    # One job, one pipeline per mode (each its own source), so every kill hits both.
-    env = async_lookup.build(out, checkpoints, rows, rate=3000, ordered=None, interval_ms=rng.randint(150, 400))
+    # One job, one pipeline per mode (each its own source), so every kill hits both; unaligned checkpoints:
+    # records rebalanced to the unordered operator are channel state, its queue operator state.
+    env = async_lookup.build(out, checkpoints, rows, rate=3000, ordered=None, interval_ms=rng.randint(150, 400),
+                             unaligned=True)
     client = env.execute_async("async-lookup")
     killed = kill_tasks_at_random(client, 3, rng, pause=(0.2, 0.6))
     result = client.get_job_execution_result(300)

@@ -38,9 +38,13 @@ def expected_rows(rows: int) -> list[tuple]:
 
 
 def build(out: str, checkpoints: str, rows: int, rate: float, ordered: bool | None, interval_ms: int = 300,
-          capacity: int = 50, parallelism: int = 3, restore: str | None = None) -> StreamExecutionEnvironment:
+          capacity: int = 50, parallelism: int = 3, restore: str | None = None,
+          unaligned: bool = False) -> StreamExecutionEnvironment:
     """``ordered`` None: both pipelines in one job (two sources, one for each mode), writing to
-    ``out``/unordered and ``out``/ordered, so one run's failures hit both."""
+    ``out``/unordered and ``out``/ordered, so one run's failures hit both. The unordered pipeline
+    rebalances its source's records to the async operator (records in channels: with ``unaligned``
+    checkpoints they become channel state); the ordered one is chained, so each subtask's output
+    keeps its source split's order."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(parallelism)
     if restore:
@@ -48,13 +52,16 @@ def build(out: str, checkpoints: str, rows: int, rate: float, ordered: bool | No
     env.enable_checkpointing(interval_ms, CheckpointingMode.EXACTLY_ONCE)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage(checkpoints)
+    if unaligned:
+        config.enable_unaligned_checkpoints()
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
     for mode in ((False, True) if ordered is None else (ordered,)):
         name = "ordered" if mode else "unordered"
         source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), None, f"numbers-{name}")
         wait = AsyncDataStream.ordered_wait if mode else AsyncDataStream.unordered_wait
         target = f"{out}/{name}" if ordered is None else out
-        wait(source.uid(f"numbers-{name}"), Double(), Time.seconds(10), capacity).uid(f"lookup-{name}") \
+        source = source.uid(f"numbers-{name}")
+        wait(source if mode else source.rebalance(), Double(), Time.seconds(10), capacity).uid(f"lookup-{name}") \
             .sink_to(FileSink.jsonl(target)).uid(f"files-{name}")
     return env
 
