@@ -19,6 +19,11 @@ _NAMES = {
     "KeyedStream": ".api.datastream",
     "WindowedStream": ".api.datastream",
     "Aggregations": ".api.aggregations",
+    "AsyncDataStream": ".api.async_io",
+    "AsyncFunction": ".api.async_io",
+    "AsyncFunctionDescriptor": ".api.async_io",
+    "AsyncRetryPredicate": ".api.async_io",
+    "AsyncRetryStrategy": ".api.async_io",
     "Avg": ".api.aggregations",
     "Count": ".api.aggregations",
     "First": ".api.aggregations",
@@ -155,6 +160,13 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         WindowedStream,
     )
     from .api.aggregations import Aggregations, Avg, Count, First, Max, Min, Sum
+    from .api.async_io import (
+        AsyncDataStream,
+        AsyncFunction,
+        AsyncFunctionDescriptor,
+        AsyncRetryPredicate,
+        AsyncRetryStrategy,
+    )
     from .api.backends import (
         CheckpointStorage,
         EmbeddedRocksDBStateBackend,
@@ -266,6 +278,11 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
 
 __all__ = [
     "AggregatingState",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncFunctionDescriptor",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BaseBroadcastProcessFunction",
     "BroadcastState",
     "CheckpointStorage",

@@ -100,11 +100,11 @@ def test_every_public_pyflink_name_imports_or_is_in_the_one_table_with_its_reaso
 
 def test_an_unsupported_name_says_why_and_what_instead_and_is_an_import_error():
     with pytest.raises(ImportError) as e:
-        from streamjob.runtime import AsyncDataStream  # noqa: F401
+        from streamjob.runtime import TypeSerializer  # noqa: F401
     assert isinstance(e.value, PyFlinkNotSupported) and isinstance(e.value, NotImplementedError)
-    assert str(e.value) == ("PyFlink's AsyncDataStream is not supported by streamjob: there is no async I/O "
-                            "operator. Instead: call the service from a map or process function (a "
-                            "ProcessFunction can batch its requests)")
+    assert str(e.value) == ("PyFlink's TypeSerializer is not supported by streamjob: records and state are pickled "
+                            "Python objects (dict records travel as Arrow): there are no type serializers. "
+                            "Instead: drop it")
     with pytest.raises(PyFlinkNotSupported, match=r"PyFlink's JdbcSink is not supported by streamjob: a connector "
                                                   r"of Flink's Java side"):
         from streamjob.runtime.connectors import JdbcSink  # noqa: F401

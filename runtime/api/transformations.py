@@ -33,6 +33,7 @@ KEYED_BROADCAST_PROCESS = "keyed_broadcast_process"  # ... and params["key"]: th
 TIMESTAMPS = "timestamps"  # params["strategy"]: a WatermarkStrategy
 WINDOW = "window"  # params: key, assigner, trigger, evictor, allowed_lateness, late_tag, mode, functions
 WINDOW_AGGREGATE = "window_aggregate"  # columnar sum/min/max of a column: params key, assigner, how, field, late_tag
+ASYNC_WAIT = "async_wait"  # fn: an AsyncFunctionDescriptor (AsyncDataStream)
 SINK = "sink"
 PARTITION = "partition"
 UNION = "union"

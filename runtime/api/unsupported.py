@@ -96,8 +96,6 @@ DATA_STREAM_SINK: dict[str, str] = {
 # formats: streamjob.runtime.connectors) or is here, with why not and what to use instead. A test
 # checks both ways (every name accounted for; no entry shadows a name that imports), and the README's
 # table is made from this one (tools/pyflink_names.py --readme).
-_ASYNC = ("there is no async I/O operator",
-          "call the service from a map or process function (a ProcessFunction can batch its requests)")
 _JAVA_CONNECTOR = ("a connector of Flink's Java side; streamjob runs no Java",
                    "a source or sink of streamjob.runtime.connectors, or your own (subclass Source / Sink there)")
 _JAVA_FORMAT = ("a format of Flink's Java side",
@@ -117,11 +115,6 @@ _KAFKA_INTERNAL = ("a building block streamjob's Kafka connector does not expose
                    "KafkaSource.builder() / KafkaSink.builder() with SimpleStringSchema or the JSON schemas")
 
 NAMES: dict[str, tuple[str, str]] = {
-    "AsyncDataStream": _ASYNC,
-    "AsyncFunction": _ASYNC,
-    "AsyncFunctionDescriptor": _ASYNC,
-    "AsyncRetryPredicate": _ASYNC,
-    "AsyncRetryStrategy": _ASYNC,
     "SourceFunction": _FUNCTION_WRAPPER,
     "SinkFunction": _FUNCTION_WRAPPER,
     "TypeSerializer": _SERIALIZER,

@@ -84,6 +84,10 @@ def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:
         from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator  # ... broadcast state
 
         return (KeyedBroadcastProcessOperator if node.kind == T.KEYED_BROADCAST_PROCESS else BroadcastProcessOperator)(node, ctx)
+    if node.kind == T.ASYNC_WAIT:
+        from .async_wait import AsyncWaitOperator  # starts an asyncio loop thread: only the jobs that use it
+
+        return AsyncWaitOperator(node, ctx)
     if _opens_state(node):
         return KEYED_VARIANTS[node.kind](node, ctx)
     return OPERATORS[node.kind](node, ctx)

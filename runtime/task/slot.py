@@ -14,6 +14,7 @@ sources.
 from __future__ import annotations
 
 import re
+import selectors
 import time
 import traceback
 from typing import Any
@@ -114,6 +115,10 @@ class Task:
         # Sinks whose writer can hold the task's input too (execute_and_collect's, while the program
         # does not read): empty for every other job.
         self.throttled = [op for op in operators if isinstance(op, SinkOperator) and getattr(op.node.fn, "throttles", False)]
+        # ... and operators that hold input themselves (the async wait operator, its queue full).
+        self.throttled += [op for op in operators if getattr(op, "throttles", False)]
+        # Operators whose work completes outside the task's thread (async I/O): polled every step.
+        self.pollers = [op for op in operators if hasattr(op, "poll_async")]
         if gate is not None:
             for ch in gate.channels:
                 self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
@@ -151,9 +156,12 @@ class Task:
         if self.finished:
             return False
         self.fire_processing_time()
+        completed = False
+        for op in self.pollers:
+            completed = op.poll_async() or completed
         if self.gate is None:
-            return self._step_source(now)
-        progressed = False
+            return self._step_source(now) or completed
+        progressed = completed
         gate = self.gate
         barriers = self.barriers
         if gate.priority:  # unaligned barriers overtake everything, backpressure included
@@ -335,7 +343,10 @@ class SlotRuntime:
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
             ctx._collector = self.collect_channel
-            self.operators[op_id] = create_operator(node, ctx)
+            self.operators[op_id] = op = create_operator(node, ctx)
+            doorbell = getattr(op, "doorbell", None)  # async I/O: its completions wake the loop
+            if doorbell is not None:
+                self.transport.selector.register(doorbell.sock, selectors.EVENT_READ, doorbell)
         for op in self.operators.values():
             node = op.node
             if node.kind == T.TIMESTAMPS and len(node.inputs) == 1:
