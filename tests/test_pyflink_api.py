@@ -200,6 +200,9 @@ class _Ctx:
     def get_index_of_this_subtask(self):
         return 1
 
+    def get_number_of_parallel_subtasks(self):
+        return 2
+
     def is_checkpointing_enabled(self):
         return True
 
