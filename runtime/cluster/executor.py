@@ -27,6 +27,7 @@ from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, fi
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
+from ..graph.slots import slot_needs
 from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
@@ -423,7 +424,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     try:
         # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
         # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
-        deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name)
+        deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name, slot_needs(graph))
         interrupts.install()  # after the SparkContext, which installed PySpark's cancel-every-job SIGINT handler
         while True:
             jm.begin_attempt(attempt_no, restore)

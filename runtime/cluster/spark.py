@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
 from . import spark_log
 from .pod import is_local
@@ -166,13 +167,15 @@ class SlotReport:
     waited: str = ""  # spark.scheduler.maxRegisteredResourcesWaitingTime
     namespace: str = ""
     app_id: str = ""
+    needs: SlotNeeds | None = None  # where the slots come from (None: every operator at ``parallelism``)
 
     def message(self) -> str:
-        p = self.parallelism
-        need = f"the job needs {p} slots (parallelism {p})"
+        needs = self.needs or uniform(self.parallelism)
+        need = f"not enough slots: the job needs {needs.describe()}"
         if not self.master.startswith("k8s://"):
-            return (f"{need}, but Spark master {self.master} offers fewer (default parallelism {self.offered}); "
-                    f"add executors/cores or lower the parallelism")
+            return (f"{need}, but Spark master {self.master} offers fewer (its default parallelism, the cores of "
+                    f"the executors registered now: {self.offered}); add executors or cores (spark.executor.instances, "
+                    f"spark.executor.cores, spark.cores.max) or {needs.lower()}")
         waited = f" within {self.waited} (kubernetes.executor.scheduling-timeout)" if self.waited else ""
         offering = "" if self.registered < 0 else f", offering {self.registered * self.slots_per_executor} slots"
         selector = "spark-role=executor" + (f",spark-app-selector={self.app_id}" if self.app_id else "")
@@ -182,7 +185,7 @@ class SlotReport:
                 f"{self.requested * self.slots_per_executor} slots) registered with the driver{waited}{offering}. "
                 f"Missing executor pods are usually Pending or failing: `kubectl get pods{namespace} -l {selector}` "
                 f"and `kubectl describe pod <name>` say why (the namespace's resource quota, nodes without enough "
-                f"free CPU or memory, an image that cannot be pulled); or lower the parallelism")
+                f"free CPU or memory, an image that cannot be pulled); or {needs.lower()}")
 
 
 def _prepare_environment(master: str, conf: dict[str, str]) -> None:
@@ -531,8 +534,11 @@ def _forget_context() -> None:
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
-    def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
+    def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str, needs: SlotNeeds | None = None):
+        """``parallelism``: the slots the barrier stage takes; ``needs``: where they come from (the job
+        graph's slot sharing groups), for the error when the master has fewer."""
         self.parallelism = parallelism
+        self.needs = needs or uniform(parallelism)
         self._spark = None
         self._app_name = app_name
         conf = dict(spark_conf)
@@ -550,8 +556,9 @@ class SparkDeployment:
         slots = _local_slots(self.master)
         if slots is not None and slots < parallelism:
             raise NotEnoughSlotsError(
-                f"the job needs {parallelism} slots (parallelism {parallelism}), but master {self.master} "
-                f"has {slots}; use --master local[{parallelism}] or lower the parallelism"
+                f"not enough slots: the job needs {self.needs.describe()}, but master {self.master} has {slots}; "
+                f"use --master local[{parallelism}] (spark.master; without it local Spark gets the slots the job "
+                f"needs) or {self.needs.lower()}"
             )
         if self._spark is None:
             try:  # a master that cannot work is one line now, not a minute of the JVM's retries
@@ -670,7 +677,7 @@ class SparkDeployment:
         return SlotReport(self.parallelism, self.master, registered, int(conf.get("spark.executor.instances", "0")),
                           cores, max(1, cores // int(conf.get("spark.task.cpus", "1"))), sc.defaultParallelism,
                           _readable(conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime", "")),
-                          conf.get("spark.kubernetes.namespace", ""), sc.applicationId)
+                          conf.get("spark.kubernetes.namespace", ""), sc.applicationId, self.needs)
 
     def _check_registered_slots(self) -> None:
         """Spark on Kubernetes waited (up to kubernetes.executor.scheduling-timeout) for every executor to
