@@ -119,7 +119,8 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     if bool(job_file) == bool(module):
         _fail("give a JOB_FILE or --module MODULE (one of them)", 2, conf)
     if job_file and not os.path.exists(job_file):
-        _fail(f"no such job file: {job_file}", conf=conf)
+        near = _near_miss(job_file)
+        _fail(f"no such job file: {job_file}" + (f" (did you mean {near}?)" if near else ""), conf=conf)
     found = None
     if module:
         import importlib.util
@@ -138,8 +139,11 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         except spark_log.MasterURLError as e:
             _fail(f"--master: {e}", 2, conf)
         conf.set(Options.SPARK_MASTER, master)
-    if from_checkpoint and from_savepoint:
+    if from_checkpoint is not None and from_savepoint is not None:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    for flag, given in (("--from-checkpoint", from_checkpoint), ("--from-savepoint", from_savepoint)):
+        if given is not None and not given.strip():  # an unset shell variable: not "start from nothing"
+            _fail(f"{flag}: the path is empty", 2, conf)
     try:  # an unreachable standalone master: one line now, before the job file runs and a JVM starts
         spark_log.probe_standalone_master(str(conf.get(Options.SPARK_MASTER) or ""))
     except spark_log.MasterURLError as e:
@@ -163,10 +167,13 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         from .checkpoint.storage import find_checkpoints
 
         flag = "--from-checkpoint" if from_checkpoint else "--from-savepoint"
+        path = from_checkpoint or from_savepoint
         try:
-            find_checkpoints(from_checkpoint or from_savepoint)  # type: ignore[arg-type]
+            find_checkpoints(path)  # type: ignore[arg-type]
         except (CheckpointFormatError, ValueError) as e:
-            _fail(f"{flag}: {e}")
+            _fail(f"{flag}: {e}", conf=conf)
+        except Exception as e:  # noqa: BLE001 - the storage itself: no credentials, no such bucket, no HDFS client
+            _fail(f"{flag}: cannot read {path}: {type(e).__name__}: {str(e).strip() or 'no detail'}", conf=conf)
         conf.set(Options.RECOVERY_PATH, from_checkpoint or from_savepoint)
     if allow_non_restored_state:
         conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
@@ -227,6 +234,28 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{what} built no job: {hint}", conf=conf)
+
+
+def _near_miss(path: str) -> str | None:
+    """An existing file ``path`` was probably meant to name: each missing part of it replaced by the
+    closest name in its folder (``exmaples/word_count.py`` -> ``examples/word_count.py``); None if none is close."""
+    import difflib
+
+    parts = [p for p in os.path.normpath(path).split(os.sep) if p]
+    current = os.sep if os.path.isabs(path) else ""
+    for part in parts:
+        candidate = os.path.join(current, part)
+        if not os.path.exists(candidate):
+            try:
+                names = os.listdir(current or ".")
+            except OSError:
+                return None
+            close = difflib.get_close_matches(part, names, n=1, cutoff=0.75)
+            if not close:
+                return None
+            candidate = os.path.join(current, close[0])
+        current = candidate
+    return current if os.path.isfile(current) and current != os.path.normpath(path) else None
 
 
 def _end_on_sigterm() -> None:

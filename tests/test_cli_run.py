@@ -4,6 +4,9 @@ cannot start leaving its reason in the termination message."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -122,3 +125,47 @@ def test_no_progress_still_prints_the_summary(tmp_path):
     r = run_cli("run", str(job), "--no-progress")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Job 'quiet' finished" in r.stderr and "numbers" in r.stderr, r.stderr[-2000:]
+
+
+# -- a newcomer's typical mistakes: one line each, saying what to do, the right exit code ---------------
+# No JVM is prestarted: each fails before any job runs (and a prestarted one would only be thrown away).
+NO_JVM = {"STREAMJOB_PRESTART_JVM": "0"}
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def test_a_misspelled_job_file_names_the_one_probably_meant(tmp_path):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "word_count.py").write_text("")
+    for typed in ("exmaples/word_count.py", "examples/wordcount.py", str(tmp_path / "exampels" / "word_cont.py")):
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", typed], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path, env={**os.environ, **NO_JVM})
+        meant = os.path.join(str(tmp_path) if typed.startswith("/") else "", "examples", "word_count.py")
+        assert r.returncode == 1 and r.stderr.strip() == \
+            f"error: no such job file: {typed} (did you mean {meant}?)", r.stderr
+    r = run_cli("run", str(tmp_path / "nothing" / "alike.py"), env=NO_JVM)
+    assert r.returncode == 1 and r.stderr.strip() == f"error: no such job file: {tmp_path}/nothing/alike.py"
+
+
+def test_from_savepoint_with_a_path_that_is_no_savepoint_says_what_to_give(tmp_path):
+    job = os.path.join(EXAMPLES, "word_count.py")
+    (tmp_path / "empty").mkdir()
+    cases = [(job, 1, "a file, not a savepoint or checkpoint"),
+             (str(tmp_path / "empty"), 1, "contains no completed checkpoint"),
+             (str(tmp_path / "missing"), 1, "no such checkpoint or checkpoint directory"),
+             ("", 2, "--from-savepoint: the path is empty")]  # `-s $SAVEPOINT` with the variable unset
+    for path, code, words in cases:
+        r = run_cli("run", job, "-s", path, env=NO_JVM)
+        assert r.returncode == code and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, (path, r.stderr)
+        assert not r.stdout, r.stdout  # the job never ran
+        if code == 1:
+            assert "`streamjob savepoint` or `streamjob stop -p` printed" in r.stderr or "missing" in path, r.stderr
+    # Storage that cannot be read at all (here: S3 without credentials; nothing is sent anywhere): one line,
+    # not botocore's traceback. The environment is built whole: no AWS credentials of the machine's.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(NO_JVM, AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", job, "-s", "s3://no-bucket/sp"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip().startswith("error: --from-savepoint: cannot read s3://no-bucket/sp: NoCredentialsError"), \
+        r.stderr
