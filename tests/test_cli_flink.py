@@ -165,6 +165,32 @@ def test_stale_entries_are_ignored_and_removed(tmp_path, monkeypatch):
     registry.unregister("a" * 32)
 
 
+def test_a_command_naming_a_job_that_ended_says_it_ended_and_how(tmp_path, monkeypatch):
+    """`streamjob cancel JOB` of a job that finished: its entry is gone, but the record of its end says
+    how it ended (it used to say "no running job is registered ...; give --address URL")."""
+    monkeypatch.setenv("STREAMJOB_STATE_DIR", str(tmp_path))
+    env = {"STREAMJOB_STATE_DIR": str(tmp_path)}
+    registry.record_end("e" * 32, "word_count", "FINISHED", "/jobs/wc.py")
+    registry.record_end("f" * 32, "other", "FAILED")
+    assert [e.name for e in registry.ended()] == ["other", "word_count"]
+    for ref in ("word_count", "eeee", "e" * 32):
+        r = run_cli("cancel", ref, env=env, timeout=60)
+        assert r.returncode == 1 and f"job 'word_count' ({'e' * 32}) is not running: it ended FINISHED at " \
+            in r.stderr, r.stderr
+    r = run_cli("status", env=env, timeout=60)  # no JOB, none running: the last one to end
+    assert r.returncode == 1 and f"job 'other' ({'f' * 32}) is not running: it ended FAILED" in r.stderr, r.stderr
+    r = run_cli("stop", "nothing-like-it", env=env, timeout=60)
+    assert r.returncode == 1 and "no running job is registered" in r.stderr, r.stderr
+    registry.register("a" * 32, "alive", "http://127.0.0.1:2", pid=os.getpid())
+    r = run_cli("cancel", "word_count", env=env, timeout=60)  # the running ones are named too
+    assert "ended FINISHED" in r.stderr and "running: aaaaaaaaaaaa ('alive')" in r.stderr, r.stderr
+    registry.unregister("a" * 32)
+    for i in range(registry.ENDED_KEPT + 5):  # only the newest are kept
+        registry.record_end(f"{i:032x}", f"job{i}", "CANCELED")
+    assert len(registry.ended()) == registry.ENDED_KEPT
+    assert registry.find_ended(registry.ended(), None).name == f"job{registry.ENDED_KEPT + 4}"
+
+
 def test_resolve_names_ids_and_prefixes():
     e = [registry.Entry("ab12" + "0" * 28, "orders", "u1", 1, 1.0), registry.Entry("ab34" + "0" * 28, "clicks", "u2", 2, 2.0),
          registry.Entry("cd56" + "0" * 28, "clicks", "u3", 3, 3.0)]
