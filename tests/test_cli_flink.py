@@ -191,6 +191,22 @@ def test_a_command_naming_a_job_that_ended_says_it_ended_and_how(tmp_path, monke
     assert registry.find_ended(registry.ended(), None).name == f"job{registry.ENDED_KEPT + 4}"
 
 
+def test_address_without_scheme_is_http_and_a_bad_one_is_one_line():
+    """`--address 127.0.0.1:8081` (as `streamjob list` shows it, without http://) is the job's REST API;
+    one that is no URL at all used to end in urllib's traceback."""
+    from streamjob.runtime.rest_client import base_url
+
+    assert base_url("127.0.0.1:8081/") == "http://127.0.0.1:8081"
+    assert base_url("https://jobs.example:443") == "https://jobs.example:443"
+    port = _free_port()
+    for address, words in ((f"127.0.0.1:{port}", f"cannot reach the job at 127.0.0.1:{port} ("),
+                           ("http://127.0.0.1:abc", "--address 'http://127.0.0.1:abc': expected the job's REST API "
+                                                    "as http://HOST:PORT"),
+                           ("ftp://x", "--address 'ftp://x': expected")):
+        r = run_cli("checkpoints", "--address", address, timeout=60)
+        assert r.returncode == 1 and r.stderr.startswith(f"error: {words}") and "Traceback" not in r.stderr, r.stderr
+
+
 def test_resolve_names_ids_and_prefixes():
     e = [registry.Entry("ab12" + "0" * 28, "orders", "u1", 1, 1.0), registry.Entry("ab34" + "0" * 28, "clicks", "u2", 2, 2.0),
          registry.Entry("cd56" + "0" * 28, "clicks", "u3", 3, 3.0)]
