@@ -237,6 +237,8 @@ def test_spark_master_problems_are_one_line(tmp_path):
              (f"spark://127.0.0.1:{_free_port()}", 1, "connection refused at 127.0.0.1:"),
              ("spark://masterhost", 2, "bad master URL 'spark://masterhost'"),
              ("mesos://x:5050", 2, "bad master URL 'mesos://x:5050'")]
+    if not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):  # spark-submit's stack trace
+        cases.append(("yarn", 1, "master yarn needs the YARN cluster's configuration: set HADOOP_CONF_DIR"))
     for master, code, line in cases:
         r = run_cli("run", job, "--master", master, "--no-progress", timeout=120)
         errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
