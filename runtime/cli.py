@@ -60,7 +60,22 @@ def main() -> None:
     """Flink-grade fault tolerance for Python streaming jobs, run on Spark."""
 
 
-@main.command(context_settings={"ignore_unknown_options": False})
+class _RunCommand(click.Command):
+    """``run``: an unknown option after the job file is most likely the job's own argument."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            at = given.index(e.option_name) if e.option_name in given else -1
+            if not e.possibilities and any(a.endswith(".py") for a in given[:max(at, 0)]):
+                e.message = (f"No such option {e.option_name!r} of streamjob run: the job's own arguments go "
+                             f"after `--` (streamjob run JOB_FILE [OPTIONS] -- {e.option_name} ...).")
+            raise
+
+
+@main.command(cls=_RunCommand, context_settings={"ignore_unknown_options": False})
 @click.argument("job_file", type=click.Path(dir_okay=False), required=False)
 @click.option("-m", "--module", metavar="MODULE", help="Run the job in this importable module (as python -m) "
                                                        "instead of JOB_FILE.")
@@ -104,6 +119,24 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     with `-` and could be taken for a streamjob option: `streamjob run job.py -- --input in.txt`."""
     mark("cli")
     _end_on_sigterm()
+    try:
+        _run(job_file, module, conf_file, parallelism, master, confs, from_checkpoint, from_savepoint,
+             allow_non_restored_state, allow_older_checkpoint, rest_address, no_progress, detached, log_level,
+             verbose, job_args)
+    except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
+        # Anywhere before the job runs: the imports, the job file, its graph (click would say "Aborted!", exit 1).
+        from .cluster import spark
+        from .cluster.interrupts import Terminated
+
+        spark.abandon_prestart()  # its JVM would otherwise outlive this process until it has started
+        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
+        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
+
+
+def _run(job_file: str | None, module: str | None, conf_file: str | None, parallelism: int | None,
+         master: str | None, confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None,
+         allow_non_restored_state: bool, allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool,
+         detached: bool, log_level: str | None, verbose: bool, job_args: tuple[str, ...]) -> None:
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
     if log_level:
@@ -209,13 +242,8 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         _fail(_frames(str(e)))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
         _fail(f"{what}: {_frames(str(e))}", conf=conf)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
-        from .cluster.interrupts import Terminated
-
-        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
-        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
+    except (SystemExit, KeyboardInterrupt):
+        raise  # a KeyboardInterrupt: said by run()
     except BaseException as e:  # an error in the job file itself
         from .api.pyflink_import import PyFlinkImportError
         from .api.unsupported import PyFlinkNotSupported

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -146,6 +148,15 @@ def test_a_misspelled_job_file_names_the_one_probably_meant(tmp_path):
     assert r.returncode == 1 and r.stderr.strip() == f"error: no such job file: {tmp_path}/nothing/alike.py"
 
 
+def test_an_unknown_option_after_the_job_file_says_job_arguments_go_after_the_double_dash(tmp_path):
+    job = os.path.join(EXAMPLES, "word_count.py")
+    r = run_cli("run", job, "-p", "2", "--input", "in.txt", env=NO_JVM)
+    assert r.returncode == 2 and "Error: No such option '--input' of streamjob run: the job's own arguments go " \
+        "after `--` (streamjob run JOB_FILE [OPTIONS] -- --input ...)." in r.stderr, r.stderr
+    r = run_cli("run", job, "--paralelism", "2", env=NO_JVM)  # a typo of ours: click's suggestion, no hint
+    assert r.returncode == 2 and "Did you mean '--parallelism'?" in r.stderr and "`--`" not in r.stderr, r.stderr
+
+
 def test_from_savepoint_with_a_path_that_is_no_savepoint_says_what_to_give(tmp_path):
     job = os.path.join(EXAMPLES, "word_count.py")
     (tmp_path / "empty").mkdir()
@@ -169,3 +180,97 @@ def test_from_savepoint_with_a_path_that_is_no_savepoint_says_what_to_give(tmp_p
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.stderr.strip().startswith("error: --from-savepoint: cannot read s3://no-bucket/sp: NoCredentialsError"), \
         r.stderr
+
+
+# -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
+WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
+
+
+def _session_processes(sid: int) -> list[str]:
+    """The processes still in session ``sid`` (the run's: its JVM and launcher too), as "pid command"."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+            if int(fields[3]) == sid and fields[0] != b"Z":  # field 6, the session; zombies are gone already
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+                found.append(f"{name} {command}")
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _interrupt_at(tmp_path, moment: str, signum: int, to_group: bool, env: dict | None = None, delay: float = 0.0):
+    """`streamjob run examples/word_count.py` in a session of its own (as a shell runs it); ``signum`` is
+    sent ``delay`` seconds after the driver's start-up trace shows ``moment``: to the whole process group,
+    as a terminal's Ctrl-C is (the JVM and its launcher too), or to the driver alone, as `kill` does."""
+    trace, state = tmp_path / f"trace-{moment}", tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", WORD_COUNT, "-p", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "STREAMJOB_STARTUP_TRACE": str(trace),
+                                 "STREAMJOB_STATE_DIR": str(state), **(env or {})})
+    try:
+        deadline = time.monotonic() + 120
+        while not (trace.exists() and f" {moment}\n" in trace.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, (moment, proc.communicate())
+            time.sleep(0.002)
+        time.sleep(delay)
+        os.killpg(proc.pid, signum) if to_group else proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 10
+        while (left := _session_processes(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return proc.returncode, out, err, left, state, trace.read_text()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever a failed test left
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("moment, delay, signum, to_group, env", [
+    ("job manager started", 0.0, signal.SIGINT, True, None),  # the prestarted JVM still starting, or just taken
+    ("spark context start", 0.5, signal.SIGINT, True, None),  # inside the SparkContext's start: a py4j call
+    ("spark context start", 0.0, signal.SIGTERM, False, None),
+    ("jvm launch", 0.3, signal.SIGINT, True, {"STREAMJOB_PRESTART_JVM": "0"}),  # the start's own JVM launching
+], ids=["jvm-starting", "context-starting", "sigterm", "no-prestart"])
+def test_a_signal_while_spark_starts_is_one_line_and_leaves_nothing_behind(tmp_path, moment, delay, signum, to_group,
+                                                                             env):
+    """Ctrl-C 0.5-3 s into `streamjob run` (Spark still starting) used to print py4j's traceback ("ERROR:root:
+    KeyboardInterrupt while sending command.": the KeyboardInterrupt was raised inside a py4j call, which
+    logs it on the root logger), a table of zeros and "while no job was running"; Ctrl-C while the run's
+    own JVM was launching left that JVM running for good (its connection-info folder removed under it,
+    py4j's server thread kept it alive) and the run itself hung. Now the signal is counted, never raised,
+    the start is given up (its JVM killed) and one line says so, with the signal's exit code; no process
+    of the run is left, nor its registry entry."""
+    code, out, err, left, state, marks = _interrupt_at(tmp_path, moment, signum, to_group, env, delay)
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert code == 128 + signum, (code, err, marks)
+    assert "stage submit" not in marks, marks  # the signal came before the job ran (else the test proves nothing)
+    assert f"interrupted by {name} while it was starting: nothing ran (nothing to resume)" in err, err
+    assert all(x not in err for x in ("Traceback", "py4j", "Exception", "Error")), err
+    # That line, after at most the one naming the job's REST API (printed as its job manager started).
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 or len(lines) == 2 and "REST API and metrics at" in lines[0], err
+    assert not out.strip(), out  # no word was counted
+    assert not left, left
+    r = run_cli("list", env={"STREAMJOB_STATE_DIR": str(state)}, timeout=60)
+    assert r.stdout.strip() == "No running jobs.", r.stdout
+    assert not [n for n in os.listdir(state) if n.endswith(".json")] if state.exists() else True
+    ended = run_cli("status", "word_count", env={"STREAMJOB_STATE_DIR": str(state)}, timeout=60)
+    assert "ended CANCELED" in ended.stderr, ended.stderr
+
+
+@pytest.mark.spark
+def test_a_signal_in_the_job_file_ends_the_prestarted_jvm_too(tmp_path):
+    """Ctrl-C before the job file called execute(): the line as before, and the JVM launched beside the
+    job file's imports is ended with the run, not left to exit once it has started."""
+    code, out, err, left, state, marks = _interrupt_at(tmp_path, "job file", signal.SIGINT, True)
+    assert code == 130 and "interrupted by Ctrl-C while no job was running" in err, err
+    assert "Traceback" not in err and not left, (err, left)
