@@ -191,6 +191,22 @@ def test_a_command_naming_a_job_that_ended_says_it_ended_and_how(tmp_path, monke
     assert registry.find_ended(registry.ended(), None).name == f"job{registry.ENDED_KEPT + 4}"
 
 
+@pytest.mark.spark
+def test_cancel_of_a_job_that_finished_while_its_result_lingers_says_it_ended(tmp_path, state_dir):
+    """The job finished but still serves its result (rest.result-linger): its entry is listed, and cancel,
+    stop and savepoint used to answer with the API's "409 the job is FINISHED" and its URL."""
+    env = {"STREAMJOB_STATE_DIR": str(state_dir)}
+    job = os.path.join(os.path.dirname(HERE), "examples", "word_count.py")
+    r = run_cli("run", "-d", job, "--conf", "rest.result-linger=120s", env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"JobID ([0-9a-f]{32})", r.stdout).group(1)
+    _until(lambda: "(FINISHED)" in run_cli("list", env=env, timeout=60).stdout, "the job to finish")
+    for command, doing in (("cancel", "cancel"), ("stop", "stop"), ("savepoint", "take a savepoint of")):
+        r = run_cli(command, "word_count", env=env, timeout=60)
+        assert r.returncode == 1 and r.stderr.strip() == \
+            f"error: job 'word_count' ({job_id}) already ended FINISHED: nothing to {doing}", r.stderr
+
+
 def test_address_without_scheme_is_http_and_a_bad_one_is_one_line():
     """`--address 127.0.0.1:8081` (as `streamjob list` shows it, without http://) is the job's REST API;
     one that is no URL at all used to end in urllib's traceback."""
