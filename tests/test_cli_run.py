@@ -274,3 +274,25 @@ def test_a_signal_in_the_job_file_ends_the_prestarted_jvm_too(tmp_path):
     code, out, err, left, state, marks = _interrupt_at(tmp_path, "job file", signal.SIGINT, True)
     assert code == 130 and "interrupted by Ctrl-C while no job was running" in err, err
     assert "Traceback" not in err and not left, (err, left)
+
+
+@pytest.mark.spark
+def test_a_job_that_cannot_get_its_slots_is_its_error_alone(tmp_path):
+    """Nothing ran: no table of zeros, no "Nothing to resume from", no JVM left behind; the one error line
+    names the slots and what to do (slot sharing groups: see test_operator_parallelism)."""
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", WORD_COUNT, "-p", "2", "--master",
+                             "local[1]"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "STREAMJOB_STATE_DIR": str(tmp_path)})
+    try:
+        out, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 1 and len(lines) == 2 and "REST API and metrics at" in lines[0], err
+        assert lines[1].startswith(f"error: {WORD_COUNT}: not enough slots: the job needs 2 slots (parallelism 2), "
+                                   f"but master local[1] has 1; use --master local[2]"), err
+        assert not out.strip()
+        assert not _session_processes(proc.pid)  # the JVM prestarted beside the job file is ended with the run
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -428,6 +428,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     handled = 0  # interrupts acted on
     stop = _StopWatch()
     start_interrupted = False  # a signal gave up Spark's start: nothing ran, and one line says so
+    spark_started = False  # until then nothing ran: an end before it is said by its error alone
     try:
         # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
         # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
@@ -440,6 +441,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             start_interrupted = True
             raise JobInterrupted(_start_interrupted_message(graph.job_name, job_id, interrupts.first, initial),
                                  interrupts.first) from None  # type: ignore[arg-type]
+        spark_started = True
         interrupts.install()  # again: a SparkContext made in the main thread (restart_jvm) installs PySpark's own
         while True:
             jm.begin_attempt(attempt_no, restore)
@@ -584,8 +586,10 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         state = "CANCELED" if jm.status.state == "CANCELED" or start_interrupted or isinstance(e, KeyboardInterrupt) \
             else final_state
         jm.finish(state, None if state == "CANCELED" else _error_text(e))
-        if start_interrupted:
-            display.summary_enabled = False  # nothing ran: no table of zeros, the exception's line says it all
+        if not spark_started:
+            # Nothing ran (Spark could not start, too few slots, a signal): no table of zeros, no note on what
+            # to resume; the error's one line says it all.
+            display.summary_enabled = False
         display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
         raise
     finally:
@@ -608,7 +612,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
                 kept = True  # whatever it could not delete is still there
-        if jm.status.ended is not None and not start_interrupted:
+        if jm.status.ended is not None and spark_started:
             text = resume.describe(resume.Ending(
                 jm.status.state, coordinator is not None and coordinator.settings.enabled,
                 coordinator.settings.retention if coordinator is not None else "", kept,

@@ -522,6 +522,7 @@ def start_deployment(spark_conf: dict[str, str], parallelism: int, app_name: str
             done.wait(5.0)  # its py4j call fails at once on the closed socket (a JVM not ours: abandoned)
             raise StartAborted("Spark's start was given up")
     if "error" in outcome:
+        abandon_prestart()  # a JVM launched for a start that failed before taking it serves nothing now
         raise outcome["error"]
     return outcome["deployment"]
 
