@@ -296,3 +296,25 @@ def test_a_job_that_cannot_get_its_slots_is_its_error_alone(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_kill_tree_ends_the_process_and_its_children():
+    """What an interrupted start uses on the JVM it launched: spark-submit's launcher JVM is a child of it
+    while it builds the command (here: a shell and its two sleeping children)."""
+    from streamjob.runtime.cluster.process_tree import descendants, kill_tree
+
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    deadline = time.monotonic() + 10
+    while len(descendants(proc.pid)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    children = descendants(proc.pid)
+    kill_tree(proc)
+    assert proc.returncode == -signal.SIGKILL
+    time.sleep(0.2)  # the orphaned children are reaped by init
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                assert f.read().split(") ", 1)[1][0] == "Z", pid  # a zombie at most
+        except FileNotFoundError:
+            pass

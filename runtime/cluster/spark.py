@@ -27,6 +27,7 @@ from typing import Any
 from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
 from . import spark_log
+from .process_tree import kill_tree
 from .pod import is_local
 
 
@@ -65,7 +66,7 @@ class _Start:
             self._processes.append(process)
             aborted = self.aborted.is_set()
         if aborted:
-            _kill_tree(process)
+            kill_tree(process)
             raise StartAborted("Spark's start was given up")
 
     def adopt_prestarted(self, prestarted: "PrestartedGateway") -> None:
@@ -86,7 +87,7 @@ class _Start:
         if prestarted is not None:
             prestarted.kill()
         for process in processes:
-            _kill_tree(process)
+            kill_tree(process)
         claim = self.archive_claim
         if claim and os.path.exists(claim) and not os.path.getsize(claim):
             # Its JVM never wrote it (killed): left claimed, it would keep every later run from writing one.
@@ -101,49 +102,6 @@ _starting = threading.local()  # .start: the _Start of the thread running start_
 
 def _current_start() -> _Start | None:
     return getattr(_starting, "start", None)
-
-
-def _kill_tree(process: Any) -> None:
-    """SIGKILL a JVM we launched and its children (spark-submit's launcher JVM, while it builds the
-    command). Not SIGTERM: a JVM asked to exit writes its class-data archive, here of the few classes
-    loaded so far, which every later run would map."""
-    import signal
-
-    pids = _descendants(process.pid) + [process.pid]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        process.wait(timeout=5.0)
-    except Exception:  # noqa: BLE001 - killed; the exit is reaped by whoever waits next
-        pass
-
-
-def _descendants(pid: int) -> list[int]:
-    """The process's descendants, children first (Linux /proc; elsewhere none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            parent = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(name))
-    found, queue = [], list(children.get(pid, []))
-    while queue:
-        child = queue.pop(0)
-        found.append(child)
-        queue.extend(children.get(child, []))
-    return found
 
 
 def check_java() -> None:
@@ -389,7 +347,7 @@ class PrestartedGateway:
             self._process = process
             killed = self._killed
         if killed:
-            _kill_tree(process)
+            kill_tree(process)
 
     def kill(self) -> None:
         """End its JVM now, launched or still launching (the run is interrupted); waits briefly for the
@@ -398,7 +356,7 @@ class PrestartedGateway:
             self._killed = True
             process = self._process
         if process is not None:
-            _kill_tree(process)
+            kill_tree(process)
         self._thread.join(5.0)
         gateway, self.gateway = self.gateway, None
         if gateway is not None:
