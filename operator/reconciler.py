@@ -329,7 +329,8 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
 
 # What a driver's first words say: (pattern of its error, what to blame: a spec field, or "spark" when Spark
 # itself could not start: the cluster's side, e.g. executor pods the API server refused).
-_STARTUP_ERRORS = (("could not start Spark", "spark"), ("slots (parallelism", "spec.executor"),
+_STARTUP_ERRORS = (("could not start Spark", "spark"), ("not enough slots", "spec.executor"),
+                   ("slots (parallelism", "spec.executor"),  # a driver older than "not enough slots"
                    ("no such job file", "spec.job.file"), ("no such module", "spec.job.module"),
                    ("--from-savepoint", "spec.initialSavepointPath"), ("--from-checkpoint", "status.deployment.restorePath"),
                    ("cannot be restored", "status.deployment.restorePath"),

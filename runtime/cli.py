@@ -60,7 +60,22 @@ def main() -> None:
     """Flink-grade fault tolerance for Python streaming jobs, run on Spark."""
 
 
-@main.command(context_settings={"ignore_unknown_options": False})
+class _RunCommand(click.Command):
+    """``run``: an unknown option after the job file is most likely the job's own argument."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            at = given.index(e.option_name) if e.option_name in given else -1
+            if not e.possibilities and any(a.endswith(".py") for a in given[:max(at, 0)]):
+                e.message = (f"No such option {e.option_name!r} of streamjob run: the job's own arguments go "
+                             f"after `--` (streamjob run JOB_FILE [OPTIONS] -- {e.option_name} ...).")
+            raise
+
+
+@main.command(cls=_RunCommand, context_settings={"ignore_unknown_options": False})
 @click.argument("job_file", type=click.Path(dir_okay=False), required=False)
 @click.option("-m", "--module", metavar="MODULE", help="Run the job in this importable module (as python -m) "
                                                        "instead of JOB_FILE.")
@@ -104,6 +119,24 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     with `-` and could be taken for a streamjob option: `streamjob run job.py -- --input in.txt`."""
     mark("cli")
     _end_on_sigterm()
+    try:
+        _run(job_file, module, conf_file, parallelism, master, confs, from_checkpoint, from_savepoint,
+             allow_non_restored_state, allow_older_checkpoint, rest_address, no_progress, detached, log_level,
+             verbose, job_args)
+    except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
+        # Anywhere before the job runs: the imports, the job file, its graph (click would say "Aborted!", exit 1).
+        from .cluster import spark
+        from .cluster.interrupts import Terminated
+
+        spark.abandon_prestart()  # its JVM would otherwise outlive this process until it has started
+        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
+        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
+
+
+def _run(job_file: str | None, module: str | None, conf_file: str | None, parallelism: int | None,
+         master: str | None, confs: tuple[str, ...], from_checkpoint: str | None, from_savepoint: str | None,
+         allow_non_restored_state: bool, allow_older_checkpoint: bool, rest_address: str | None, no_progress: bool,
+         detached: bool, log_level: str | None, verbose: bool, job_args: tuple[str, ...]) -> None:
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
     if log_level:
@@ -119,7 +152,8 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
     if bool(job_file) == bool(module):
         _fail("give a JOB_FILE or --module MODULE (one of them)", 2, conf)
     if job_file and not os.path.exists(job_file):
-        _fail(f"no such job file: {job_file}", conf=conf)
+        near = _near_miss(job_file)
+        _fail(f"no such job file: {job_file}" + (f" (did you mean {near}?)" if near else ""), conf=conf)
     found = None
     if module:
         import importlib.util
@@ -138,8 +172,11 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         except spark_log.MasterURLError as e:
             _fail(f"--master: {e}", 2, conf)
         conf.set(Options.SPARK_MASTER, master)
-    if from_checkpoint and from_savepoint:
+    if from_checkpoint is not None and from_savepoint is not None:
         _fail("--from-checkpoint and --from-savepoint: give one")
+    for flag, given in (("--from-checkpoint", from_checkpoint), ("--from-savepoint", from_savepoint)):
+        if given is not None and not given.strip():  # an unset shell variable: not "start from nothing"
+            _fail(f"{flag}: the path is empty", 2, conf)
     try:  # an unreachable standalone master: one line now, before the job file runs and a JVM starts
         spark_log.probe_standalone_master(str(conf.get(Options.SPARK_MASTER) or ""))
     except spark_log.MasterURLError as e:
@@ -163,10 +200,13 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         from .checkpoint.storage import find_checkpoints
 
         flag = "--from-checkpoint" if from_checkpoint else "--from-savepoint"
+        path = from_checkpoint or from_savepoint
         try:
-            find_checkpoints(from_checkpoint or from_savepoint)  # type: ignore[arg-type]
+            find_checkpoints(path)  # type: ignore[arg-type]
         except (CheckpointFormatError, ValueError) as e:
-            _fail(f"{flag}: {e}")
+            _fail(f"{flag}: {e}", conf=conf)
+        except Exception as e:  # noqa: BLE001 - the storage itself: no credentials, no such bucket, no HDFS client
+            _fail(f"{flag}: cannot read {path}: {type(e).__name__}: {str(e).strip() or 'no detail'}", conf=conf)
         conf.set(Options.RECOVERY_PATH, from_checkpoint or from_savepoint)
     if allow_non_restored_state:
         conf.set(Options.ALLOW_NON_RESTORED_STATE, True)
@@ -202,13 +242,8 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         _fail(_frames(str(e)))  # the job manager left its own final result
     except (JobDefinitionError, ClusterError, ConfigError, CheckpointFormatError) as e:
         _fail(f"{what}: {_frames(str(e))}", conf=conf)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt as e:  # outside a running job (a running one counts signals: see cluster.interrupts)
-        from .cluster.interrupts import Terminated
-
-        name, code = ("SIGTERM", 143) if isinstance(e, Terminated) else ("Ctrl-C", 130)
-        _fail(f"interrupted by {name} while no job was running (it left nothing to resume)", code)
+    except (SystemExit, KeyboardInterrupt):
+        raise  # a KeyboardInterrupt: said by run()
     except BaseException as e:  # an error in the job file itself
         from .api.pyflink_import import PyFlinkImportError
         from .api.unsupported import PyFlinkNotSupported
@@ -227,6 +262,28 @@ def run(job_file: str | None, module: str | None, conf_file: str | None, paralle
         built = any(env._transformations for env in execution_context.environments)
         hint = "it defines streams but never calls env.execute()" if built else "it never creates a StreamExecutionEnvironment and calls env.execute()"
         _fail(f"{what} built no job: {hint}", conf=conf)
+
+
+def _near_miss(path: str) -> str | None:
+    """An existing file ``path`` was probably meant to name: each missing part of it replaced by the
+    closest name in its folder (``exmaples/word_count.py`` -> ``examples/word_count.py``); None if none is close."""
+    import difflib
+
+    parts = [p for p in os.path.normpath(path).split(os.sep) if p]
+    current = os.sep if os.path.isabs(path) else ""
+    for part in parts:
+        candidate = os.path.join(current, part)
+        if not os.path.exists(candidate):
+            try:
+                names = os.listdir(current or ".")
+            except OSError:
+                return None
+            close = difflib.get_close_matches(part, names, n=1, cutoff=0.75)
+            if not close:
+                return None
+            candidate = os.path.join(current, close[0])
+        current = candidate
+    return current if os.path.isfile(current) and current != os.path.normpath(path) else None
 
 
 def _end_on_sigterm() -> None:

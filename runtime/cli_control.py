@@ -39,12 +39,21 @@ class Target:
     token: str
     entry: registry.Entry | None = None
 
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0) -> dict:
+    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0, doing: str = "") -> dict:
+        """``doing`` ("cancel"): the request acts on a running job; if the job has just ended (its result
+        lingers), that is said plainly instead of the API's 409."""
         from .rest_client import RestError, call
 
         try:
             return call(self.address, self.token, method, path, body, timeout=timeout)
         except RestError as e:
+            if doing and e.status == 409:
+                try:
+                    doc = call(self.address, self.token, "GET", "/v1/job?peek=true", timeout=timeout)
+                except RestError:
+                    doc = {}
+                if doc.get("state") in TERMINAL:
+                    fail(f"job {doc['name']!r} ({doc['id']}) already ended {doc['state']}: nothing to {doing}")
             fail(str(e))
 
     def gone(self) -> bool:
@@ -56,11 +65,21 @@ def target(job: str | None, address: str | None, token: str) -> Target:
     """``--address`` wins (a job elsewhere); else the registry resolves ``job`` (None: the only running job)."""
     if address:
         return Target(address, token)
+    running = registry.running()
     try:
-        entry = registry.resolve(registry.running(), job)
+        entry = registry.resolve(running, job)
     except registry.RegistryError as e:
-        fail(str(e))
+        # A job that ended is no longer listed: say so (and how it ended), not only that none matches.
+        gone = registry.find_ended(registry.ended(), job) if job is not None or not running else None
+        fail(str(e) if gone is None else ended_message(gone, running))
     return Target(entry.url, token or entry.token(), entry)
+
+
+def ended_message(gone: registry.Ended, running: list[registry.Entry]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(gone.ended))
+    others = f"; running: {registry._listing(running)}" if running else ""
+    return (f"job {gone.name!r} ({gone.id}) is not running: it ended {gone.state} at {when} "
+            f"(`streamjob list` shows the running jobs{others})")
 
 
 def wait_for_end(t: Target, timeout: float, stopped_with: dict | None = None) -> dict:
@@ -253,7 +272,8 @@ def _savepoint(t: Target, target_dir: str | None, stop_job: bool, drain: bool, n
         body["target_dir"] = target_dir
     if request_id:
         body["request_id"] = request_id
-    triggered = t.call("POST", "/v1/savepoints?wait=true" if stop_job and not no_wait else "/v1/savepoints", body)
+    triggered = t.call("POST", "/v1/savepoints?wait=true" if stop_job and not no_wait else "/v1/savepoints", body,
+                       doing="stop" if stop_job else "take a savepoint of")
     if no_wait:
         echo(triggered["id"])
         return
@@ -311,7 +331,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
     t = target(job, address, token)
     if savepoint_path or with_savepoint:
         return _savepoint(t, savepoint_path, True, drain, False, timeout)
-    t.call("POST", "/v1/stop?wait=true")
+    t.call("POST", "/v1/stop?wait=true", doing="stop")
     err_note("stopping: the sources end their input, in-flight records drain, sinks commit")
     end = wait_for_end(t, timeout)
     echo(describe_end(end))
@@ -327,7 +347,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
 def cancel(job: str | None, address: str | None, token: str, timeout: float) -> None:
     """Cancel the job now (no final checkpoint) and wait until it has ended."""
     t = target(job, address, token)
-    t.call("POST", "/v1/cancel?wait=true")
+    t.call("POST", "/v1/cancel?wait=true", doing="cancel")
     end = wait_for_end(t, timeout)
     echo(describe_end(end))
     if end["state"] == "FAILED":

@@ -43,6 +43,21 @@ class Entry:
             return ""
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What is left of a job that ended (``<job id>.ended``): a command naming it later says it ended,
+    and how, instead of that no such job runs."""
+
+    id: str
+    name: str
+    state: str
+    ended: float  # wall clock, seconds
+    job_file: str | None = None
+
+
+ENDED_KEPT = 50  # records of ended jobs kept, newest first; older ones go as a new one is written
+
+
 class RegistryError(ValueError):
     """A job reference matches no running job, or more than one; the message lists them."""
 
@@ -111,6 +126,53 @@ def unregister(job_id: str) -> None:
             os.remove(os.path.join(directory, f"{job_id}{suffix}"))
         except OSError:
             pass
+
+
+def record_end(job_id: str, name: str, state: str, job_file: str | None = None) -> None:
+    """Leave a record of the job's end (never fails the job: an unwritable directory only loses it)."""
+    directory = state_dir()
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        path = os.path.join(directory, f"{job_id}.ended")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(Ended(job_id, name, state, time.time(), job_file)), f)
+        os.replace(tmp, path)
+        for old in _ended_paths(directory)[ENDED_KEPT:]:
+            os.remove(old)
+    except OSError:
+        pass
+
+
+def _ended_paths(directory: str) -> list[str]:
+    """The records of ended jobs, newest first."""
+    paths = [os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".ended")]
+    return sorted(paths, key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0.0, reverse=True)
+
+
+def ended() -> list[Ended]:
+    """Records of the jobs that ended here, newest first."""
+    found = []
+    try:
+        paths = _ended_paths(state_dir())
+    except OSError:
+        return []
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            found.append(Ended(**{k: doc.get(k) for k in Ended.__dataclass_fields__}))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(found, key=lambda e: e.ended or 0.0, reverse=True)
+
+
+def find_ended(records: Iterable[Ended], ref: str | None) -> Ended | None:
+    """The newest ended job ``ref`` names (id, id prefix or name); without ``ref``, the last to end. Pure."""
+    for e in records:  # newest first
+        if ref is None or e.id == ref or e.name == ref or (ref and e.id.startswith(ref.lower())):
+            return e
+    return None
 
 
 def _read(path: str) -> Entry | None:

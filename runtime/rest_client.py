@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
 
@@ -15,8 +16,25 @@ class RestError(RuntimeError):
         self.status = status
 
 
+def base_url(address: str) -> str:
+    """``--address`` as a URL: ``HOST:PORT`` (as `streamjob list` is read, without its scheme) means http://."""
+    address = address.strip().rstrip("/")
+    if "://" not in address:
+        address = "http://" + address
+    parts = urllib.parse.urlsplit(address)
+    try:
+        parts.port  # noqa: B018 - a port that is not a number raises here
+        ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise RestError(f"--address {address!r}: expected the job's REST API as http://HOST:PORT (the URL "
+                        f"`streamjob run` and `streamjob list` print)")
+    return address
+
+
 def call(address: str, token: str, method: str, path: str, body: dict | None = None, timeout: float = 30.0) -> dict:
-    url = address.rstrip("/") + path
+    url = base_url(address) + path
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
     if data is not None:

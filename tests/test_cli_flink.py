@@ -165,6 +165,64 @@ def test_stale_entries_are_ignored_and_removed(tmp_path, monkeypatch):
     registry.unregister("a" * 32)
 
 
+def test_a_command_naming_a_job_that_ended_says_it_ended_and_how(tmp_path, monkeypatch):
+    """`streamjob cancel JOB` of a job that finished: its entry is gone, but the record of its end says
+    how it ended (it used to say "no running job is registered ...; give --address URL")."""
+    monkeypatch.setenv("STREAMJOB_STATE_DIR", str(tmp_path))
+    env = {"STREAMJOB_STATE_DIR": str(tmp_path)}
+    registry.record_end("e" * 32, "word_count", "FINISHED", "/jobs/wc.py")
+    registry.record_end("f" * 32, "other", "FAILED")
+    assert [e.name for e in registry.ended()] == ["other", "word_count"]
+    for ref in ("word_count", "eeee", "e" * 32):
+        r = run_cli("cancel", ref, env=env, timeout=60)
+        assert r.returncode == 1 and f"job 'word_count' ({'e' * 32}) is not running: it ended FINISHED at " \
+            in r.stderr, r.stderr
+    r = run_cli("status", env=env, timeout=60)  # no JOB, none running: the last one to end
+    assert r.returncode == 1 and f"job 'other' ({'f' * 32}) is not running: it ended FAILED" in r.stderr, r.stderr
+    r = run_cli("stop", "nothing-like-it", env=env, timeout=60)
+    assert r.returncode == 1 and "no running job is registered" in r.stderr, r.stderr
+    registry.register("a" * 32, "alive", "http://127.0.0.1:2", pid=os.getpid())
+    r = run_cli("cancel", "word_count", env=env, timeout=60)  # the running ones are named too
+    assert "ended FINISHED" in r.stderr and "running: aaaaaaaaaaaa ('alive')" in r.stderr, r.stderr
+    registry.unregister("a" * 32)
+    for i in range(registry.ENDED_KEPT + 5):  # only the newest are kept
+        registry.record_end(f"{i:032x}", f"job{i}", "CANCELED")
+    assert len(registry.ended()) == registry.ENDED_KEPT
+    assert registry.find_ended(registry.ended(), None).name == f"job{registry.ENDED_KEPT + 4}"
+
+
+@pytest.mark.spark
+def test_cancel_of_a_job_that_finished_while_its_result_lingers_says_it_ended(tmp_path, state_dir):
+    """The job finished but still serves its result (rest.result-linger): its entry is listed, and cancel,
+    stop and savepoint used to answer with the API's "409 the job is FINISHED" and its URL."""
+    env = {"STREAMJOB_STATE_DIR": str(state_dir)}
+    job = os.path.join(os.path.dirname(HERE), "examples", "word_count.py")
+    r = run_cli("run", "-d", job, "--conf", "rest.result-linger=120s", env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"JobID ([0-9a-f]{32})", r.stdout).group(1)
+    _until(lambda: "(FINISHED)" in run_cli("list", env=env, timeout=60).stdout, "the job to finish")
+    for command, doing in (("cancel", "cancel"), ("stop", "stop"), ("savepoint", "take a savepoint of")):
+        r = run_cli(command, "word_count", env=env, timeout=60)
+        assert r.returncode == 1 and r.stderr.strip() == \
+            f"error: job 'word_count' ({job_id}) already ended FINISHED: nothing to {doing}", r.stderr
+
+
+def test_address_without_scheme_is_http_and_a_bad_one_is_one_line():
+    """`--address 127.0.0.1:8081` (as `streamjob list` shows it, without http://) is the job's REST API;
+    one that is no URL at all used to end in urllib's traceback."""
+    from streamjob.runtime.rest_client import base_url
+
+    assert base_url("127.0.0.1:8081/") == "http://127.0.0.1:8081"
+    assert base_url("https://jobs.example:443") == "https://jobs.example:443"
+    port = _free_port()
+    for address, words in ((f"127.0.0.1:{port}", f"cannot reach the job at 127.0.0.1:{port} ("),
+                           ("http://127.0.0.1:abc", "--address 'http://127.0.0.1:abc': expected the job's REST API "
+                                                    "as http://HOST:PORT"),
+                           ("ftp://x", "--address 'ftp://x': expected")):
+        r = run_cli("checkpoints", "--address", address, timeout=60)
+        assert r.returncode == 1 and r.stderr.startswith(f"error: {words}") and "Traceback" not in r.stderr, r.stderr
+
+
 def test_resolve_names_ids_and_prefixes():
     e = [registry.Entry("ab12" + "0" * 28, "orders", "u1", 1, 1.0), registry.Entry("ab34" + "0" * 28, "clicks", "u2", 2, 2.0),
          registry.Entry("cd56" + "0" * 28, "clicks", "u3", 3, 3.0)]
@@ -195,6 +253,8 @@ def test_spark_master_problems_are_one_line(tmp_path):
              (f"spark://127.0.0.1:{_free_port()}", 1, "connection refused at 127.0.0.1:"),
              ("spark://masterhost", 2, "bad master URL 'spark://masterhost'"),
              ("mesos://x:5050", 2, "bad master URL 'mesos://x:5050'")]
+    if not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):  # spark-submit's stack trace
+        cases.append(("yarn", 1, "master yarn needs the YARN cluster's configuration: set HADOOP_CONF_DIR"))
     for master, code, line in cases:
         r = run_cli("run", job, "--master", master, "--no-progress", timeout=120)
         errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]

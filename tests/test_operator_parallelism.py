@@ -128,6 +128,47 @@ def test_slot_sharing_groups_get_slots_of_their_own():
     assert all(e.partitioner == T.FORWARD for e in g.edges.values()) and g.parallelism == 4
 
 
+def test_not_enough_slots_names_the_slots_and_where_they_come_from():
+    """The slots differ from the parallelism once a group or an operator has its own: the error says how
+    many, from which group and operator, and what to change (it used to say "N slots (parallelism N)")."""
+    from streamjob.runtime.cluster.spark import NotEnoughSlotsError, SlotReport, SparkDeployment
+    from streamjob.runtime.graph.slots import slot_needs
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([1]).map(str).name("parse").sink_to(DiscardingSink()).name("files") \
+        .slot_sharing_group("sink").set_parallelism(1)
+    g = graph_of(env)
+    assert g.parallelism == 3
+    needs = slot_needs(g)
+    # Checked before any JVM starts (the local master's slots are in its URL).
+    with pytest.raises(NotEnoughSlotsError) as info:
+        SparkDeployment({"spark.master": "local[2]"}, g.parallelism, "t", needs)
+    text = str(info.value)
+    for words in ("not enough slots: the job needs 3 slots", "2 for 'default' ('Source: Collection' at parallelism 2)",
+                  "+ 1 for 'sink' ('Sink: files' at parallelism 1)", "master local[2] has 2",
+                  "--master local[3]", "lower the parallelism (--parallelism)", "fewer slot sharing groups"):
+        assert words in text, (words, text)
+    assert "parallelism 3" not in text  # no operator has it
+    text = SlotReport(3, "spark://m:7077", 1, 0, 2, 2, 2, needs=needs).message()
+    assert "needs 3 slots, the sum over its 2 slot sharing groups" in text and "offers fewer" in text, text
+    assert "spark.executor.instances" in text, text
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([1]).map(str).name("heavy").set_parallelism(4).sink_to(DiscardingSink())
+    g = graph_of(env)
+    with pytest.raises(NotEnoughSlotsError) as info:
+        SparkDeployment({"spark.master": "local[2]"}, g.parallelism, "t", slot_needs(g))
+    text = str(info.value)
+    for words in ("needs 4 slots (operator 'heavy' has parallelism 4; the job's default is 2)", "--master local[4]",
+                  "set_parallelism of 'heavy'"):
+        assert words in text, (words, text)
+    assert "slot sharing groups" not in text, text
+    # One group, every operator at the job's parallelism: as before.
+    assert "needs 3 slots (parallelism 3)" in SlotReport(3, "spark://m:7077", 1, 0, 2, 2, 2).message()
+
+
 def test_streamjob_status_names_the_slots_when_they_differ_from_the_parallelism():
     from streamjob.runtime.cli_control import _slots
 

@@ -776,6 +776,9 @@ def test_health_rollback_when_an_upgrade_is_not_stable_in_time():
     ("could not start Spark with master k8s://https://kubernetes.default.svc: Pod \"j-exec-1\" is invalid: "
      "spec.containers[0].volumeMounts[2].mountPath: Invalid value: \"/tmp\": must be unique", "spark"),
     ("the job needs 4 slots (parallelism 4), but only 1 of the 4 executors requested registered", "spec.executor"),
+    ("not enough slots: the job needs 3 slots, the sum over its 2 slot sharing groups of each one's largest "
+     "parallelism: 2 for 'default' ('Source: clicks' at parallelism 2) + 1 for 'sink' ('Sink: files' at "
+     "parallelism 1), but only 1 of the 2 executors requested registered", "spec.executor"),
     ("no such job file: /jobs/x.py", "spec.job.file"),
     ("ZeroDivisionError: division by zero", "spec.job"),
 ])

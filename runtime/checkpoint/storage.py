@@ -420,6 +420,11 @@ def load_checkpoint(url: str, storage_options: dict | None = None) -> tuple[str,
     return snapshot_root(url, meta.kind), meta
 
 
+# Where a user finds the path to give (said when the one given holds nothing to restore).
+_WHERE = ("; give the path `streamjob savepoint` or `streamjob stop -p` printed (savepoint-...), a checkpoint "
+          "(chk-<n>), or a checkpoint directory")
+
+
 def find_checkpoints(url: str) -> list[str]:
     """Checkpoint URLs under ``url`` that have ``_metadata``, newest first.
 
@@ -436,6 +441,9 @@ def find_checkpoints(url: str) -> list[str]:
     try:
         if fs.isfile(posixpath.join(path, METADATA)):
             return [url]  # a savepoint (or a checkpoint directory under another name)
+        if fs.isfile(path):
+            raise CheckpointFormatError(f"{url}: a file, not a savepoint or checkpoint: those are directories "
+                                        f"holding a {METADATA} file{_WHERE}")
     except OSError:
         pass
     try:
@@ -446,7 +454,7 @@ def find_checkpoints(url: str) -> list[str]:
     if not found and not any(_CHK.search(e.rstrip("/")) for e in entries):
         return _newest_job(fs, url, entries)
     if not found:
-        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA})")
+        raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA}){_WHERE}")
     return [u for _, u in sorted(found, reverse=True)]
 
 
@@ -488,5 +496,5 @@ def _newest_job(fs: Any, url: str, entries: list[str]) -> list[str]:
             best = (completed, newest_id, [u for _, u in sorted(found, reverse=True)])
     if best is None:
         raise CheckpointFormatError(f"{url}: contains no completed checkpoint (no chk-<n>/{METADATA}, nor "
-                                    f"<job id>/chk-<n>/{METADATA})")
+                                    f"<job id>/chk-<n>/{METADATA}) and is no savepoint (no {METADATA}){_WHERE}")
     return best[2]

@@ -27,6 +27,7 @@ from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, fi
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
+from ..graph.slots import slot_needs
 from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
@@ -327,7 +328,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
 
 def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None, job_id: str, client: Any,
                  deployed: list[JobManager], summary: bool = True) -> JobExecutionResult:
-    from .spark import SparkDeployment
+    from .spark import StartAborted, start_deployment
 
     filesystems.configure(config)
     payload = serialize_graph(graph)
@@ -409,31 +410,48 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     executors=pod.requested_executors(spark_conf))
     if client is not None:
         client._attach(jm)
+    # Ctrl-C and SIGTERM: counted from the job manager's start on, never raised (in a pod SIGTERM ends the
+    # process at once). While Spark starts, one gives the start up; once the job runs, this loop decides.
+    interrupts = Interrupts(pod.sigterm_ends_at_once(os.environ))
+    interrupts.install()
     try:
-        jm_address = jm.start()
-        mark("job manager started")
-    except BindError as e:
-        jm.shutdown()
-        raise JobDefinitionError(str(e)) from None
-    deployed.append(jm)
-    if jm.rest is not None:
-        display.note(f"Job {graph.job_name!r} ({job_id}): REST API and metrics at {jm.rest.url}")
-    started = time.monotonic()
-    display.start()
+        try:
+            jm_address = jm.start()
+            mark("job manager started")
+        except BindError as e:
+            jm.shutdown()
+            raise JobDefinitionError(str(e)) from None
+        deployed.append(jm)
+        if jm.rest is not None:
+            display.note(f"Job {graph.job_name!r} ({job_id}): REST API and metrics at {jm.rest.url}")
+        started = time.monotonic()
+        display.start()
+    except BaseException:
+        interrupts.restore()
+        raise
     attempt_no = 0
     restore = initial
     damaged: dict[int, str] = {}  # checkpoint id -> what a task found wrong with it
     final_state = "FAILED"
     driver_lost = False  # the job ends because its Spark JVM (the driver) died: like a crash, not a cleanup
-    # Ctrl-C and SIGTERM: counted while the job runs, acted on by this loop (in a pod SIGTERM ends it at once)
-    interrupts = Interrupts(pod.sigterm_ends_at_once(os.environ))
     handled = 0  # interrupts acted on
     stop = _StopWatch()
+    start_interrupted = False  # a signal gave up Spark's start: nothing ran, and one line says so
+    spark_started = False  # until then nothing ran: an end before it is said by its error alone
     try:
         # Spark starts once the job manager serves: in a pod, the REST API is the readiness probe, and
         # Spark on Kubernetes waits for its driver pod to be Ready before it asks for executor pods.
-        deployment = SparkDeployment(spark_conf, graph.parallelism, graph.job_name)
-        interrupts.install()  # after the SparkContext, which installed PySpark's cancel-every-job SIGINT handler
+        try:
+            deployment = start_deployment(spark_conf, graph.parallelism, graph.job_name, slot_needs(graph),
+                                          lambda: interrupts.count > 0)
+        except StartAborted:
+            if not interrupts.count:
+                raise
+            start_interrupted = True
+            raise JobInterrupted(_start_interrupted_message(graph.job_name, job_id, interrupts.first, initial),
+                                 interrupts.first) from None  # type: ignore[arg-type]
+        spark_started = True
+        interrupts.install()  # again: a SparkContext made in the main thread (restart_jvm) installs PySpark's own
         while True:
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
@@ -574,8 +592,13 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                                   checkpoints=_checkpoint_summaries(coordinator), restarts=jm.restarts)
     except BaseException as e:
         # Interrupted before the loop took the signals over (the SparkContext starting): canceled, not failed.
-        state = "CANCELED" if jm.status.state == "CANCELED" or isinstance(e, KeyboardInterrupt) else final_state
+        state = "CANCELED" if jm.status.state == "CANCELED" or start_interrupted or isinstance(e, KeyboardInterrupt) \
+            else final_state
         jm.finish(state, None if state == "CANCELED" else _error_text(e))
+        if not spark_started:
+            # Nothing ran (Spark could not start, too few slots, a signal): no table of zeros, no note on what
+            # to resume; the error's one line says it all.
+            display.summary_enabled = False
         display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
         raise
     finally:
@@ -598,7 +621,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
                 kept = True  # whatever it could not delete is still there
-        if jm.status.ended is not None:
+        if jm.status.ended is not None and spark_started:
             text = resume.describe(resume.Ending(
                 jm.status.state, coordinator is not None and coordinator.settings.enabled,
                 coordinator.settings.retention if coordinator is not None else "", kept,
@@ -611,6 +634,13 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         jm.shutdown()
         if client is not None:
             client._done(jm.status.state)
+
+
+def _start_interrupted_message(job_name: str, job_id: str, signum: int, initial: CompletedCheckpoint | None) -> str:
+    what = (f"{initial.metadata.kind} {initial.url} is still the one to resume from" if initial is not None
+            else "nothing to resume")
+    return f"Job {job_name!r} ({job_id}) interrupted by {NAMES.get(signum, 'a signal')} while it was starting: " \
+           f"nothing ran ({what})"
 
 
 def _cancel_by_signal(signum: int, stop: "_StopWatch", jm: Any, attempt: Any, display: Any) -> None:

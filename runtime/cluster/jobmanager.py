@@ -255,6 +255,9 @@ class JobManager:
 
     def shutdown(self) -> None:
         if self.rest is not None:
+            if self.status.ended is not None:  # a later `streamjob cancel JOB` says it ended, and how
+                main = sys.modules.get("__main__")
+                registry.record_end(self.job_id, self.job_name, self.status.state, getattr(main, "__file__", None))
             registry.unregister(self.job_id)
 
         async def close() -> None:

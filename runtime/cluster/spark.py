@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
 from . import spark_log
+from .process_tree import kill_tree
 from .pod import is_local
 
 
@@ -35,6 +37,71 @@ class ClusterError(RuntimeError):
 
 class NotEnoughSlotsError(ClusterError):
     pass
+
+
+class StartAborted(ClusterError):
+    """Spark's start was given up (Ctrl-C or SIGTERM while it started): its JVM was killed."""
+
+
+class _Start:
+    """One deployment starting in a thread of its own (``start_deployment``): the JVMs launched for it,
+    killed if the start is given up. A Ctrl-C raised inside the start's py4j calls would leave them half
+    done (PySpark then calls into the JVM again to clean up, and prints py4j's tracebacks); instead the
+    main thread only counts the signal, and the start ends because its JVM is gone."""
+
+    def __init__(self) -> None:
+        self.aborted = threading.Event()
+        self._lock = threading.Lock()
+        self._processes: list[Any] = []
+        self._prestarted: "PrestartedGateway | None" = None
+        self.archive_claim: str | None = None  # the class-data archive this start's JVM would write at exit
+
+    @property
+    def launched_any(self) -> bool:
+        return bool(self._processes or self._prestarted)
+
+    def adopt(self, process: Any) -> None:
+        """A JVM launched for this start; one launched after the start was given up is killed at once."""
+        with self._lock:
+            self._processes.append(process)
+            aborted = self.aborted.is_set()
+        if aborted:
+            kill_tree(process)
+            raise StartAborted("Spark's start was given up")
+
+    def adopt_prestarted(self, prestarted: "PrestartedGateway") -> None:
+        with self._lock:
+            self._prestarted = prestarted
+            aborted = self.aborted.is_set()
+        if aborted:
+            prestarted.kill()
+
+    def check(self) -> None:
+        if self.aborted.is_set():
+            raise StartAborted("Spark's start was given up")
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted.set()
+            processes, prestarted = list(self._processes), self._prestarted
+        if prestarted is not None:
+            prestarted.kill()
+        for process in processes:
+            kill_tree(process)
+        claim = self.archive_claim
+        if claim and os.path.exists(claim) and not os.path.getsize(claim):
+            # Its JVM never wrote it (killed): left claimed, it would keep every later run from writing one.
+            try:
+                os.remove(claim)
+            except OSError:
+                pass
+
+
+_starting = threading.local()  # .start: the _Start of the thread running start_deployment's SparkDeployment
+
+
+def _current_start() -> _Start | None:
+    return getattr(_starting, "start", None)
 
 
 def check_java() -> None:
@@ -166,13 +233,15 @@ class SlotReport:
     waited: str = ""  # spark.scheduler.maxRegisteredResourcesWaitingTime
     namespace: str = ""
     app_id: str = ""
+    needs: SlotNeeds | None = None  # where the slots come from (None: every operator at ``parallelism``)
 
     def message(self) -> str:
-        p = self.parallelism
-        need = f"the job needs {p} slots (parallelism {p})"
+        needs = self.needs or uniform(self.parallelism)
+        need = f"not enough slots: the job needs {needs.describe()}"
         if not self.master.startswith("k8s://"):
-            return (f"{need}, but Spark master {self.master} offers fewer (default parallelism {self.offered}); "
-                    f"add executors/cores or lower the parallelism")
+            return (f"{need}, but Spark master {self.master} offers fewer (its default parallelism, the cores of "
+                    f"the executors registered now: {self.offered}); add executors or cores (spark.executor.instances, "
+                    f"spark.executor.cores, spark.cores.max) or {needs.lower()}")
         waited = f" within {self.waited} (kubernetes.executor.scheduling-timeout)" if self.waited else ""
         offering = "" if self.registered < 0 else f", offering {self.registered * self.slots_per_executor} slots"
         selector = "spark-role=executor" + (f",spark-app-selector={self.app_id}" if self.app_id else "")
@@ -182,7 +251,7 @@ class SlotReport:
                 f"{self.requested * self.slots_per_executor} slots) registered with the driver{waited}{offering}. "
                 f"Missing executor pods are usually Pending or failing: `kubectl get pods{namespace} -l {selector}` "
                 f"and `kubectl describe pod <name>` say why (the namespace's resource quota, nodes without enough "
-                f"free CPU or memory, an image that cannot be pulled); or lower the parallelism")
+                f"free CPU or memory, an image that cannot be pulled); or {needs.lower()}")
 
 
 def _prepare_environment(master: str, conf: dict[str, str]) -> None:
@@ -261,18 +330,49 @@ class PrestartedGateway:
         self.cwd = os.getcwd()
         self.gateway: Any = None
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._killed = False
         self._thread = threading.Thread(target=self._run, name="streamjob-jvm-prestart", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            self.gateway = _launch_gateway(self.launch)
+            self.gateway = _launch_gateway(self.launch, self._launched)
         except BaseException as e:  # noqa: BLE001 - the deployment launches anew and reports its own error
             self.error = e
 
+    def _launched(self, process: Any) -> None:
+        with self._lock:
+            self._process = process
+            killed = self._killed
+        if killed:
+            kill_tree(process)
+
+    def kill(self) -> None:
+        """End its JVM now, launched or still launching (the run is interrupted); waits briefly for the
+        launching thread to notice, so its connection-info folder is removed."""
+        with self._lock:
+            self._killed = True
+            process = self._process
+        if process is not None:
+            kill_tree(process)
+        self._thread.join(5.0)
+        gateway, self.gateway = self.gateway, None
+        if gateway is not None:
+            try:
+                gateway.shutdown()
+            except Exception:  # noqa: BLE001 - its JVM is gone
+                pass
+
     def take(self, launch: dict[str, str]) -> Any:
         """The gateway if it was launched exactly as the deployment would launch one now, else None."""
+        start = _current_start()
+        if start is not None:
+            start.adopt_prestarted(self)  # an interrupted start kills it, even while it is still launching
         self._thread.join()
+        if start is not None:
+            start.check()
         if self.gateway is not None and launch == self.launch and dict(os.environ) == self.environ \
                 and os.getcwd() == self.cwd:
             mark("jvm prestart taken")
@@ -327,6 +427,64 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
         _prestarted = PrestartedGateway(master, conf, cds)
 
 
+def abandon_prestart() -> None:
+    """Kill the prestarted JVM no deployment took (the run ends before its job deploys: Ctrl-C in the job
+    file), rather than leave it to exit after this process, once it has started and read its closed stdin."""
+    global _prestarted
+    with _prestart_lock:
+        prestarted, _prestarted = _prestarted, None
+    if prestarted is not None:
+        prestarted.kill()
+
+
+def start_deployment(spark_conf: dict[str, str], parallelism: int, app_name: str, needs: SlotNeeds | None,
+                     interrupted: Any, poll_s: float = 0.05) -> "SparkDeployment":
+    """``SparkDeployment(...)`` started in a thread of its own, while the calling (main) thread watches
+    ``interrupted()`` (Ctrl-C or SIGTERM, counted by the caller's handlers, never raised). Once it is
+    true the start is given up: the JVMs launched for it are killed, the start fails on its lost gateway
+    in its own thread (its errors are not the user's), and ``StartAborted`` is raised here at once.
+
+    The SparkContext is thereby made outside the main thread, so PySpark installs no SIGINT handler of
+    its own (it would cancel every Spark job and raise KeyboardInterrupt in whatever the main thread does)."""
+    start = _Start()
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        _starting.start = start
+        try:
+            outcome["deployment"] = SparkDeployment(spark_conf, parallelism, app_name, needs)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread, unless the start was given up
+            outcome["error"] = e
+            if start.aborted.is_set() and start.launched_any:
+                try:
+                    _forget_context()  # PySpark's handles on the killed JVM: a later start makes a new one
+                except Exception:  # noqa: BLE001
+                    pass
+        finally:
+            done.set()
+
+    if interrupted():
+        abandon_prestart()
+        raise StartAborted("Spark's start was given up before it began")
+    thread = threading.Thread(target=run, name="streamjob-spark-start", daemon=True)
+    thread.start()
+    while not done.wait(poll_s):
+        if interrupted():
+            import warnings
+
+            # PySpark's SparkContext, failing on the killed JVM, warns that it could not stop it cleanly.
+            warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM", category=RuntimeWarning)
+            start.abort()
+            abandon_prestart()
+            done.wait(5.0)  # its py4j call fails at once on the closed socket (a JVM not ours: abandoned)
+            raise StartAborted("Spark's start was given up")
+    if "error" in outcome:
+        abandon_prestart()  # a JVM launched for a start that failed before taking it serves nothing now
+        raise outcome["error"]
+    return outcome["deployment"]
+
+
 def _take_prestarted(launch: dict[str, str]) -> Any:
     global _prestarted
     with _prestart_lock:
@@ -334,7 +492,12 @@ def _take_prestarted(launch: dict[str, str]) -> Any:
     return prestarted.take(launch) if prestarted is not None else None
 
 
-def _launch_gateway(launch: dict[str, str]) -> Any:
+def _launch_gateway(launch: dict[str, str], launched: Any = None) -> Any:
+    """A JVM with Spark's gateway; ``launched(process)`` is told its process as soon as it exists (the
+    prestart's, so an interrupted run can kill it). In a start of ``start_deployment``, that start adopts it."""
+    start = _current_start()
+    if start is not None:
+        start.check()
     mark("jvm launch")
     process = _start_gateway_process(launch)
     if process is None:  # not the plain pip-installed PySpark: its own launcher, as always
@@ -342,7 +505,21 @@ def _launch_gateway(launch: dict[str, str]) -> Any:
         from pyspark.java_gateway import launch_gateway
 
         gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(launch.items()))
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            if launched is not None:
+                launched(proc)
+            if start is not None:
+                start.adopt(proc)
     else:
+        if launched is not None:
+            launched(process[0])
+        if start is not None:
+            try:
+                start.adopt(process[0])
+            except StartAborted:
+                shutil.rmtree(process[2], ignore_errors=True)  # its connection-info folder: never read now
+                raise
         gateway = _connect_gateway(*process)
     mark("jvm up")
     return gateway
@@ -531,8 +708,11 @@ def _forget_context() -> None:
 class SparkDeployment:
     """The SparkContext a job runs on, created (or reused) for the job's parallelism."""
 
-    def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str):
+    def __init__(self, spark_conf: dict[str, str], parallelism: int, app_name: str, needs: SlotNeeds | None = None):
+        """``parallelism``: the slots the barrier stage takes; ``needs``: where they come from (the job
+        graph's slot sharing groups), for the error when the master has fewer."""
         self.parallelism = parallelism
+        self.needs = needs or uniform(parallelism)
         self._spark = None
         self._app_name = app_name
         conf = dict(spark_conf)
@@ -550,8 +730,9 @@ class SparkDeployment:
         slots = _local_slots(self.master)
         if slots is not None and slots < parallelism:
             raise NotEnoughSlotsError(
-                f"the job needs {parallelism} slots (parallelism {parallelism}), but master {self.master} "
-                f"has {slots}; use --master local[{parallelism}] or lower the parallelism"
+                f"not enough slots: the job needs {self.needs.describe()}, but master {self.master} has {slots}; "
+                f"use --master local[{parallelism}] (spark.master; without it local Spark gets the slots the job "
+                f"needs) or {self.needs.lower()}"
             )
         if self._spark is None:
             try:  # a master that cannot work is one line now, not a minute of the JVM's retries
@@ -579,6 +760,9 @@ class SparkDeployment:
         # on writing the archive and take it for another run's.
         cds = prestarted.cds_options if prestarted is not None else chosen if chosen is not None \
             else class_data_sharing_options() if self.local else ""
+        start = _current_start()
+        if start is not None and "ArchiveClassesAtExit=" in cds:
+            start.archive_claim = cds.split("ArchiveClassesAtExit=", 1)[1].split()[0]
         settings = spark_settings(conf, self.master, cds)
         gateway = None
         if SparkContext._gateway is None:
@@ -586,6 +770,8 @@ class SparkDeployment:
             if gateway is None:
                 try:
                     gateway = _launch_gateway(_launch_settings(settings))
+                except StartAborted:
+                    raise
                 except Exception as e:  # py4j / JVM launch problems
                     raise ClusterError(f"could not start Spark with master {self.master}: {e}") from e
         spark_conf = SparkConf().setAppName(app_name)
@@ -670,7 +856,7 @@ class SparkDeployment:
         return SlotReport(self.parallelism, self.master, registered, int(conf.get("spark.executor.instances", "0")),
                           cores, max(1, cores // int(conf.get("spark.task.cpus", "1"))), sc.defaultParallelism,
                           _readable(conf.get("spark.scheduler.maxRegisteredResourcesWaitingTime", "")),
-                          conf.get("spark.kubernetes.namespace", ""), sc.applicationId)
+                          conf.get("spark.kubernetes.namespace", ""), sc.applicationId, self.needs)
 
     def _check_registered_slots(self) -> None:
         """Spark on Kubernetes waited (up to kubernetes.executor.scheduling-timeout) for every executor to

@@ -82,10 +82,16 @@ def _spark_hosts(master: str) -> list[tuple[str, str]]:
     return hosts
 
 
-def probe_standalone_master(master: str, timeout: float = 3.0) -> None:
+def probe_standalone_master(master: str, timeout: float = 3.0, environ: dict | None = None) -> None:
     """A spark:// master must resolve and accept connections: Spark's own client retries an unreachable
     master for about a minute, printing stack traces, before it gives up. Refused at once, in one line,
-    when no master of the URL can be reached."""
+    when no master of the URL can be reached. ``yarn`` needs the cluster's configuration, which
+    spark-submit refuses to start without (with a stack trace)."""
+    env = os.environ if environ is None else environ
+    if master.strip() == "yarn" and not (env.get("HADOOP_CONF_DIR") or env.get("YARN_CONF_DIR")):
+        raise MasterURLError("master yarn needs the YARN cluster's configuration: set HADOOP_CONF_DIR or "
+                             "YARN_CONF_DIR to its directory (as for spark-submit); for a run on this machine, "
+                             "leave --master out (local Spark)")
     if not master.strip().startswith("spark://"):
         return
     problems = []

@@ -1,0 +1,48 @@
+"""Ending a process we started together with its children (Linux ``/proc``; elsewhere the process alone)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+
+def kill_tree(process: Any) -> None:
+    """SIGKILL a JVM we launched and its children (spark-submit's launcher JVM, while it builds the
+    command). Not SIGTERM: a JVM asked to exit writes its class-data archive, here of the few classes
+    loaded so far, which every later run would map."""
+    pids = [process.pid] + descendants(process.pid)  # the parent first: it cannot react to its children's end
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        process.wait(timeout=5.0)
+    except Exception:  # noqa: BLE001 - killed; the exit is reaped by whoever waits next
+        pass
+
+
+def descendants(pid: int) -> list[int]:
+    """The process's descendants, children first (Linux /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            parent = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, queue = [], list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue.extend(children.get(child, []))
+    return found
