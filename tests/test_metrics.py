@@ -8,6 +8,7 @@ prometheus-client's parser and its REST API.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,20 @@ from streamjob.runtime.connectors import DataGenSource, DiscardingSink, KafkaOff
     SimpleStringSchema
 from streamjob.runtime.connectors.base import END
 from streamjob.runtime.connectors.kafka.lag import partition_ends, pending_records
+
+
+@contextlib.contextmanager
+def running(env, name: str):
+    """The job started asynchronously; canceled (and its end waited for) when the block is left."""
+    client = env.execute_async(name)
+    try:
+        yield client
+    finally:
+        client.cancel()
+        try:
+            client.get_job_execution_result(120)
+        except Exception:  # noqa: BLE001 - canceled on purpose
+            pass
 
 
 # -- the metric objects -----------------------------------------------------------------------------
@@ -256,8 +271,7 @@ def test_user_counter_and_gauge_on_prometheus_and_rest(spark_slots):
     env.set_parallelism(2)
     env.from_source(DataGenSource(lambda i: i, rows_per_second=2000), None, "numbers") \
         .map(Seen()).name("audited").sink_to(DiscardingSink())
-    client = env.execute_async("user-metrics")
-    try:
+    with running(env, "user-metrics") as client:
         assert client.wait_until_running(60)
         def counted() -> dict | None:  # a scrape where both subtasks reported, 500 records in all
             s = scrape(client)
@@ -284,12 +298,6 @@ def test_user_counter_and_gauge_on_prometheus_and_rest(spark_slots):
             with pytest.raises(urllib.error.HTTPError) as e:
                 rest(client, path)
             assert e.value.code == status and says in json.loads(e.value.read())["error"]
-    finally:
-        client.cancel()
-        try:
-            client.get_job_execution_result(120)
-        except Exception:  # noqa: BLE001 - canceled on purpose
-            pass
 
 
 @pytest.mark.spark
@@ -301,8 +309,7 @@ def test_user_counters_restart_with_the_task(spark_slots):
     env.set_restart_strategy(RestartStrategies.fixed_delay_restart(3, 100))
     env.from_source(DataGenSource(lambda i: i, rows_per_second=500), None, "numbers") \
         .map(Seen()).name("audited").sink_to(DiscardingSink())
-    client = env.execute_async("user-metrics-restart")
-    try:
+    with running(env, "user-metrics-restart") as client:
         assert client.wait_until_running(60)
         jm = client.job_manager
         seen = lambda s: values(s, "streamjob_user_records_seen_total", operator="audited")  # noqa: E731
@@ -323,12 +330,6 @@ def test_user_counters_restart_with_the_task(spark_slots):
         assert sum(seen(after).values()) < before, "the counters went on from the old attempt's values"
         assert [sum(seen(after).values())] == list(values(after, "streamjob_num_records_in_total",
                                                           operator="audited").values())
-    finally:
-        client.cancel()
-        try:
-            client.get_job_execution_result(120)
-        except Exception:  # noqa: BLE001 - canceled on purpose
-            pass
 
 
 class Slow(MapFunction):
@@ -354,8 +355,7 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
               .set_property("statistics.interval.ms", "200")
               .set_value_only_deserializer(SimpleStringSchema()).build())
     env.from_source(source, None, "kafka").map(Slow()).name("slow").sink_to(DiscardingSink())
-    client = env.execute_async("kafka-lag")
-    try:
+    with running(env, "kafka-lag") as client:
         assert client.wait_until_running(60)
         pending = lambda s: list(values(s, "streamjob_pending_records", operator="Source: kafka").values())  # noqa: E731
         first = wait_until(lambda: pending(scrape(client)), 60, "a first pendingRecords")
@@ -374,9 +374,3 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
         wait_until(lambda: offsets("committed_offset") == {"0": 800.0, "1": 800.0}, 30, "committedOffset at the end")
         ids = {m["id"] for m in rest(client, f"/v1/vertices/{vertex_of(client, 'Source: kafka')}/metrics")}
         assert f"0.Source: kafka.KafkaSourceReader.topic.{topic}.partition.1.committedOffset" in ids
-    finally:
-        client.cancel()
-        try:
-            client.get_job_execution_result(120)
-        except Exception:  # noqa: BLE001 - canceled on purpose
-            pass
