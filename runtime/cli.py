@@ -166,6 +166,12 @@ def _run(job_file: str | None, module: str | None, conf_file: str | None, parall
             _fail(f"no such module: {module}", conf=conf)
     if parallelism is not None:
         conf.set(Options.PARALLELISM, parallelism)
+    from .cluster import resume
+
+    resume.run_options = [*(["-p", str(parallelism)] if parallelism is not None else []),
+                          *(["--master", master] if master else []),
+                          *(["--conf-file", conf_file] if conf_file else []),
+                          *(a for c in confs for a in ("--conf", c))]
     if master:
         try:
             spark_log.check_master_syntax(master)

@@ -101,7 +101,9 @@ def wait_for_end(t: Target, timeout: float, stopped_with: dict | None = None) ->
             if e.status is not None or time.monotonic() > deadline:
                 fail(str(e))
             doc = None
-        if doc is not None and (doc.get("end_time") is not None or doc.get("state") in TERMINAL):
+        # The end, not only a final state: end_time comes once the job's checkpoints are cleaned up and
+        # what stays to resume from is known (its ``resume`` line); a CANCELED job may still be fencing.
+        if doc is not None and doc.get("end_time") is not None:
             return doc
         if time.monotonic() > deadline:
             fail(f"the job did not end within {timeout:.0f} s (still {doc['state'] if doc else 'unreachable'}); "
@@ -116,6 +118,14 @@ def describe_end(doc: dict) -> str:
     if doc.get("error") and doc["state"] == "FAILED":
         text += f": {doc['error'].strip().splitlines()[0]}"
     return text
+
+
+def echo_end(doc: dict, fallback: str | None = None) -> None:
+    """The job's end in one line, then what it leaves to resume from as the job itself said it (with the
+    job's arguments and options); ``fallback`` when the job could not say (its process is gone)."""
+    echo(describe_end(doc))
+    if doc.get("resume") or fallback:
+        echo(doc.get("resume") or fallback)
 
 
 def resume_hint(entry: registry.Entry | None, savepoint: str) -> str:
@@ -287,8 +297,7 @@ def _savepoint(t: Target, target_dir: str | None, stop_job: bool, drain: bool, n
     echo(doc["path"])
     if stop_job:
         end = wait_for_end(t, timeout, {**before, "final_savepoint": doc["path"]})
-        echo(describe_end(end))
-        echo(resume_hint(t.entry, doc["path"]))
+        echo_end(end, resume_hint(t.entry, doc["path"]))
         if end["state"] != "FINISHED":
             sys.exit(1)
 
@@ -334,7 +343,7 @@ def stop(job: str | None, address: str | None, token: str, savepoint_path: str |
     t.call("POST", "/v1/stop?wait=true", doing="stop")
     err_note("stopping: the sources end their input, in-flight records drain, sinks commit")
     end = wait_for_end(t, timeout)
-    echo(describe_end(end))
+    echo_end(end)
     if end["state"] != "FINISHED":
         sys.exit(1)
 
@@ -349,7 +358,7 @@ def cancel(job: str | None, address: str | None, token: str, timeout: float) -> 
     t = target(job, address, token)
     t.call("POST", "/v1/cancel?wait=true", doing="cancel")
     end = wait_for_end(t, timeout)
-    echo(describe_end(end))
+    echo_end(end)
     if end["state"] == "FAILED":
         sys.exit(1)
 

@@ -110,7 +110,11 @@ def test_detached_list_savepoint_without_checkpointing_stop_and_resume(tmp_path,
     final = r.stdout.strip().splitlines()[0]
     assert final != first and load_checkpoint(final)[1].kind == "savepoint"
     assert f"Job '{NAME}' ({job_id}) FINISHED with savepoint {final}" in r.stdout, r.stdout
-    assert f"resume with: streamjob run {ENDLESS} -s {final}" in r.stdout, r.stdout
+    # What to resume from, as the job said it: its own arguments (after `--`: they look like options) too.
+    local = final.removeprefix("file://")
+    m = re.search(rf"Final savepoint at {re.escape(local)}: resume with `streamjob run (\S+) --from-savepoint "
+                  rf"{re.escape(local)} -- {re.escape(str(out1))} 300 --name '\[prod\] totals'`", r.stdout)
+    assert m and os.path.samefile(m.group(1), ENDLESS), r.stdout
     _until(lambda: not os.path.exists(state_dir / f"{job_id}.json"), "the registry entry to go")
     assert "No running jobs." in run_cli("list", env=env, timeout=60).stdout
     with open(log) as f:

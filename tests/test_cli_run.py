@@ -182,6 +182,25 @@ def test_from_savepoint_with_a_path_that_is_no_savepoint_says_what_to_give(tmp_p
         r.stderr
 
 
+def test_a_file_url_with_a_host_is_refused_naming_the_url(tmp_path):
+    """file://otherhost/tmp/x used to be written under the working directory (<cwd>/otherhost/tmp/x) while
+    the job reported file://otherhost/...: as checkpoint storage, savepoint directory or a path to restore."""
+    job = os.path.join(EXAMPLES, "word_count.py")
+    words = "names the host 'otherhost': a file:// URL is a path on this machine, written file:///path"
+    for args in (["--conf", "execution.checkpointing.dir=file://otherhost/tmp/x"],
+                 ["--conf", "execution.checkpointing.savepoint-dir=file://otherhost/tmp/x"],
+                 ["-s", "file://otherhost/tmp/x"], ["--from-checkpoint", "file://otherhost/tmp/x"]):
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", job, *args], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path, env={**os.environ, **NO_JVM})
+        assert r.returncode in (1, 2) and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert words in r.stderr and "'file://otherhost/tmp/x'" in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "otherhost").exists()
+    from streamjob.runtime.checkpoint.storage import normalize_url, savepoint_target_problem
+
+    assert normalize_url("file://localhost/tmp/x") == "file:///tmp/x"
+    assert words in savepoint_target_problem("file://otherhost/tmp/x", {"file"})
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 

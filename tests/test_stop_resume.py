@@ -237,6 +237,68 @@ def test_second_ctrl_c_cancels_keeps_the_checkpoint_and_the_base_directory_resum
     assert f"Restoring from checkpoint {m.group(1)} at file://{m.group(2)}" in stderr
 
 
+def _checkpoint_ids(root: Path) -> set[int]:
+    return {int(p.parent.name.split("-")[1]) for p in root.glob("*/chk-*/_metadata")}
+
+
+def _rest_cancel(url: str) -> dict:
+    """POST /v1/cancel as any REST client sends it, then GET /v1/job until the job's end (end_time)."""
+    import urllib.request
+
+    request = urllib.request.Request(url + "/v1/cancel?wait=true", method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=30) as r:
+        assert r.status == 202 and json.load(r)["state"] == "CANCELING"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "/v1/job", timeout=30) as r:
+            doc = json.load(r)
+        if doc["end_time"] is not None:
+            return doc
+        assert doc["state"] in ("RUNNING", "CANCELED"), doc
+        time.sleep(0.1)
+    raise AssertionError("the canceled job did not end")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["cli", "rest"])
+def test_cancel_with_checkpoints_in_flight_completes_nothing_after_it_and_resumes_exactly(terminal, tmp_path, how):
+    """`streamjob cancel` and POST /v1/cancel fence the attempt before they answer: with a checkpoint every
+    0.3 s and a slow map before the exactly-once FileSink (checkpoints in flight at any moment), no
+    checkpoint completes after the cancel, so the one the job's end names is its newest and still exists
+    (retention would delete it once a later one completed), and resuming it with the printed command commits
+    every row exactly once. It used to complete 4 more checkpoints, commit their output, and name a deleted one."""
+    rows = 3_000
+    term = terminal(tmp_path, rows, 10, "-p", "1",
+                    env={"RETENTION": "RETAIN_ON_CANCELLATION", "CHECKPOINT_MS": "300"})
+    url = term.rest_url()
+    deadline = time.monotonic() + START_TIMEOUT
+    while max(_checkpoint_ids(term.checkpoints), default=0) < 3:
+        assert term.child.isalive() and time.monotonic() < deadline, term.text()
+        time.sleep(0.05)
+    if how == "cli":
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        answered = r.stdout
+    else:
+        doc = _rest_cancel(url)
+        answered = f"{doc['state']}\n{doc['resume']}"
+    assert "CANCELED" in answered, answered
+    m = re.search(r"Checkpoint (\d+) retained at (\S+/chk-\d+): resume with `([^`]+)`", answered)
+    assert m, answered
+    named = int(m.group(1))
+    # The job's own options and arguments are in the command: following it runs the same job.
+    assert m.group(3) == f"streamjob run {os.path.relpath(JOB)} -p 1 --from-checkpoint {m.group(2)} " \
+        f"{term.out} {term.checkpoints} {rows} {SLEEP_MS} 10 {term.markers}", m.group(3)
+    assert term.wait() == 1
+    ids = _checkpoint_ids(term.checkpoints)
+    assert max(ids) == named, f"checkpoints {sorted(ids)} after naming {named}:\n{term.text()}"
+    assert os.path.exists(os.path.join(m.group(2), "_metadata"))
+    before = committed(term.out)
+    assert before == list(range(len(before))) and len(before) < rows
+    resume_to_the_end(term, tmp_path, m.group(2), rows)
+
+
 def resume_to_the_end(term: Terminal, tmp_path: Path, from_checkpoint: str, rows: int) -> str:
     """A second run from ``from_checkpoint``, the map fast this time, to the end of the input: the two
     runs' committed output is every row once."""

@@ -53,7 +53,26 @@ def normalize_url(url: str) -> str:
         fsspec.get_filesystem_class(protocol)
     except (ImportError, ValueError) as e:
         raise ValueError(f"checkpoint storage {url!r}: no filesystem for {protocol}:// ({e})") from None
+    problem = file_host_problem(url)
+    if problem:
+        raise ValueError(problem)
+    if protocol.lower() in ("file", "local") and url.split("://", 1)[1].lower().startswith("localhost/"):
+        url = f"{protocol}://{url.split('://', 1)[1][len('localhost'):]}"
     return url.rstrip("/") if not url.endswith(":///") else url
+
+
+def file_host_problem(url: str) -> str | None:
+    """A file:// URL naming another host (file://otherhost/tmp/x): fsspec would write under the working
+    directory (<cwd>/otherhost/tmp/x) while the job reports the URL. Only file:///path and
+    file://localhost/path are local files."""
+    protocol, _, rest = url.partition("://")
+    if protocol.lower() not in ("file", "local") or rest.startswith("/"):
+        return None
+    host = rest.split("/", 1)[0]
+    if host.lower() == "localhost":
+        return None
+    return (f"{url!r} names the host {host!r}: a file:// URL is a path on this machine, written file:///path "
+            f"(three slashes) or file://localhost/path; for shared storage use s3:// or a mounted path")
 
 
 def _is_local(fs: Any) -> bool:
@@ -377,6 +396,8 @@ def savepoint_target_problem(target: str, allowed_schemes: set[str]) -> str | No
         return f"{target!r} is a relative path; give an absolute path or a URL such as s3://bucket/savepoints"
     if ".." in path.replace("\\", "/").split("/"):
         return f"{target!r} contains '..'"
+    if file_host_problem(target):
+        return file_host_problem(target)
     if scheme not in allowed_schemes:
         return (f"{scheme}:// is not storage of this job (allowed: {', '.join(sorted(allowed_schemes))}); "
                 f"configure rest.savepoint.allowed-schemes to allow it")

@@ -21,6 +21,7 @@ import cloudpickle
 from ..api.job_result import JobExecutionResult
 from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, CompletedCheckpoint, keeps_checkpoints
 from ..checkpoint import channel_rescale, filesystems, recovery
+from ..checkpoint.lease import JobLease, LeaseHeld
 from ..checkpoint.metadata import CheckpointFormatError
 from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
                                   normalize_url)
@@ -386,6 +387,17 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     storage = CheckpointStorage(checkpoint_dir, job_id,
                                 config.get_int(Options.INLINE_STATE_THRESHOLD),
                                 config.get_int(Options.MEMORY_STORAGE_MAX_STATE))
+    lease: JobLease | None = None
+    if settings.enabled and not storage.in_memory:
+        # One live job per checkpoint directory (see checkpoint/lease.py): refused before anything is written.
+        lease = JobLease(storage.fs, storage.root, job_id)
+        try:
+            lease.acquire(display.note)
+        except LeaseHeld as e:
+            raise JobDefinitionError(f"checkpoint storage {storage.url}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - the store itself: unreachable, no credentials, not a directory
+            raise JobDefinitionError(f"checkpoint storage {storage.url}: cannot write to it: "
+                                     f"{type(e).__name__}: {str(e).strip() or 'no detail'}") from None
     if settings.enabled:
         storage.initialize()
     # Without periodic checkpointing the coordinator still exists, to take the savepoints a user asks
@@ -410,6 +422,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     executors=pod.requested_executors(spark_conf))
     if client is not None:
         client._attach(jm)
+    if lease is not None:
+        lease.start(lambda why: jm.fence())  # another job owns the directory now: nothing of this one completes
     # Ctrl-C and SIGTERM: counted from the job manager's start on, never raised (in a pod SIGTERM ends the
     # process at once). While Spark starts, one gives the start up; once the job runs, this loop decides.
     interrupts = Interrupts(pod.sigterm_ends_at_once(os.environ))
@@ -417,6 +431,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     try:
         try:
             jm_address = jm.start()
+            if lease is not None and jm.rest is not None:
+                lease.me.rest = jm.rest.url  # named to a job refused by this one's lease
             mark("job manager started")
         except BindError as e:
             jm.shutdown()
@@ -428,6 +444,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         display.start()
     except BaseException:
         interrupts.restore()
+        if lease is not None:
+            lease.release()
         raise
     attempt_no = 0
     restore = initial
@@ -453,6 +471,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         spark_started = True
         interrupts.install()  # again: a SparkContext made in the main thread (restart_jvm) installs PySpark's own
         while True:
+            if jm.cancel_requested:  # canceled while restarting: no new attempt is deployed
+                jm.status.state = final_state = "CANCELED"
+                raise JobCanceledError(f"Job {graph.job_name!r} ({job_id}) was canceled")
             jm.begin_attempt(attempt_no, restore)
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
             cancel_at: float | None = None
@@ -478,13 +499,17 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if client is not None and client._cancel_signal is not None and jm.status.state != "CANCELED":
                     # The same, in a job of execute_async: its program's thread counted the signals.
                     _cancel_by_signal(client._cancel_signal, stop, jm, attempt, display)
+                if lease is not None and lease.lost is not None:
+                    attempt.cancel()
+                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: {lease.lost}")
                 if stop.due_for_note():
                     display.note(_still_draining_note(stop, jm, coordinator))
                 if jm.stop_requested and not stop.started:
                     stop.begin(None, jm.stop_by)  # streamjob stop (POST /v1/stop), or the program's own Ctrl-C
                     # handling (execute_async): the same drain, reported the same way
-                if (jm.cancel_requested or client is not None and client._cancel_requested) \
-                        and jm.status.state != "CANCELED":
+                if client is not None and client._cancel_requested and not jm.cancel_requested:
+                    jm.cancel()  # the program's JobClient.cancel(): fenced as a REST cancel is
+                if jm.cancel_requested and jm.status.state != "CANCELED":
                     jm.status.state = "CANCELED"
                     attempt.cancel()
                 if jm.failure_event.is_set() and cancel_at is None:
@@ -578,7 +603,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                                             f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
                 interrupts.install()  # the new SparkContext installed PySpark's SIGINT handler again
                 driver_lost = False
-            time.sleep(max(0.0, restart_at - time.monotonic()))
+            while time.monotonic() < restart_at and not jm.cancel_requested:
+                time.sleep(min(0.1, max(0.0, restart_at - time.monotonic())))
         seconds = time.monotonic() - started
         totals = jm.operator_totals()
         jm.finish("FINISHED")
@@ -602,8 +628,6 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         display.close(jm.operator_totals(), jm.status.state, time.monotonic() - started)
         raise
     finally:
-        if jm.status.ended is not None:
-            _leave_termination_message(config, jm.final_result(), display.note)
         # Kept whatever the retention: after a cancel by a second Ctrl-C / SIGTERM, the latest checkpoint
         # (the user interrupted a run; its state is what the next run resumes from), and after a graceful
         # stop, its final checkpoint: the sources stopped where they were (event time did not end), so it
@@ -613,7 +637,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         retain = driver_lost or interrupted or stopped
         kept = False
         latest = coordinator.latest() if coordinator is not None else None  # before the cleanup forgets it
-        if coordinator is not None:
+        if coordinator is not None and lease is not None and lease.lost is not None:
+            pass  # the directory is another job's now: nothing in it is this job's to delete
+        elif coordinator is not None:
             jm.wait_disconnected(10.0)
             try:
                 coordinator.shutdown(jm.status.state, retain=retain)
@@ -621,14 +647,22 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the job's outcome
                 display.note(f"Could not clean up checkpoints: {e}")
                 kept = True  # whatever it could not delete is still there
-        if jm.status.ended is not None and spark_started:
+        if lease is not None:
+            lease.release()
+            storage.remove_job_dir_if_empty()  # the lease kept it from being empty
+        if jm.status.final:
             text = resume.describe(resume.Ending(
                 jm.status.state, coordinator is not None and coordinator.settings.enabled,
                 coordinator.settings.retention if coordinator is not None else "", kept,
                 latest.checkpoint_id if latest else None, latest.url if latest else None,
-                jm.status.final_savepoint, stopped=stopped, interrupted=interrupted))
+                jm.status.final_savepoint, stopped=stopped, interrupted=interrupted,
+                damaged=tuple(damaged))) if spark_started else None
             if text:
                 display.note(text)
+            # Only now is the end public (GET /v1/job's end_time, the termination message): `streamjob cancel`
+            # and `stop` print what stays to resume from, and that checkpoint is not deleted after they read it.
+            jm.settle(text)
+            _leave_termination_message(config, jm.final_result(), display.note)
         interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before
         _linger(config, jm, display)
         jm.shutdown()
@@ -696,8 +730,9 @@ def _stopping_note(signum: int, coordinator: CheckpointCoordinator | None) -> st
     latest = coordinator.latest() if coordinator is not None else None
     keep = f", keeping checkpoint {latest.checkpoint_id}" if latest is not None else \
         ", keeping the latest completed checkpoint"
+    checkpointing = coordinator is not None and coordinator.settings.enabled
     return (f"Stopping ({name}): sources end, in-flight records drain, {final}. "
-            f"{name} again cancels{keep if coordinator is not None else ''}")
+            f"{name} again cancels{keep if checkpointing else ''}")
 
 
 def _still_draining_note(stop: _StopWatch, jm: JobManager, coordinator: CheckpointCoordinator | None) -> str:

@@ -78,9 +78,11 @@ class TaskFailure:
 class JobStatus:
     state: str = "CREATED"  # CREATED, RUNNING, RESTARTING, FINISHED, FAILED, CANCELED
     started: float = field(default_factory=time.time)
-    ended: float | None = None  # set with the final state: the job's final word is complete
+    final: bool = False  # the final state is recorded (``finish``); what it leaves to resume is not yet known
+    ended: float | None = None  # set once the job's final word is complete (``settle``): state, what to resume
     error: str | None = None  # why the job FAILED
     final_savepoint: str | None = None  # the path of the stop-with-savepoint that ended it
+    resume: str | None = None  # what the job leaves to resume from, and the command (resume.describe)
 
 
 class JobManager:
@@ -211,19 +213,26 @@ class JobManager:
         return not self._writers
 
     def finish(self, state: str, error: str | None = None) -> None:
-        """The job ended: record its final word (state, end time, final savepoint, error) at once."""
+        """The job ended: record its final state, final savepoint and error at once. Clients see the end
+        (``end_time``) only with ``settle``, once its checkpoints are cleaned up and what stays is known."""
         cc = self.coordinator
         with self._lock:
             stops = [r for r in (cc.savepoints.values() if cc is not None else ()) if r.stop and r.status == COMPLETED]
-            self.status.state, self.status.ended, self.status.error = state, time.time(), error
+            self.status.state, self.status.final, self.status.error = state, True, error
             self.status.final_savepoint = stops[-1].path if stops else None
+
+    def settle(self, resume: str | None) -> None:
+        """The job's final word is complete: ``resume`` names what it leaves to resume from (None: nothing
+        to say). From now on GET /v1/job has ``end_time`` and a client waiting for the end may read it."""
+        with self._lock:
+            self.status.resume, self.status.ended = resume, time.time()
 
     def final_result(self) -> dict[str, Any]:
         """What the termination message says (the same fields as GET /v1/job)."""
         with self._lock:
             return {"id": self.job_id, "name": self.job_name, "state": self.status.state,
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
-                    "end_time": self.status.ended}
+                    "resume": self.status.resume, "end_time": self.status.ended}
 
     def note_result_read(self) -> None:
         """A client was sent the final result: GET /v1/job after the end, or the completed stop-with-savepoint
@@ -286,7 +295,7 @@ class JobManager:
         """A new deployment of every task; messages of earlier attempts are ignored from now on."""
         with self._lock:
             self.attempt = attempt
-            self.fenced = False
+            self.fenced = self.cancel_requested  # a cancel while restarting: the new attempt stays fenced
             self.restore = restore
             if restore is not None:
                 self.restored = (restore, time.time())
@@ -340,8 +349,12 @@ class JobManager:
             self._loop.call_soon_threadsafe(send)
 
     def cancel(self) -> None:
-        """Cancel: the executor ends the attempt (no final checkpoint)."""
-        self.cancel_requested = True
+        """Cancel: no final checkpoint, and the attempt is fenced before this returns (before the REST API
+        answers ``CANCELING``): no checkpoint of it completes after and no sink of it commits, so the latest
+        completed checkpoint now is the one the job's end names. The executor then ends the attempt."""
+        with self._lock:
+            self.cancel_requested = True
+            self.fenced = True
 
     # -- execute_and_collect ---------------------------------------------------------------
     def take_collected(self, sink_id: str, timeout: float) -> Any:
@@ -393,7 +406,7 @@ class JobManager:
                     "executors": self.executors, "max_parallelism": self.max_parallelism,
                     "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
-                    "latest_checkpoint": None if latest is None else {
+                    "resume": self.status.resume, "latest_checkpoint": None if latest is None else {
                         "id": latest.checkpoint_id, "path": latest.url,
                         "completed_time": latest.metadata.completed_ms / 1000.0},
                     # event time: the lowest watermark over an operator's subtasks (Flink's low watermark)

@@ -202,7 +202,10 @@ class RestServer:
         if req is None:
             return _error(404, f"no savepoint with id {trigger_id!r} was triggered on this job")
         summary = req.summary()
-        return await self._sent(request, summary, final=summary["stop"] and summary["status"] == "COMPLETED")
+        # The completed stop-with-savepoint is a final result, unless the client said it waits for the end
+        # (`streamjob stop -p`): that one reads GET /v1/job too, for what the job says to resume with.
+        return await self._sent(request, summary, final=summary["stop"] and summary["status"] == "COMPLETED"
+                                and not self.jm.reader_waiting)
 
     async def stop(self, request: web.Request) -> web.Response:
         wait = _flag(request, "wait")

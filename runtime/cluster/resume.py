@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 RETENTION_KEY = "execution.checkpointing.externalized-checkpoint-retention"
 
+# The options of this process's `streamjob run` that shape the job (parallelism, master, configuration),
+# as typed: a resume command without them would run another job (`-p 2` dropped rescales it to 1).
+run_options: list[str] = []
+
 
 @dataclass(frozen=True)
 class Ending:
@@ -26,6 +30,7 @@ class Ending:
     savepoint: str | None = None  # the stop-with-savepoint that ended it, if any
     stopped: bool = False  # ended by a graceful stop (Ctrl-C, SIGTERM, streamjob stop): its final checkpoint is kept
     interrupted: bool = False  # canceled by a second Ctrl-C / SIGTERM: its checkpoints are kept whatever the retention
+    damaged: tuple[int, ...] = ()  # checkpoints a restore found unreadable: never named as the one to resume
 
 
 def local_path(url: str) -> str:
@@ -44,11 +49,11 @@ def _job_file(argv: list[str]) -> str:
         return job
 
 
-def resume_command(flag: str, path: str, argv: list[str] | None = None) -> str:
-    """``streamjob run <job file> FLAG PATH [job args]`` for this program (``streamjob run`` sets
-    sys.argv to the job file and its arguments); the job's other options are the user's to repeat."""
+def resume_command(flag: str, path: str, argv: list[str] | None = None, extra: tuple[str, ...] = ()) -> str:
+    """``streamjob run <job file> [run options] FLAG PATH [job args]`` for this program (``streamjob run``
+    sets sys.argv to the job file and its arguments, and ``run_options`` to its own options that shape the job)."""
     argv = list(sys.argv if argv is None else argv)
-    out = ["streamjob", "run", _job_file(argv), flag, local_path(path)]
+    out = ["streamjob", "run", _job_file(argv), *run_options, *extra, flag, local_path(path)]
     args = argv[1:]
     if any(a.startswith("-") for a in args):
         out.append("--")  # the job's own arguments: not streamjob's options
@@ -65,6 +70,14 @@ def describe(ending: Ending, argv: list[str] | None = None) -> str | None:
     if not ending.checkpointing:
         return ("Nothing to resume from: the job ran without checkpointing (execution.checkpointing.interval); "
                 "a new run starts from the beginning")
+    if ending.latest_url and ending.latest_url.startswith("memory://"):
+        return (f"Nothing to resume from: checkpoint {ending.latest_id} was kept in memory (memory:// checkpoint "
+                f"storage ends with this process); set execution.checkpointing.dir to a file:// or s3:// URL to "
+                f"resume a later run")
+    if ending.kept and ending.latest_url and ending.latest_id in ending.damaged:
+        return (f"Checkpoint {ending.latest_id} at {local_path(ending.latest_url)} cannot be restored (see above): "
+                f"resume from an older one with `{resume_command('--from-checkpoint', ending.latest_url.rsplit('/', 1)[0], argv, ('--allow-older-checkpoint',))}`, "
+                f"accepting that the output it committed is written again")
     if ending.kept and ending.latest_url:
         if ending.stopped and ending.state == "FINISHED":
             what, why = "Final checkpoint", " (a graceful stop keeps it whatever the retention)"

@@ -6,7 +6,8 @@ One source subtask emits {"seq": i} for i = 0..ROWS-1 in batches of BATCH rows (
 the chained map sleeps SLEEP_MS per record, so a stop that arrives as a batch begins has about
 BATCH * SLEEP_MS of records to drain before the final checkpoint. As the map takes the first record
 of a batch it creates MARKERS/<seq>, so a test can send its signal just as a batch starts.
-Checkpoints every 2 s into CHECKPOINT_DIR (file), with the default retention unless RETENTION is set.
+Checkpoints every 2 s (CHECKPOINT_MS if set) into CHECKPOINT_DIR (file), with the default retention unless
+RETENTION is set.
 """
 
 import os
@@ -34,7 +35,7 @@ def main() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
     env.configure({"execution.batch-size": batch})
-    env.enable_checkpointing(2000, CheckpointingMode.EXACTLY_ONCE)
+    env.enable_checkpointing(int(os.environ.get("CHECKPOINT_MS", "2000")), CheckpointingMode.EXACTLY_ONCE)
     config = env.get_checkpoint_config()
     config.set_checkpoint_storage_dir("file://" + os.path.abspath(checkpoints))
     if os.environ.get("RETENTION"):
