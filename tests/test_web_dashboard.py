@@ -166,9 +166,10 @@ class Run:
     """``streamjob run`` of a job file in a subprocess, as a user runs it (the traceback of a function of
     the job file then names that file and line)."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, env: dict | None = None):
         self.proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
 
@@ -223,3 +224,43 @@ def test_dashboard_shows_the_users_traceback_and_cancels(page):
         if job.proc.poll() is None:
             job.proc.kill()
             job.proc.wait(30)
+
+
+def test_dashboard_cancel_with_checkpoints_in_flight_completes_nothing_after_it_and_resumes_exactly(page, tmp_path):
+    """The cancel button fences the attempt as `streamjob cancel` does (tests/test_stop_resume.py): with a
+    checkpoint every 0.3 s and a slow map before the exactly-once FileSink, the checkpoint the job's end names
+    is its newest, and resuming it commits every row once."""
+    from playwright.sync_api import expect
+    from test_stop_resume import JOB, _checkpoint_ids, committed
+
+    rows, out, checkpoints, markers = 3_000, tmp_path / "out", tmp_path / "checkpoints", tmp_path / "markers"
+    job = Run(str(JOB), "--no-progress", "--", str(out), str(checkpoints), str(rows), "20", "10", str(markers),
+              env={"RETENTION": "RETAIN_ON_CANCELLATION", "CHECKPOINT_MS": "300"})
+    try:
+        url = job.wait_for("REST API and metrics at", 240).rsplit(" at ", 1)[1].strip()
+        deadline = time.monotonic() + 120
+        while max(_checkpoint_ids(checkpoints), default=0) < 3:
+            assert job.proc.poll() is None and time.monotonic() < deadline, "".join(job.lines)[-3000:]
+            time.sleep(0.05)
+        page.goto(url + "/")
+        expect(page.locator("#job-state")).to_have_text("RUNNING")
+        page.once("dialog", lambda d: d.accept())
+        page.click("#btn-cancel")
+        expect(page.locator("#message")).to_contain_text("Canceling")
+        assert job.proc.wait(120) == 1
+        text = "".join(job.lines)
+        m = re.search(r"Checkpoint (\d+) retained at (\S+/chk-\d+): resume with `", text)
+        assert m, text[-3000:]
+        assert max(_checkpoint_ids(checkpoints)) == int(m.group(1)), (sorted(_checkpoint_ids(checkpoints)), text[-3000:])
+        assert page.problems == []
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait(30)
+    before = committed(out)
+    assert before == list(range(len(before))) and len(before) < rows
+    r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--no-progress",
+                        "--from-checkpoint", m.group(2), "--", str(out), str(tmp_path / "ck2"), str(rows), "0", "100",
+                        str(markers)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert committed(out) == list(range(rows))

@@ -30,6 +30,7 @@ from .storage import write_file
 LEASE = "_lease"
 RENEW_S = 2.0
 EXPIRES_S = 15.0  # several missed renewals: a slow store is not a dead job
+RELEASE_WAIT_S = 10.0
 
 
 @dataclass
@@ -136,11 +137,16 @@ class JobLease:
     def release(self) -> None:
         """The job ended: the directory is free (only if the lease is still this job's)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=RENEW_S + 5)
-        try:
-            found = self._read()
-            if found is not None and found.owner == self.me.owner:
-                self.fs.rm(self.path)
-        except Exception:  # noqa: BLE001 - a lease left behind expires
-            pass
+
+        def free() -> None:
+            try:
+                found = self._read()
+                if found is not None and found.owner == self.me.owner:
+                    self.fs.rm(self.path)
+            except Exception:  # noqa: BLE001 - a lease left behind expires
+                pass
+
+        # Bounded: a hung store must not keep the job from ending (the lease it leaves expires).
+        done = threading.Thread(target=free, name="checkpoint-lease-release", daemon=True)
+        done.start()
+        done.join(timeout=RELEASE_WAIT_S)
