@@ -25,16 +25,16 @@ REPO = Path(__file__).resolve().parent.parent
 JOB = REPO / "examples" / "checkpointed_counts.py"
 pytestmark = pytest.mark.spark
 
-ROWS = 16_000
-ENV = {"ROWS": str(ROWS), "RATE": "2500"}  # about 6 s of events: a few checkpoints (every second) each
+ROWS = 16_000  # at RATE events a second: a few checkpoints (every second) each
 PART = re.compile(r"part-([0-9a-f]{32})-(\d+)-(\d+)\.jsonl")
 
 
-def start(cwd: Path, *conf: str) -> subprocess.Popen:
+def start(cwd: Path, rate: int, *conf: str) -> subprocess.Popen:
     args = [arg for c in conf for arg in ("--conf", c)]
     return subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--parallelism", "2",
                              "--no-progress", *args], cwd=cwd,
-                            env={**os.environ, **ENV, "STREAMJOB_STATE_DIR": str(cwd / "jobs")},
+                            env={**os.environ, "ROWS": str(ROWS), "RATE": str(rate),
+                                 "STREAMJOB_STATE_DIR": str(cwd / "jobs")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -89,7 +89,7 @@ def assert_each_job_exact(tmp_path: Path) -> None:
 
 
 def test_two_runs_of_a_job_into_one_folder_each_commit_exactly_their_own_rows(tmp_path):
-    procs = [start(tmp_path), start(tmp_path)]
+    procs = [start(tmp_path, 2500), start(tmp_path, 2500)]
     wait_both(procs)
     assert_each_job_exact(tmp_path)
 
@@ -98,13 +98,16 @@ def test_a_job_restored_while_another_writes_into_the_same_folder_deletes_none_o
     """One job's task is killed once a checkpoint is complete, before its commit (Flink's hard case), and
     the job fails over to that checkpoint: its restore deletes what it wrote after the checkpoint, and
     nothing of the other job's, whose in-progress files bear the same subtask indices and numbers."""
-    marker = tmp_path / "killed"
-    procs = [start(tmp_path), start(tmp_path, f"{FAULT}=sink-before-commit:{marker}")]
+    marker, out = tmp_path / "killed", tmp_path / "out" / "counts"
+    # 10 s of events each: the kill (at the faulty job's first checkpoint) falls within the other's run.
+    procs = [start(tmp_path, 1600), start(tmp_path, 1600, f"{FAULT}=sink-before-commit:{marker}")]
     deadline = time.monotonic() + 120
     while not marker.exists() and procs[1].poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    other_running = procs[0].poll() is None
+        time.sleep(0.02)
+    hidden_at_kill = [p.name for p in out.iterdir() if p.name.startswith(".")] if out.exists() else []
     _, err = wait_both(procs)
     assert marker.exists() and "Restarting from checkpoint" in err, err[-3000:]
-    assert other_running, "the other job had ended before the kill: nothing ran alongside the restore"
+    killed = {PART.search(c["final"]).group(1) for c in json.loads(marker.read_text())}  # its committables
+    assert [n for n in hidden_at_kill if PART.search(n).group(1) not in killed], \
+        f"no file of the other job in progress when {killed} was killed: {hidden_at_kill}"
     assert_each_job_exact(tmp_path)
