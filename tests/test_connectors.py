@@ -1,6 +1,7 @@
 """File connectors read and written directly (no Spark): formats, monitoring, hidden files, errors."""
 
 import json
+import re
 import time
 
 import pyarrow as pa
@@ -10,8 +11,14 @@ from streamjob.runtime.api.functions import RuntimeContext
 from streamjob.runtime.connectors import END, DataGenSource, FileFormatError, FileSink, FileSource
 
 
-def ctx(index=0, parallelism=1, batch_size=8192):
-    return RuntimeContext("t", index, parallelism, 128, job_parameters={"execution.batch-size": batch_size})
+JOB = "5e0b9c2f47d14a8e9b3f6c1d2a7e8f90"  # the job id a task would give its operators: in FileSink's part names
+OTHER = "0d6e1f3a9c8b47e2a5f4b3c2d1e0f9a8"  # another job writing into the same directory
+
+
+def ctx(index=0, parallelism=1, batch_size=8192, job_id=JOB):
+    c = RuntimeContext("t", index, parallelism, 128, job_parameters={"execution.batch-size": batch_size})
+    c._job_id = job_id  # as SlotRuntime sets it
+    return c
 
 
 def read_all(reader, until=None):
@@ -63,12 +70,12 @@ def test_a_malformed_file_is_reported_with_its_path(tmp_path):
 def test_file_sink_commits_part_files_and_hides_in_progress_ones(tmp_path):
     writer = FileSink.jsonl(str(tmp_path), max_rows_per_file=2).create_writer(ctx())
     writer.write([{"a": 1}, {"a": 2}, {"a": 3}])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-0-0.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"part-{JOB}-0-0.jsonl"]
     writer.write(pa.RecordBatch.from_pylist([{"a": 4}]))
     assert any(p.name.startswith(".") for p in tmp_path.iterdir())  # in progress, hidden
     FileSink.jsonl(str(tmp_path)).commit(writer.prepare_commit())  # end of input, no checkpointing
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["part-0-0.jsonl", "part-0-1.jsonl"]
+    assert names == [f"part-{JOB}-0-0.jsonl", f"part-{JOB}-0-1.jsonl"]
     rows = [json.loads(line) for n in names for line in (tmp_path / n).read_text().splitlines()]
     assert rows == [{"a": 1}, {"a": 2}, {"a": 3}, {"a": 4}]
 
@@ -92,21 +99,21 @@ def test_parquet_sink_buffers_rows_into_row_groups_and_keeps_types_across_parts(
         rows = [{"k": i, "v": float(i) if i % 2 else None} for i in range(start, min(start + 300, 2500))]
         writer.write(rows if start % 600 else pa.RecordBatch.from_pylist(rows))
     FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
-    meta = pq.ParquetFile(tmp_path / "part-0-0.parquet").metadata
+    meta = pq.ParquetFile(tmp_path / f"part-{JOB}-0-0.parquet").metadata
     # Row groups fill up to row_group_size; the rest goes out when the part closes.
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1000, 1000, 500]
-    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == \
+    assert pq.read_table(tmp_path / f"part-{JOB}-0-0.parquet").to_pylist() == \
         [{"k": i, "v": float(i) if i % 2 else None} for i in range(2500)]
     # The next part converts with the last part's schema: a first batch of all-None values stays double.
     writer.write([{"k": 1, "v": None}])
     writer.write([{"k": 2, "v": 3}])  # an int into the double column
     FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
-    table = pq.read_table(tmp_path / "part-0-1.parquet")
+    table = pq.read_table(tmp_path / f"part-{JOB}-0-1.parquet")
     assert table.schema.field("v").type == pa.float64() and table.to_pylist() == [{"k": 1, "v": None}, {"k": 2, "v": 3.0}]
     # A new part whose records no longer fit the old types gets its own schema, as any first part does.
     writer.write([{"k": "a", "v": 1.5}])
     FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
-    assert pq.read_table(tmp_path / "part-0-2.parquet").schema.field("k").type == pa.string()
+    assert pq.read_table(tmp_path / f"part-{JOB}-0-2.parquet").schema.field("k").type == pa.string()
 
 
 def test_parquet_pre_commit_completes_part_files_in_the_background_and_the_checkpoint_waits(tmp_path):
@@ -114,16 +121,17 @@ def test_parquet_pre_commit_completes_part_files_in_the_background_and_the_check
 
     checkpointing = RuntimeContext("t", 0, 1, 128, job_parameters={"execution.checkpointing.interval": "1 s"})
     checkpointing._sink_background = waits = []  # what the sink operator hands its writer
+    checkpointing._job_id = JOB
     sink = FileSink.parquet(str(tmp_path))
     writer = sink.create_writer(checkpointing)
     writer.write([{"k": i, "v": i * 2} for i in range(5000)])
     committables = writer.prepare_commit()  # returns at once: the encoding runs in the writer's thread
-    assert [c["final"].rsplit("/", 1)[1] for c in committables] == ["part-0-0.parquet"] and len(waits) == 1
+    assert [c["final"].rsplit("/", 1)[1] for c in committables] == [f"part-{JOB}-0-0.parquet"] and len(waits) == 1
     writer.write([{"k": 1, "v": 1}])  # the next part is written meanwhile
     waits.pop()()  # what the checkpoint's snapshot does before it is acknowledged: the file is complete
     assert pq.ParquetFile(committables[0]["pending"]).metadata.num_rows == 5000
     sink.commit(committables)
-    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == [{"k": i, "v": i * 2} for i in range(5000)]
+    assert pq.read_table(tmp_path / f"part-{JOB}-0-0.parquet").to_pylist() == [{"k": i, "v": i * 2} for i in range(5000)]
 
     # A part that cannot be completed declines the checkpoint (the wait raises, naming the file) and
     # fails the task at its next record, before any later checkpoint could commit the broken file.
@@ -131,12 +139,12 @@ def test_parquet_pre_commit_completes_part_files_in_the_background_and_the_check
     part.writer = None
     part.file.close()  # the file's handle is gone: writing the row group fails
     broken = writer.prepare_commit()
-    with pytest.raises(FileFormatError, match=r"could not complete part file .*\.part-0-1\.parquet\.inprogress"):
+    with pytest.raises(FileFormatError, match=rf"could not complete part file .*\.part-{JOB}-0-1\.parquet\.inprogress"):
         waits.pop()()
-    with pytest.raises(FileFormatError, match=r"\.part-0-1\.parquet\.inprogress"):
+    with pytest.raises(FileFormatError, match=rf"\.part-{JOB}-0-1\.parquet\.inprogress"):
         writer.write([{"k": 2, "v": 2}])
-    assert [c["final"].rsplit("/", 1)[1] for c in broken] == ["part-0-1.parquet"]
-    with pytest.raises(FileFormatError, match="part-0-1"):  # and at the end, still
+    assert [c["final"].rsplit("/", 1)[1] for c in broken] == [f"part-{JOB}-0-1.parquet"]
+    with pytest.raises(FileFormatError, match=f"part-{JOB}-0-1"):  # and at the end, still
         writer.close()
     # Without the sink operator's list (a writer made elsewhere) the pre-commit completes the file itself.
     plain = sink.create_writer(RuntimeContext("t", 1, 2, 128, job_parameters={"execution.checkpointing.interval": "1 s"}))
@@ -148,14 +156,14 @@ def test_parquet_pre_commit_completes_part_files_in_the_background_and_the_check
 def test_parquet_sink_refuses_records_it_would_write_wrongly_naming_file_and_field(tmp_path):
     writer = FileSink.parquet(str(tmp_path)).create_writer(ctx())
     writer.write([{"k": 1, "v": 1}, {"k": 2}])  # a missing field is null
-    with pytest.raises(FileFormatError, match=r"part-0-0.parquet.*field\(s\) \['extra'\].*'extra': 3"):
+    with pytest.raises(FileFormatError, match=rf"part-{JOB}-0-0.parquet.*field\(s\) \['extra'\].*'extra': 3"):
         writer.write([{"k": 3, "v": 3, "extra": 3}])  # it would be dropped
-    with pytest.raises(FileFormatError, match=r"part-0-0.parquet.*field 'v'.*'x'"):
+    with pytest.raises(FileFormatError, match=rf"part-{JOB}-0-0.parquet.*field 'v'.*'x'"):
         writer.write([{"k": 4, "v": "x"}])
     FileSink.parquet(str(tmp_path)).commit(writer.prepare_commit())
     import pyarrow.parquet as pq
 
-    assert pq.read_table(tmp_path / "part-0-0.parquet").to_pylist() == [{"k": 1, "v": 1}, {"k": 2, "v": None}]
+    assert pq.read_table(tmp_path / f"part-{JOB}-0-0.parquet").to_pylist() == [{"k": 1, "v": 1}, {"k": 2, "v": None}]
 
 
 def test_parquet_sink_writer_options_reach_the_file_and_bad_ones_fail_where_the_job_is_built(tmp_path):
@@ -165,7 +173,7 @@ def test_parquet_sink_writer_options_reach_the_file_and_bad_ones_fail_where_the_
     writer = sink.create_writer(ctx())
     writer.write([{"k": i} for i in range(10)])
     sink.commit(writer.prepare_commit())
-    column = pq.ParquetFile(tmp_path / "part-0-0.parquet").metadata.row_group(0).column(0)
+    column = pq.ParquetFile(tmp_path / f"part-{JOB}-0-0.parquet").metadata.row_group(0).column(0)
     assert column.compression == "ZSTD" and "RLE_DICTIONARY" not in column.encodings
     with pytest.raises(ValueError, match="bad writer option"):
         FileSink.parquet(str(tmp_path), compression="nonsense")
@@ -195,7 +203,7 @@ def test_jsonl_sink_writes_arrow_batches_as_json_dumps_would(tmp_path):
         writer.write(b)
     FileSink.jsonl(str(tmp_path)).commit(writer.prepare_commit())
     expected = "".join(json.dumps(r, default=str) + "\n" for b in batches for r in b.to_pylist())
-    assert (tmp_path / "part-0-0.jsonl").read_text() == expected
+    assert (tmp_path / f"part-{JOB}-0-0.jsonl").read_text() == expected
 
 
 def test_file_sink_restored_at_another_parallelism_keeps_the_checkpoints_pre_committed_files(tmp_path):
@@ -205,11 +213,82 @@ def test_file_sink_restored_at_another_parallelism_keeps_the_checkpoints_pre_com
     sink = FileSink.jsonl(str(tmp_path))
     counters = {0: 2, 1: 5, 2: 1}  # each old subtask's part counter at the checkpoint
     for j, n in ((0, 1), (0, 2), (1, 4), (1, 5), (1, 6), (2, 0), (2, 1)):
-        (tmp_path / f".part-{j}-{n}.jsonl.inprogress").write_text("{}\n")
-    state = [{"counter": c, "subtask": j} for j, c in counters.items()]
+        (tmp_path / f".part-{JOB}-{j}-{n}.jsonl.inprogress").write_text("{}\n")
+    state = [{"counter": c, "subtask": j, "lineage": JOB} for j, c in counters.items()]
     for k in range(2):
         writer = sink.create_writer(ctx(index=k, parallelism=2))
         writer.restore_state(state)
         assert writer.counter == 5  # numbering goes on above every old subtask's: no name is taken twice
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".part-0-1.jsonl.inprogress", ".part-1-4.jsonl.inprogress", ".part-2-0.jsonl.inprogress"]
+        f".part-{JOB}-0-1.jsonl.inprogress", f".part-{JOB}-1-4.jsonl.inprogress", f".part-{JOB}-2-0.jsonl.inprogress"]
+
+
+def test_file_sink_part_names_carry_the_job_id_or_a_lineage_of_their_own(tmp_path):
+    """Two jobs writing one directory take different names for the same subtask and number; a writer
+    made outside a job (no job id) gets a random one, and its snapshot records it."""
+    sink = FileSink.jsonl(str(tmp_path))
+    names = []
+    for c in (ctx(), ctx(job_id=OTHER), RuntimeContext("t", 0, 1, 128), RuntimeContext("t", 0, 1, 128)):
+        writer = sink.create_writer(c)
+        writer.write([{"a": 1}])
+        writer.prepare_commit()  # without checkpointing: committed here
+        assert writer.snapshot_state() == [{"counter": 1, "subtask": 0, "lineage": writer.lineage}]
+        names.append(f"part-{writer.lineage}-0-0.jsonl")
+    assert names[:2] == [f"part-{JOB}-0-0.jsonl", f"part-{OTHER}-0-0.jsonl"]
+    assert all(re.fullmatch(r"part-[0-9a-f]{32}-0-0\.jsonl", n) for n in names[2:]) and len(set(names)) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_file_sink_restore_deletes_only_its_own_jobs_files_never_another_jobs(tmp_path):
+    """Job OTHER runs on (hidden part files in progress and pre-committed, numbered as this job's are)
+    while this job fails over, and while a new job restores OTHER's savepoint: neither deletes OTHER's
+    files. A failover cleans what its own job wrote after the checkpoint (in bucket directories too);
+    the job restored from the savepoint cleans what it wrote itself before a checkpoint of its own."""
+    sink = FileSink.jsonl(str(tmp_path))
+    (tmp_path / "2026-11-27").mkdir()
+    others = [f".part-{OTHER}-{j}-{n}.jsonl.inprogress" for j in range(2) for n in range(5)]
+    for name in others:
+        (tmp_path / name).write_text("{}\n")
+        (tmp_path / "2026-11-27" / name).write_text("{}\n")
+    # The failover of this job (its checkpoint's state: its own lineage): its subtask 0 wrote 0-2 after it.
+    for n in range(3):
+        (tmp_path / "2026-11-27" / f".part-{JOB}-0-{n}.jsonl.inprogress").write_text("{}\n")
+    state = [{"counter": 2, "subtask": 0, "lineage": JOB}, {"counter": 1, "subtask": 1, "lineage": JOB}]
+    sink.create_writer(ctx(0, 2)).restore_state(state)
+    assert sorted(p.name for p in (tmp_path / "2026-11-27").iterdir()) == sorted(
+        others + [f".part-{JOB}-0-0.jsonl.inprogress", f".part-{JOB}-0-1.jsonl.inprogress"])
+    # A new job (NEW) restored from OTHER's savepoint: its first attempt wrote part 3 and failed before
+    # a checkpoint of its own, so the restore is from the savepoint again.
+    new = "a" * 32
+    (tmp_path / f".part-{new}-1-3.jsonl.inprogress").write_text("{}\n")
+    savepoint = [{"counter": 3, "subtask": 0, "lineage": OTHER}, {"counter": 2, "subtask": 1, "lineage": OTHER}]
+    writer = sink.create_writer(ctx(1, 2, job_id=new))
+    writer.restore_state(savepoint)
+    assert writer.counter == 3
+    assert not (tmp_path / f".part-{new}-1-3.jsonl.inprogress").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(others)
+    writer.write([{"a": 1}])
+    sink.commit(writer.prepare_commit())
+    assert (tmp_path / f"part-{new}-1-3.jsonl").read_text() == '{"a": 1}\n'
+    assert all((tmp_path / name).read_text() == "{}\n" for name in others)
+
+
+def test_file_sink_restored_from_state_without_a_lineage_cleans_the_old_part_names(tmp_path):
+    """A checkpoint taken before part names had a lineage restores as it did: the hidden part-<j>-<n>
+    files numbered from its counters on are deleted (old subtask 1's by subtask 0 at parallelism 1),
+    the pre-committed ones kept for their commit; files with a lineage are not the old job's."""
+    sink = FileSink.jsonl(str(tmp_path))
+    for j, n in ((0, 1), (0, 2), (1, 0), (1, 1)):
+        (tmp_path / f".part-{j}-{n}.jsonl.inprogress").write_text("{}\n")
+    (tmp_path / "part-0-0.jsonl").write_text("{}\n")
+    (tmp_path / f".part-{OTHER}-0-2.jsonl.inprogress").write_text("{}\n")
+    writer = sink.create_writer(ctx())
+    writer.restore_state([{"counter": 2, "subtask": 0}, {"counter": 1, "subtask": 1}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".part-0-1.jsonl.inprogress", f".part-{OTHER}-0-2.jsonl.inprogress", ".part-1-0.jsonl.inprogress",
+        "part-0-0.jsonl"]
+    sink.commit([{"pending": str(tmp_path / ".part-0-1.jsonl.inprogress"), "final": str(tmp_path / "part-0-1.jsonl")}])
+    writer.write([{"a": 1}])
+    sink.commit(writer.prepare_commit())
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "part-0-0.jsonl", "part-0-1.jsonl", f"part-{JOB}-0-2.jsonl"]

@@ -196,7 +196,12 @@ def test_partition_custom_routes_each_key_where_the_partitioner_says():
         env.from_collection([1]).partition_custom("mod", lambda x: x)
 
 
+JOB = "5e0b9c2f47d14a8e9b3f6c1d2a7e8f90"  # the task's job id: in FileSink's part names
+
+
 class _Ctx:
+    _job_id = JOB  # as SlotRuntime sets it
+
     def get_index_of_this_subtask(self):
         return 1
 
@@ -219,23 +224,26 @@ def test_row_format_file_sink_names_rolls_buckets_and_commits_like_flink(tmp_pat
     writer.write(["c" * 8])  # 27 bytes: over it, the part file rolls (pending, hidden)
     writer.write(["d"])
     bucket = out / time.strftime("%Y-%m-%d", time.gmtime())
-    assert sorted(os.listdir(bucket)) == [".pre-1-0.ext.inprogress", ".pre-1-1.ext.inprogress"]
+    assert sorted(os.listdir(bucket)) == [f".pre-{JOB}-1-0.ext.inprogress", f".pre-{JOB}-1-1.ext.inprogress"]
     committables = writer.prepare_commit()  # the checkpoint barrier closes the open part too
     checkpointed = writer.snapshot_state()
-    assert [Path(c["final"]).name for c in committables] == ["pre-1-0.ext", "pre-1-1.ext"]
+    assert [Path(c["final"]).name for c in committables] == [f"pre-{JOB}-1-0.ext", f"pre-{JOB}-1-1.ext"]
     assert not glob.glob(str(bucket / "pre-*"))  # nothing visible before the checkpoint completes
     sink.commit(committables)
     sink.commit(committables)  # idempotent, as after a restore
-    assert (bucket / "pre-1-0.ext").read_text() == "aaaaaaaa\nbbbbbbbb\ncccccccc\n"
-    assert (bucket / "pre-1-1.ext").read_text() == "d\n"
-    # After a failure: the restored subtask drops what was written after its checkpoint, in every bucket.
+    assert (bucket / f"pre-{JOB}-1-0.ext").read_text() == "aaaaaaaa\nbbbbbbbb\ncccccccc\n"
+    assert (bucket / f"pre-{JOB}-1-1.ext").read_text() == "d\n"
+    # After a failure: the restored subtask drops what its job wrote after its checkpoint, in every bucket,
+    # and nothing of another job writing into the same directory.
     writer.write(["lost"])
-    assert glob.glob(str(bucket / ".pre-1-2.ext.inprogress"))
+    assert glob.glob(str(bucket / f".pre-{JOB}-1-2.ext.inprogress"))
+    other = f".pre-{'0' * 32}-1-2.ext.inprogress"
+    (bucket / other).write_text("another job's\n")
     restored = sink.create_writer(_Ctx())
     restored.restore_state(checkpointed)
-    assert sorted(os.listdir(bucket)) == ["pre-1-0.ext", "pre-1-1.ext"]
+    assert sorted(os.listdir(bucket)) == [other, f"pre-{JOB}-1-0.ext", f"pre-{JOB}-1-1.ext"]
     restored.write(["e"])
-    assert [Path(c["final"]).name for c in restored.prepare_commit()] == ["pre-1-2.ext"]
+    assert [Path(c["final"]).name for c in restored.prepare_commit()] == [f"pre-{JOB}-1-2.ext"]
     # On-checkpoint rolling: one file per checkpoint however much is written; base path: no bucket.
     flat = FileSink.for_row_format(str(tmp_path / "flat"), Encoder.simple_string_encoder()) \
         .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy()) \
@@ -243,7 +251,7 @@ def test_row_format_file_sink_names_rolls_buckets_and_commits_like_flink(tmp_pat
     w = flat.create_writer(_Ctx())
     for _ in range(50):
         w.write(["x" * 100])
-    assert [Path(c["final"]).name for c in w.prepare_commit()] == ["part-1-0"]
+    assert [Path(c["final"]).name for c in w.prepare_commit()] == [f"part-{JOB}-1-0"]
 
 
 def test_text_line_source_reads_every_path_and_resumes_after_the_lines_it_read(tmp_path):
@@ -282,7 +290,9 @@ def test_pyflink_program_runs_three_jobs_and_the_cli_waits_for_the_async_one(tmp
     assert [line for line in lines if line.startswith("started ")]
     assert sorted(int(line.split("> ")[1]) for line in lines if line.startswith("async:")) == list(range(30))
     # 1. exactly-once row files, routed by the custom partitioner, counted with keyed state in a map
-    assert sorted(os.listdir(out)) == ["words-0-0.txt", "words-1-0.txt"]
+    names = sorted(os.listdir(out))
+    job = names[0].split("-")[1]  # the job's id, in every part file's name
+    assert len(job) == 32 and names == [f"words-{job}-0-0.txt", f"words-{job}-1-0.txt"]
     written = [line.split(",") for f in sorted(out.iterdir()) for line in f.read_text().splitlines()]
     words = _program_words()  # the program itself only runs under streamjob run
     assert sorted((w, int(c)) for w, c, _ in written) == sorted(

@@ -10,11 +10,12 @@ does not import ``files``, which imports it).
     FileSource.for_record_stream_format(StreamFormat.text_line_format(), path).monitor_continuously(...).build()
 
 The sink is the exactly-once FileSink of ``files.py`` with a row encoder, part
-names ``<prefix>-<subtask>-<n><suffix>`` and Flink's buckets (by default one
-directory per hour, ``yyyy-MM-dd--HH``). One difference, for exactly-once on
-every filesystem: an in-progress part file cannot be resumed after a failure
-(S3 has no truncate), so a part file also rolls at every checkpoint, whatever
-the rolling policy; output is the same, files are smaller.
+names ``<prefix>-<job id>-<subtask>-<n><suffix>`` (Flink's have a uuid where the
+job id is) and Flink's buckets (by default one directory per hour,
+``yyyy-MM-dd--HH``). One difference, for exactly-once on every filesystem: an
+in-progress part file cannot be resumed after a failure (S3 has no truncate), so
+a part file also rolls at every checkpoint, whatever the rolling policy; output
+is the same, files are smaller.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class FileSourceBuilder:
 
 
 class OutputFileConfig:
-    """Part file names: ``<prefix>-<subtask>-<n><suffix>``."""
+    """Part file names: ``<prefix>-<job id>-<subtask>-<n><suffix>``."""
 
     def __init__(self, part_prefix: str = "part", part_suffix: str = ""):
         for what, value in (("prefix", part_prefix), ("suffix", part_suffix)):

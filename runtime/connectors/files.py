@@ -15,6 +15,7 @@ import queue
 import re
 import threading
 import time
+import uuid
 import zlib
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator
@@ -236,18 +237,23 @@ class FileSourceReader(SourceReader):
 
 
 class FileSink(Sink):
-    """Part files ``part-<subtask>-<n>.<ext>`` in a directory; exactly-once with checkpointing.
+    """Part files ``part-<lineage>-<subtask>-<n>.<ext>`` in a directory; exactly-once with checkpointing.
+
+    ``<lineage>`` is the job's id (Flink's FileSink puts a uuid of its own there): it stays the same
+    across the failovers of a job and a resume that claims its retained checkpoint, and is new for a
+    fresh run or a restore from a savepoint. Two jobs writing one directory so never write, commit or
+    clean up each other's files.
 
     A part file is written hidden (``.part-...inprogress``). Two-phase commit:
     at a checkpoint barrier (or when the file rolls, or at the end of input) it
     is closed, still hidden (pre-commit); when the checkpoint is complete it is
     renamed to its final name (commit). After a failure the files the restored
-    checkpoint pre-committed are committed, the hidden files written after it
-    are deleted, and numbering continues from the checkpoint (at another
+    checkpoint pre-committed are committed, the hidden files this job wrote after
+    it are deleted, and numbering continues from the checkpoint (at another
     parallelism: above every old subtask's number).
 
     ``FileSink.for_row_format(path, encoder)`` (PyFlink's builder, see
-    ``file_system.py``) writes encoded rows, names parts ``<prefix>-<subtask>-<n><suffix>``,
+    ``file_system.py``) writes encoded rows, names parts ``<prefix>-<lineage>-<subtask>-<n><suffix>``,
     puts them in bucket directories and rolls them by its rolling policy.
     """
 
@@ -317,8 +323,9 @@ class FileSink(Sink):
         # The sink operator's list of waits for work a pre-commit left running (see FileSinkWriter._roll);
         # a writer made elsewhere has none and completes its part files before prepare_commit returns.
         background = getattr(ctx, "_sink_background", None) if two_phase else None
+        # The job's id (see the class): a writer made outside a job gets a lineage of its own.
         return FileSinkWriter(self, ctx.get_index_of_this_subtask(), two_phase, background,
-                              ctx.get_number_of_parallel_subtasks())
+                              ctx.get_number_of_parallel_subtasks(), getattr(ctx, "_job_id", None))
 
     def commit(self, committables: list) -> None:
         fs, _ = fsspec.core.url_to_fs(self.path)
@@ -374,8 +381,10 @@ class _PartCloser:
 
 class FileSinkWriter(SinkWriter):
     def __init__(self, sink: FileSink, subtask: int, two_phase: bool = False, background: list | None = None,
-                 parallelism: int = 1):
+                 parallelism: int = 1, lineage: str | None = None):
         self.sink = sink
+        # In every part file's name: unique to the job (its id), so no other job takes the same names.
+        self.lineage = lineage or uuid.uuid4().hex
         self.parallelism = parallelism
         self.two_phase = two_phase
         self.background = background  # where pre-commits put their waits (the sink operator's), or None
@@ -400,7 +409,7 @@ class FileSinkWriter(SinkWriter):
     def _next_name(self, directory: str) -> str:
         prefix, suffix = self.sink.part_prefix, self.sink.part_suffix
         while True:
-            name = f"{prefix}-{self.subtask}-{self.counter}{suffix}"
+            name = f"{prefix}-{self.lineage}-{self.subtask}-{self.counter}{suffix}"
             self.counter += 1
             if not self.fs.exists(posixpath.join(directory, name)):
                 return name
@@ -482,7 +491,7 @@ class FileSinkWriter(SinkWriter):
         return out
 
     def snapshot_state(self) -> list:
-        return [{"counter": self.counter, "subtask": self.subtask}]
+        return [{"counter": self.counter, "subtask": self.subtask, "lineage": self.lineage}]
 
     def restore_state(self, state: list) -> None:
         if state:
@@ -492,25 +501,46 @@ class FileSinkWriter(SinkWriter):
         # below it are the checkpoint's pre-committed files: after a restore at another parallelism another
         # subtask may commit them (pending committables are redistributed), so they are kept. This subtask
         # also cleans for the old subtasks the new parallelism no longer has (index mod parallelism).
-        counters = {int(s["subtask"]): int(s.get("counter", 0)) for s in state or [] if "subtask" in s}
-        mine = {j for j in set(counters) | {self.subtask}
-                if j == self.subtask or (j >= self.parallelism and j % self.parallelism == self.subtask)}
+        # Only this job's own files: state of another lineage (a savepoint's: the job that took it may still
+        # be running, writing into the same directory) names files that are not this job's to delete.
+        # State without a lineage (taken before part names had one) cleans the names of then, part-<j>-<n>.
+        state = state or []
+        legacy = [s for s in state if "lineage" not in s]
+        own = [s for s in state if s.get("lineage") == self.lineage]
+        cleaned = [(f".{self.sink.part_prefix}-{self.lineage}-", self._cleaned_subtasks(own))]
+        if legacy:
+            cleaned.append((f".{self.sink.part_prefix}-", self._cleaned_subtasks(legacy)))
         try:
             names = self.fs.find(self.root)
         except FileNotFoundError:
             return
         for path in names:
             base = posixpath.basename(path)
-            for j in mine:
-                prefix = f".{self.sink.part_prefix}-{j}-"
-                if not base.startswith(prefix):
-                    continue
-                digits = re.match(r"\d+", base[len(prefix):])
-                first = counters.get(j)
-                # Without the old subtask's counter (state written before it was recorded): all of its files.
-                if first is None or digits is None or int(digits.group()) >= first:
+            for stem, counters in cleaned:
+                if self._after_checkpoint(base, stem, counters):
                     self.fs.rm(path)
-                break
+                    break
+
+    def _cleaned_subtasks(self, state: list) -> dict[int, int | None]:
+        """Old subtask -> its counter at the checkpoint, for the ones this subtask cleans. None: all of its
+        files (no counter in ``state``: taken before counters were recorded, or by a lower parallelism, or
+        none of this lineage, a savepoint's: whatever this job wrote is newer than it)."""
+        counters = {int(s["subtask"]): int(s.get("counter", 0)) for s in state if "subtask" in s}
+        mine = {j for j in set(counters) | {self.subtask}
+                if j == self.subtask or (j >= self.parallelism and j % self.parallelism == self.subtask)}
+        return {j: counters.get(j) for j in mine}
+
+    @staticmethod
+    def _after_checkpoint(base: str, stem: str, counters: dict[int, int | None]) -> bool:
+        """Whether hidden file ``base`` is ``<stem><j>-<n>...`` of a subtask j in ``counters``, numbered
+        from its counter on."""
+        if not base.startswith(stem):
+            return False
+        m = re.match(r"(\d+)-(\d+)", base[len(stem):])
+        if m is None or int(m.group(1)) not in counters:
+            return False
+        first = counters[int(m.group(1))]
+        return first is None or int(m.group(2)) >= first
 
     def close(self) -> None:
         try:

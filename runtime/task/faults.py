@@ -13,7 +13,8 @@ The marker file holds the JSON ``detail`` of the point (for the sink points: the
 - ``sink-before-final-commit``: the same, for the final checkpoint taken after the end of input
   (or a stop-with-savepoint): the restored attempt must take one more final checkpoint to commit;
 - ``sink-after-commit``: it has just committed them, before anything else happened (a restore then
-  commits the same transactions again: commits must be idempotent).
+  commits the same transactions again: commits must be idempotent). Not for a sink that commits in
+  the background (FileSink): its commits end in another thread.
 
 Nothing happens when the key is unset; jobs never set it.
 """

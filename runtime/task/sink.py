@@ -92,6 +92,9 @@ class SinkOperator(StreamOperator):
             self._reap()
             ready = [c for n, c in self._pending if self._submitted_up_to < n <= checkpoint_id]
             if ready:
+                if self._finished:
+                    maybe_kill(self.ctx, "sink-before-final-commit", ready)
+                maybe_kill(self.ctx, "sink-before-commit", ready)
                 self._committer.submit(checkpoint_id, lambda: self._sink.commit(ready))
                 self._submitted_up_to = checkpoint_id
             return

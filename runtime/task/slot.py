@@ -342,6 +342,7 @@ class SlotRuntime:
             ctx = RuntimeContext(node.name, i, node.parallelism, node.max_parallelism, self.attempt, g.config,
                                  printer=self._print if self.control is not None else None)
             ctx._state_root = self.storage.url if self.storage is not None else None
+            ctx._job_id = self.job_id  # the same across failovers and a claimed resume (FileSink's part names)
             ctx._collector = self.collect_channel
             self.operators[op_id] = op = create_operator(node, ctx)
             doorbell = getattr(op, "doorbell", None)  # async I/O: its completions wake the loop
