@@ -238,7 +238,7 @@ def _ms(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def snapshot_pause(keys: int, repeats: int = 5) -> dict:
     from streamjob.runtime.state.heap import HashMapKeyedStateBackend
-    from streamjob.runtime.state.keygroups import key_group_range
+    from streamjob.runtime.keygroups import key_group_range
     from streamjob.runtime.state.snapshot import serialize
     from streamjob.runtime.task.operators import RollingAggregator
 

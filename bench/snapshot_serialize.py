@@ -39,7 +39,7 @@ import numpy as np
 from streamjob.runtime import ValueStateDescriptor
 from streamjob.runtime.checkpoint.checksums import checksum
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend
-from streamjob.runtime.state.keygroups import assign_key_groups
+from streamjob.runtime.keygroups import assign_key_groups
 from streamjob.runtime.state.snapshot import MAGIC, read_keyed, serialize
 from streamjob.runtime.state.tables import AccumulatorTable
 

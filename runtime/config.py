@@ -321,7 +321,7 @@ class Configuration:
                 if normalise(text.strip()) not in allowed:
                     raise ConfigError(f"configuration {key}: unknown value {value!r}; expected one of "
                                       f"{', '.join(allowed)}")
-        from .checkpoint.storage import file_host_problem
+        from .urls import file_host_problem
 
         for key in (Options.CHECKPOINTING_DIR, Options.SAVEPOINT_DIR):
             problem = file_host_problem(str(self._values.get(key) or ""))

@@ -218,7 +218,7 @@ def test_broadcast_state_is_snapshotted_by_every_subtask_and_restored_whole_at_a
 
 
 def _kg(key: str) -> int:
-    from streamjob.runtime.state.keygroups import key_hash
+    from streamjob.runtime.keygroups import key_hash
 
     return key_hash(key) % 128
 

@@ -16,7 +16,7 @@ from streamjob.runtime.checkpoint.channel_state import ChannelStateCollector, re
 from streamjob.runtime.checkpoint.metadata import CheckpointFormatError, CheckpointMetadata, parse
 from streamjob.runtime.checkpoint.storage import CheckpointStorage, StateLocation
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend
-from streamjob.runtime.state.keygroups import assign_to_key_group, key_group_range
+from streamjob.runtime.keygroups import assign_to_key_group, key_group_range
 from streamjob.runtime.state.snapshot import SnapshotFormatError, keyed_spans, read_keyed, read_operator, serialize
 from streamjob.runtime.state.rocksdb_snapshot import restore_native
 from streamjob.runtime.task.operators import RollingAggregator

@@ -125,3 +125,28 @@ def test_the_checker_finds_a_cycle(tmp_path):
 def test_runtime_has_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle in runtime/: " + " -> ".join(cycle or [])
+
+
+def _package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Top-level package (or module) -> those it imports from, its own excluded."""
+    edges: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        a = module.split(".")[0]
+        edges.setdefault(a, set()).update(d.split(".")[0] for d in deps if d.split(".")[0] != a)
+    return edges
+
+
+def test_the_layers_keep_apart():
+    """The rules that keep each piece testable alone (../shared/design/ARCHITECTURE.md): a job definition
+    does not know where it runs (api/ finds its executor as an entry point, never importing cluster/);
+    partitioning (keygroups) sits below both the network and the state, which do not import each other;
+    the REST server does not import the job manager that starts it; configuration and URL checks import
+    nothing of the runtime."""
+    graph = import_graph()
+    edges = _package_edges(graph)
+    assert "cluster" not in edges["api"], sorted(m for m in graph if m.startswith("api") and any(
+        d.startswith("cluster") for d in graph[m]))
+    assert "state" not in edges["network"] and "network" not in edges["state"]
+    for bottom in ("keygroups", "config", "urls"):
+        assert edges.get(bottom, set()) <= {"urls"}, (bottom, edges.get(bottom))
+    assert "cluster.jobmanager" not in graph["cluster.rest"] and "cluster.jobmanager" not in graph["cluster.metrics"]

@@ -15,7 +15,7 @@ from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.cluster.spark import NotEnoughSlotsError
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink, FileSink
 from streamjob.runtime.connectors.base import Sink, SinkWriter
-from streamjob.runtime.state.keygroups import assign_to_key_group, operator_index_for_key_group
+from streamjob.runtime.keygroups import assign_to_key_group, operator_index_for_key_group
 
 pytestmark = pytest.mark.spark
 JOBS = Path(__file__).parent / "jobs"

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from streamjob.runtime.state.keygroups import (
+from streamjob.runtime.keygroups import (
     assign_key_groups,
     assign_to_key_group,
     key_group_range,
@@ -53,7 +53,7 @@ def test_key_group_ranges_partition_all_groups_and_match_assignment(max_p, p):
 def test_routing_is_independent_of_pythonhashseed():
     code = textwrap.dedent(
         """
-        from streamjob.runtime.state.keygroups import assign_to_key_group
+        from streamjob.runtime.keygroups import assign_to_key_group
         keys = [f"user-{i}" for i in range(200)] + [("t", i) for i in range(50)] + [b"raw", 3.5, None]
         print([assign_to_key_group(k, 128) for k in keys])
         """

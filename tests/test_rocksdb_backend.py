@@ -16,7 +16,7 @@ from streamjob.runtime.checkpoint.shared import SharedStateRegistry, uploaded_fo
 from streamjob.runtime.checkpoint.storage import CheckpointStorage
 from streamjob.runtime.state import codec
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend
-from streamjob.runtime.state.keygroups import key_group_range
+from streamjob.runtime.keygroups import key_group_range
 from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions, sweep_stale
 from streamjob.runtime.state.rocksdb_snapshot import restore_native, write_snapshot
 from streamjob.runtime.state.snapshot import SnapshotFormatError, read_keyed, serialize

@@ -14,7 +14,7 @@ from streamjob.runtime import (
     ValueStateDescriptor,
 )
 from streamjob.runtime.state.heap import HashMapKeyedStateBackend, StateDefinitionError
-from streamjob.runtime.state.keygroups import assign_to_key_group, key_group_range
+from streamjob.runtime.keygroups import assign_to_key_group, key_group_range
 from streamjob.runtime.state.operator_state import OperatorStateStore, redistribute
 from streamjob.runtime.state.snapshot import SnapshotFormatError, read_keyed, read_operator, serialize
 from streamjob.runtime.task.operators import RollingAggregator

@@ -30,7 +30,7 @@ from streamjob.runtime.checkpoint.coordinator import CompletedCheckpoint
 from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
 from streamjob.runtime.network.channels import InputChannel, InputGate
 from streamjob.runtime.network.events import CheckpointBarrier, Watermark
-from streamjob.runtime.state.keygroups import subtasks_for_keys
+from streamjob.runtime.keygroups import subtasks_for_keys
 from streamjob.runtime.task.channel_recovery import recover_rescaled
 from test_checkpointing import committed_rows
 

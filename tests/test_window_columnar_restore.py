@@ -18,7 +18,7 @@ from streamjob.runtime.checkpoint.storage import CheckpointStorage
 from streamjob.runtime.connectors import DiscardingSink
 from streamjob.runtime.graph.job_graph import build_job_graph
 from streamjob.runtime.network.events import MAX_WATERMARK
-from streamjob.runtime.state.keygroups import assign_to_key_group, operator_index_for_key_group
+from streamjob.runtime.keygroups import assign_to_key_group, operator_index_for_key_group
 from streamjob.runtime.state.rocksdb_snapshot import RocksDBSnapshot, write_snapshot
 from streamjob.runtime.state.snapshot import serialize
 from streamjob.runtime.task.operators import create_operator

@@ -34,7 +34,7 @@ def _set_parallelism(t: Transformation, parallelism: int) -> None:
 
 
 def _set_max_parallelism(t: Transformation, max_parallelism: int) -> None:
-    from ..state.keygroups import check_max_parallelism
+    from ..keygroups import check_max_parallelism
 
     if isinstance(max_parallelism, bool) or not isinstance(max_parallelism, int):
         raise ValueError(f"set_max_parallelism of operator {t.name!r} needs an int, got {max_parallelism!r}")

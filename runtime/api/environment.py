@@ -18,7 +18,7 @@ from .backends import StateBackend
 from .checkpointing import CheckpointConfig, CheckpointingMode
 from .execution_config import ExecutionConfig
 from .restart import RestartStrategyConfiguration
-from ..state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from . import transformations as T
 from .datastream import DataStream
 from .transformations import Transformation
@@ -357,16 +357,14 @@ class StreamExecutionEnvironment:
 
     # -- execution ----------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
-        from ..cluster.executor import execute_job  # lazily: the API does not know where it runs
-
+        execute_job = _executor()
         graph = self._build(job_name)
         return execute_job(graph, self._resolved(graph), show_progress=execution_context.show_progress,
                            summary=execution_context.show_summary)
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the job and return at once; the job runs in a background thread of this process."""
-        from ..cluster.executor import execute_job
-
+        execute_job = _executor()
         graph = self._build(job_name)
         client = JobClient(uuid.uuid4().hex, graph.job_name)
 
@@ -458,3 +456,18 @@ def _main_file() -> str | None:
     import __main__
 
     return getattr(__main__, "__file__", None)
+
+
+EXECUTORS = "streamjob.executors"  # the entry point group (pyproject.toml) of what runs jobs
+
+
+def _executor() -> Any:
+    """What runs a job, found as Flink finds its PipelineExecutor (a service, here a package entry point):
+    the API does not know where it runs, and never imports the cluster package."""
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=EXECUTORS), key=lambda ep: ep.name)
+    if not found:
+        raise RuntimeError(f"no job executor is registered (entry point group {EXECUTORS!r}): streamjob is not "
+                           f"installed; run `pip install -e .` in its checkout")
+    return found[0].load()

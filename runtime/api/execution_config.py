@@ -131,7 +131,7 @@ class ExecutionConfig(Configuration):
         return self.get_int(Options.MAX_PARALLELISM)
 
     def set_max_parallelism(self, max_parallelism: int) -> "ExecutionConfig":
-        from ..state.keygroups import check_max_parallelism
+        from ..keygroups import check_max_parallelism
 
         check_max_parallelism(max_parallelism, 1)
         self.set(Options.MAX_PARALLELISM, max_parallelism)

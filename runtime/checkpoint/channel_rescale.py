@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ..api.transformations import BROADCAST, CUSTOM, FORWARD, HASH, REBALANCE, SHUFFLE
 from ..batch import Stamped, extract_keys
-from ..state.keygroups import assign_key_groups, key_group_range, operator_index_for_key_group
+from ..keygroups import assign_key_groups, key_group_range, operator_index_for_key_group
 
 # Format 2 of the channel state names its edges in the state handle's index (``describe_handle``); format 1
 # (written before rescaling was supported) does not, and restores at its own parallelism only.

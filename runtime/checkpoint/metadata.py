@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..state.keygroups import key_group_range
+from ..keygroups import key_group_range
 from . import checksums
 
 FORMAT = "streamjob-checkpoint"

@@ -34,7 +34,7 @@ from typing import Any
 from ..api import transformations as T
 from ..api.transformations import KeySpec, Transformation
 from ..config import Configuration, Options
-from ..state.keygroups import check_max_parallelism
+from ..keygroups import check_max_parallelism
 
 
 DEFAULT_GROUP = "default"  # Flink's name of the slot sharing group of operators that name none

@@ -1,7 +1,7 @@
 """Record writers: split each batch over the channels of one edge.
 
 * forward: subtask i -> subtask i, one in-process channel;
-* hash: by key group (``state.keygroups``), vectorised for key columns;
+* hash: by key group (``keygroups``), vectorised for key columns;
 * rebalance: whole batches round-robin;
 * shuffle: whole batches to a random channel;
 * broadcast: every batch to every channel;
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..api.transformations import BROADCAST, CUSTOM, FORWARD, HASH, REBALANCE, SHUFFLE, KeySpec
 from ..batch import Batch, extract_keys, num_rows, try_columnar
-from ..state.keygroups import assign_key_groups, operator_index_for_key_group
+from ..keygroups import assign_key_groups, operator_index_for_key_group
 from .channels import OutputChannel
 from .events import RuntimeEvent
 

@@ -39,7 +39,7 @@ from rocksdict import (AccessType, BlockBasedOptions, Cache, Checkpoint, DBCompr
 from ..api import state as api_state
 from . import codec, ttl
 from .heap import KeyedStateBackend, _KeyedState
-from .keygroups import assign_key_groups, key_hash
+from ..keygroups import assign_key_groups, key_hash
 
 _MISSING = object()
 _ABSENT = object()  # cached "no value" (a delete when the key is dirty)

@@ -42,7 +42,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..checkpoint.checksums import checksum, mismatch
-from .keygroups import assign_key_groups
+from ..keygroups import assign_key_groups
 
 MAGIC = b"SJSNAP1\n"
 _KEY_DTYPE = np.dtype("<i8")

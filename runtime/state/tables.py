@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..lazy import LazyModule
-from .keygroups import group_entries
+from ..keygroups import group_entries
 from .ttl import TtlValue
 
 pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker

@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..api import state as api_state
-from .keygroups import group_entries
+from ..keygroups import group_entries
 
 TTL_SUFFIX = "+ttl"
 

@@ -35,7 +35,7 @@ from .timers import InternalTimerService
 from ..graph.job_graph import OperatorNode
 from ..config import Configuration
 from ..state.backends import create_keyed_backend
-from ..state.keygroups import key_group_range
+from ..keygroups import key_group_range
 from ..state.operator_state import OperatorStateStore
 from ..state.snapshot import SnapshotFormatError, keyed_spans, read_keyed, read_operator
 from ..checkpoint.storage import StateLocation

@@ -10,6 +10,9 @@ The hash has one definition with two implementations: a vectorised numpy one
 for integer columns and a scalar one for everything else. Both must give the
 same value for the same key (tested), because a key can reach an operator
 through either path.
+
+It sits below both the network (which routes records by it) and the state (which
+shards by it): partitioning is neither, and neither imports the other.
 """
 
 from __future__ import annotations
