@@ -387,6 +387,22 @@ def test_every_ending_names_what_can_be_resumed():
         "`streamjob run job.py --from-savepoint s3://b/sp/savepoint-1 -- -x`")
     ran_out = resume.Ending("FINISHED", True, "NO_EXTERNALIZED_CHECKPOINTS", False, 7, "file:///ck/j/chk-7")
     assert resume.describe(ran_out, argv) is None  # it ran to the end of its input: nothing to say
+    # Never a command that cannot work: a checkpoint in memory:// storage ended with the process, and one
+    # a restore refused is not named as the one to resume (an older one is, with the flag that allows it).
+    memory = resume.Ending("FINISHED", True, "NO_EXTERNALIZED_CHECKPOINTS", True, 4, "memory://ck/j/chk-4", stopped=True)
+    assert resume.describe(memory, argv).startswith("Nothing to resume from: checkpoint 4 was kept in memory")
+    damaged = resume.Ending("FAILED", True, "RETAIN_ON_CANCELLATION", True, 7, "file:///ck/j/chk-7", damaged=(7,))
+    assert resume.describe(damaged, argv) == (
+        "Checkpoint 7 at /ck/j/chk-7 cannot be restored (see above): resume from an older one with `streamjob run "
+        "jobs/counts.py --allow-older-checkpoint --from-checkpoint /ck/j out`, accepting that the output it "
+        "committed is written again")
+    # The run's own options come along: following the hint after `streamjob run -p 2` does not rescale to 1.
+    resume.run_options[:] = ["-p", "2", "--conf", "a=b c"]
+    try:
+        assert resume.describe(kept, argv) == ("Checkpoint 7 retained at /ck/j/chk-7: resume with `streamjob run "
+                                               "jobs/counts.py -p 2 --conf 'a=b c' --from-checkpoint /ck/j/chk-7 out`")
+    finally:
+        resume.run_options[:] = []
 
 
 def test_signals_are_counted_not_raised_and_the_attempt_end_survives_them():
@@ -466,3 +482,16 @@ def test_pyspark_sigint_handler_does_not_outlive_a_job(spark_slots):
     env.from_source(DataGenSource(lambda i: i, count=10)).sink_to(DiscardingSink())
     env.execute("handlers")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_stop_note_promises_a_checkpoint_only_when_the_job_takes_them():
+    from types import SimpleNamespace
+
+    from streamjob.runtime.cluster.executor import _stopping_note
+
+    off = SimpleNamespace(settings=SimpleNamespace(enabled=False), latest=lambda: None)
+    on = SimpleNamespace(settings=SimpleNamespace(enabled=True), latest=lambda: SimpleNamespace(checkpoint_id=5))
+    assert _stopping_note(signal.SIGINT, off) == ("Stopping (Ctrl-C): sources end, in-flight records drain, sinks "
+                                                  "flush. Ctrl-C again cancels")
+    assert _stopping_note(signal.SIGINT, on).endswith("the final checkpoint commits. Ctrl-C again cancels, "
+                                                      "keeping checkpoint 5")
