@@ -244,6 +244,7 @@ def config_page() -> str:
         "on `streamjob run` (repeatable), in a `key=value` file with `--conf-file`, in the job "
         "(`env.get_config().set(key, value)`), or, for a StreamJob, in `spec.config`. Durations are "
         "milliseconds or Flink's notation (`500 ms`, `1 s`, `2 min`); memory sizes bytes or `64 mb`, `1 gb`. "
+        "A default of – means unset (the description says what that means). "
         "Options with a list of values take them case-insensitively and refuse anything else before the "
         "job starts; a key under one of these prefixes that is close to a known one is refused as a typo.",
         "",
@@ -272,9 +273,9 @@ def config_page() -> str:
 def _config_row(config: Any, name: str, key: str, notes: dict[str, str]) -> str:
     if key in config.DEFAULTS:
         value = config.DEFAULTS[key]
-        default = "none" if value == "" else _code(str(value).lower() if isinstance(value, bool) else str(value))
+        default = "–" if value == "" else _code(str(value).lower() if isinstance(value, bool) else str(value))
     else:
-        default = "none"
+        default = "–"  # not in DEFAULTS: the description says what unset means
     if notes.get(name):
         default += f" ({notes[name]})"
     what = config.DESCRIPTIONS.get(key, "")
