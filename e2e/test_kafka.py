@@ -1,4 +1,4 @@
-"""Kafka on a cluster: the README's click event count (examples/kafka_click_counts.py) as a
+"""Kafka on a cluster: the click event count of docs/connectors/kafka.md (examples/kafka_click_counts.py) as a
 StreamJob whose Kafka address and login come from a Secret, its driver pod deleted while it runs,
 and its output topic, read as a read_committed consumer reads it, exact.
 

@@ -170,6 +170,98 @@ DEFAULTS: dict[str, Any] = {
     Options.STATE_CACHE_MEMORY: "256 mb",
 }
 
+# What each option does, one line each: docs/reference/configuration.md is generated from Options,
+# DEFAULTS, CHOICES and this (python tools/gen_docs.py; tests/test_docs.py checks every option has one).
+DESCRIPTIONS: dict[str, str] = {
+    Options.PARALLELISM: "The job's default parallelism: what `--parallelism` sets; `env.set_parallelism` in the job "
+                         "wins, as in Flink",
+    Options.MAX_PARALLELISM: "Number of key groups; a restore with a different max parallelism is refused",
+    Options.BUFFER_TIMEOUT: "ms a record may wait in a partly filled network batch",
+    Options.BATCH_SIZE: "Records per network batch",
+    Options.BUFFERS_PER_CHANNEL: "Credits: batches in flight per channel",
+    Options.METRICS_INTERVAL: "ms between the tasks' metric reports to the job manager",
+    Options.AUTO_WATERMARK_INTERVAL: "ms between periodic watermarks; 0: none",
+    Options.RUNTIME_MODE: "`STREAMING`, `BATCH` (bounded sources, no checkpoints), or `AUTOMATIC` (BATCH when every "
+                          "source is bounded)",
+    Options.SPARK_MASTER: "The Spark master: what `--master` sets (none: the embedded `local[N]` Spark)",
+    Options.CHECKPOINTING_INTERVAL: "ms between checkpoints (`enable_checkpointing`); 0: off",
+    Options.CHECKPOINTING_MODE: "`EXACTLY_ONCE` aligns barriers; `AT_LEAST_ONCE` skips alignment",
+    Options.CHECKPOINTING_TIMEOUT: "A checkpoint not complete by then fails",
+    Options.CHECKPOINTING_MIN_PAUSE: "Least time between the end of one checkpoint and the start of the next",
+    Options.CHECKPOINTING_MAX_CONCURRENT: "Checkpoints in progress at once",
+    Options.CHECKPOINTING_TOLERABLE_FAILURES: "Failed checkpoints in a row before the job restarts from the latest "
+                                              "completed one",
+    Options.CHECKPOINTING_NUM_RETAINED: "Completed checkpoints kept",
+    Options.CHECKPOINTING_RETENTION: "Whether completed checkpoints outlive the job: `NO_EXTERNALIZED_CHECKPOINTS` "
+                                     "deletes them whenever the job ends, `DELETE_ON_CANCELLATION` keeps them if it "
+                                     "fails, `RETAIN_ON_CANCELLATION` if it fails or is canceled (a graceful stop "
+                                     "keeps its final checkpoint whatever this says)",
+    Options.CHECKPOINTING_DIR: "Checkpoint storage URL: `memory://`, `file:///path` or `s3://bucket/dir`",
+    Options.CHECKPOINTING_UNALIGNED: "Barriers overtake in-flight data, stored as channel state (`EXACTLY_ONCE` "
+                                     "only); also read as `execution.checkpointing.unaligned.enabled`",
+    Options.CHECKPOINTING_ALIGNED_TIMEOUT: "With unaligned checkpoints on: start aligned, switch to unaligned this late "
+                                          "after the trigger (0: unaligned at once)",
+    Options.CHECKPOINTING_UNALIGNED_FORCED: "Flink's switch for iterative jobs: recorded, changes nothing here",
+    Options.MEMORY_STORAGE_MAX_STATE: "Bytes of state per task a `memory://` checkpoint may hold",
+    Options.INLINE_STATE_THRESHOLD: "State files smaller than this (bytes) are kept inside `_metadata`",
+    Options.STATE_BACKEND: "`hashmap` (Python dicts) or `rocksdb` (embedded RocksDB: state larger than memory)",
+    Options.INCREMENTAL_CHECKPOINTS: "RocksDB: upload only new SST files",
+    Options.CLAIM_MODE: "`NO_CLAIM`: a resumed checkpoint starts a new job (its first checkpoint is full, the old "
+                        "directory is never touched); `CLAIM`: resume as the same job, in the old job's directory",
+    Options.ROCKSDB_LOCAL_DIR: "RocksDB working directories (left-overs of killed tasks are swept)",
+    Options.ROCKSDB_BLOCK_CACHE: "RocksDB block cache",
+    Options.ROCKSDB_WRITE_BUFFER: "RocksDB write buffer",
+    Options.ROCKSDB_THREADS: "RocksDB background threads",
+    Options.STATE_CACHE_SIZE: "RocksDB: entries per state cached as Python objects (PyFlink's name)",
+    Options.STATE_CACHE_MEMORY: "RocksDB: estimated memory of the entries cached per state",
+    Options.RECOVERY_PATH: "The checkpoint or savepoint to resume from: what `--from-checkpoint` / `--from-savepoint` "
+                           "set",
+    Options.ALLOW_NON_RESTORED_STATE: "Skip state of operators this job does not have: what "
+                                      "`--allow-non-restored-state` sets",
+    Options.ALLOW_OLDER_CHECKPOINT: "`--allow-older-checkpoint`: when the newest completed checkpoint cannot be read, "
+                                    "restore an older one, accepting that what the newest one committed is written "
+                                    "again (else the job fails)",
+    Options.SAVEPOINT_DIR: "Default target directory of savepoints",
+    Options.REST_ADDRESS: "HOST:PORT of the REST API, the dashboard and `/metrics` (port 0: a free one; `off`: none; "
+                          "in a pod `0.0.0.0:0` unless set)",
+    Options.REST_TOKEN: "Bearer token the REST API requires (empty: none)",
+    Options.REST_TOKEN_FILE: "File holding that token (a mounted Secret); else env `STREAMJOB_REST_TOKEN`",
+    Options.REST_RESULT_LINGER: "How long the final result stays served after the job ended, unless a client read it "
+                                "first",
+    Options.REST_SAVEPOINT_SCHEMES: "Storage schemes a savepoint's `target_dir` may use over REST besides the job's "
+                                    "own (comma-separated)",
+    Options.JOBMANAGER_RPC_PORT: "Port of the job manager's control channel, which tasks connect to (0: a free one)",
+    Options.K8S_IMAGE: "`k8s://` masters: the executor pods' image; else env `STREAMJOB_IMAGE`",
+    Options.K8S_NAMESPACE: "`k8s://` masters: where executor pods go; else env `POD_NAMESPACE`, else the service "
+                           "account's namespace",
+    Options.K8S_EXECUTOR_POD_TEMPLATE: "`k8s://` masters: the executor pod template file",
+    Options.K8S_EXECUTOR_CORES: "`k8s://` masters: slots per executor pod",
+    Options.K8S_SCHEDULING_TIMEOUT: "`k8s://` masters: how long to wait for every executor before failing",
+    Options.K8S_TERMINATION_LOG: "Where the final result is written as JSON: the pod's termination message",
+    Options.S3_ENDPOINT: "S3 endpoint; else env `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, else AWS",
+    Options.S3_ACCESS_KEY: "S3 access key; else the AWS default credential chain",
+    Options.S3_SECRET_KEY: "S3 secret key; else the AWS default credential chain",
+    Options.S3_PATH_STYLE: "Path-style requests (MinIO-like stores)",
+    Options.S3_CONNECT_TIMEOUT: "Per S3 request: connect timeout",
+    Options.S3_READ_TIMEOUT: "Per S3 request: read timeout",
+    Options.S3_MAX_ATTEMPTS: "Attempts per S3 request, transient errors included",
+    Options.RESTART_STRATEGY: "`none`, `fixed-delay`, `exponential-delay` or `failure-rate` (and Flink's aliases); "
+                              "unset: `exponential-delay` with checkpointing on, else `none`, as Flink",
+    Options.RESTART_FIXED_ATTEMPTS: "fixed-delay: restarts before the job fails (unset: 1)",
+    Options.RESTART_FIXED_DELAY: "fixed-delay: wait between restarts (unset: 1 s)",
+    Options.RESTART_EXP_INITIAL: "exponential-delay: the first wait (unset: 1 s)",
+    Options.RESTART_EXP_MAX: "exponential-delay: the longest wait (unset: 1 min)",
+    Options.RESTART_EXP_MULTIPLIER: "exponential-delay: each wait is the last one times this (unset: 1.5)",
+    Options.RESTART_EXP_RESET: "exponential-delay: a failure this long after the last one starts from the first wait again "
+                                             "(unset: 1 h)",
+    Options.RESTART_EXP_JITTER: "exponential-delay: random spread of each wait, as a fraction (unset: 0.1)",
+    Options.RESTART_EXP_ATTEMPTS: "exponential-delay: restarts before the job fails, counted since the last reset (unset: no "
+                                                "limit)",
+    Options.RESTART_RATE_MAX: "failure-rate: the most failures within the interval; one more fails the job (unset: 1)",
+    Options.RESTART_RATE_INTERVAL: "failure-rate: the interval (unset: 1 min)",
+    Options.RESTART_RATE_DELAY: "failure-rate: wait between restarts (unset: 1 s)",
+}
+
 
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*(b|bytes|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?")
 _MEMORY_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -21,7 +21,8 @@ from monitoring_promql import ROOT, RULES_FILE, alert_rules
 HERE = os.path.dirname(__file__)
 PROMTOOL_TESTS = sorted(glob.glob(os.path.join(HERE, "promtool", "*.test.yaml")))
 PROMTOOL = shutil.which("promtool")
-RUNBOOK = "https://github.com/streamjob/streamjob/blob/main/README.md#runbook-"
+RUNBOOK = "https://github.com/streamjob/streamjob/blob/main/docs/operations/runbooks.md#runbook-"
+RUNBOOKS_PAGE = os.path.join(HERE, "..", "docs", "operations", "runbooks.md")
 
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool is not installed (Debian/Ubuntu: apt-get install prometheus; CI installs it)")
@@ -59,17 +60,20 @@ def test_every_alert_has_severity_summary_description_and_runbook():
         assert annotations["summary"] and "$labels" in annotations["summary"] + annotations["description"], name
         assert "$value" in annotations["summary"] + annotations["description"] or name.endswith(
             ("Down", "Degraded", "NotRunning")), f"{name}: say the value that fired it"
-        # The README's "### Runbook: <Alert>" heading has the GitHub anchor runbook-<alert lower case>.
+        # docs/operations/runbooks.md's "## Runbook: <Alert>" heading has the anchor runbook-<alert lower
+        # case>, on GitHub and in the MkDocs site alike.
         assert annotations["runbook_url"] == RUNBOOK + name.lower(), name
 
 
-def test_runbook_anchors_exist_in_readme_once_it_has_a_runbook():
-    readme = open(os.path.join(HERE, "..", "README.md")).read()
-    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", readme, re.M)}
-    if not any(a.startswith("runbook-") for a in anchors):
-        pytest.skip("README.md has no runbook section yet (draft: /tmp/readme-monitoring.md)")
+def test_runbook_anchors_exist_in_the_runbooks_page():
+    page = open(RUNBOOKS_PAGE).read()
+    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", page, re.M)}
     missing = [r["alert"] for r in alert_rules() if r["annotations"]["runbook_url"].split("#")[1] not in anchors]
-    assert not missing, f"README.md has no '### Runbook: <name>' heading for {missing}"
+    assert not missing, f"docs/operations/runbooks.md has no '## Runbook: <name>' heading for {missing}"
+    # and no runbook for an alert that is gone
+    names = {r["alert"] for r in alert_rules()}
+    stale = [h for h in re.findall(r"^## Runbook: (\S+)$", page, re.M) if h not in names]
+    assert not stale, f"runbooks for alerts the rules do not have: {stale}"
 
 
 def github_anchor(heading: str) -> str:
@@ -79,6 +83,9 @@ def github_anchor(heading: str) -> str:
 
 def test_github_anchor():
     assert github_anchor("Runbook: StreamJobCheckpointsFailing") == "runbook-streamjobcheckpointsfailing"
+    # The documentation site's heading ids (Python-Markdown's toc, as MkDocs uses it) are the same.
+    toc = pytest.importorskip("markdown.extensions.toc")
+    assert toc.slugify("Runbook: StreamJobCheckpointsFailing", "-") == "runbook-streamjobcheckpointsfailing"
 
 
 @needs_promtool

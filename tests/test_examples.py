@@ -1,4 +1,4 @@
-"""The README's examples run as it says, and give the results they promise.
+"""The examples of the README (and docs/index.md) run as it says, and give the results they promise.
 
 examples/event_time_windows.py: every window's count equals the views of that page whose event
 time falls in it, however out of order they came. examples/checkpointed_counts.py: the walk-through

@@ -1,10 +1,11 @@
 """The README's first hour is true: its shell commands run, on a fresh clone, as written.
 
-Every ```bash block of README.md carries a marker before it, `<!-- readme-test: KIND (why) -->`:
-`local` blocks are run here; the others say what they need that a test cannot have here (a
-cluster: tests/test_readme_walkthrough.py runs the operator walk-through against the test API
-server; a Kafka broker, the image, Prometheus writing /etc, placeholders for the reader's own job,
-the whole test suite or a benchmark), and the test that covers them, if any.
+Every ```bash block of README.md and of the documentation site (docs/**/*.md) carries a marker before
+it, `<!-- readme-test: KIND (why) -->`: `local` blocks are run here (a `local` block of docs/ must be
+one of the README's, which run on the fresh clone); the others say what they need that a test cannot
+have here (a cluster: tests/test_readme_walkthrough.py runs the operator walk-through against the
+test API server; a Kafka broker, the image, Prometheus writing /etc, placeholders for the reader's own
+job, the whole test suite or a benchmark), and the test that covers them, if any.
 
 What runs, in a `git clone` of this checkout (its committed HEAD) in a temporary directory:
 
@@ -40,24 +41,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
+DOCS = sorted((REPO / "docs").rglob("*.md"))
 KINDS = {"local", "suite", "placeholder", "kafka", "bench", "image", "cluster", "prometheus"}
 pytestmark = pytest.mark.spark
 
 
-def bash_blocks() -> list[tuple[str, str]]:
+def bash_blocks(text: str = README) -> list[tuple[str, str]]:
     """(kind, body) of every ```bash block, the kind from the marker right before it ('' if none)."""
     blocks = []
-    for match in re.finditer(r"(?:<!-- readme-test: (\w+)[^\n]*-->\n)?```bash\n(.*?)```", README, re.S):
+    for match in re.finditer(r"(?:<!-- readme-test: (\w+)[^\n]*-->\n)?```bash\n(.*?)```", text, re.S):
         blocks.append((match.group(1) or "", match.group(2)))
     return blocks
 
 
 def test_every_shell_block_says_whether_it_runs_here():
-    blocks = bash_blocks()
-    assert len(blocks) >= 10
-    unmarked = [body.splitlines()[0] for kind, body in blocks if kind not in KINDS]
+    pages = {"README.md": README} | {str(p.relative_to(REPO)): p.read_text() for p in DOCS}
+    blocks = {name: bash_blocks(text) for name, text in pages.items()}
+    assert sum(len(b) for b in blocks.values()) >= 10
+    unmarked = [f"{name}: {body.splitlines()[0]}" for name, b in blocks.items() for kind, body in b
+                if kind not in KINDS]
     assert not unmarked, f"shell blocks without a known readme-test marker: {unmarked}"
-    assert [kind for kind, _ in blocks].count("local") >= 1
+    assert [kind for kind, _ in blocks["README.md"]].count("local") >= 1
+    # The fresh-clone test runs the README's local blocks; one in docs/ is covered only as one of them.
+    readme_local = {body.strip() for kind, body in blocks["README.md"] if kind == "local"}
+    uncovered = [f"{name}: {body.splitlines()[0]}" for name, b in blocks.items() if name != "README.md"
+                 for kind, body in b if kind == "local" and body.strip() not in readme_local]
+    assert not uncovered, f"`local` shell blocks of docs/ that no test runs (not the README's): {uncovered}"
 
 
 def activation() -> str:

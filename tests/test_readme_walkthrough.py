@@ -1,4 +1,4 @@
-"""The README's operator walk-through ("On Kubernetes: the operator"), run with this machine's
+"""The operator walk-through of the documentation (docs/kubernetes/operator.md), run with this machine's
 `kubectl` as written there, one command line at a time, checking what each line's comment says.
 
 There is no cluster here, so (mocked, as for the other operator tests):
@@ -44,13 +44,14 @@ pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kube
 
 
 def walkthrough_lines() -> list[str]:
-    """The command lines of the README's walk-through block (the one after the cluster marker that
-    applies the StreamJob CRD), without their comments."""
-    text = (REPO / "README.md").read_text()
-    for match in re.finditer(re.escape(MARKER) + r"[^\n]*\n```bash\n(.*?)```", text, re.S):
-        if "streamjob operator crd | kubectl apply" in match.group(1):
-            return [strip_comment(line) for line in match.group(1).splitlines() if line.strip()]
-    raise AssertionError("README.md has no walk-through block after a readme-test: cluster marker")
+    """The command lines of the walk-through block (the one after the cluster marker that applies the
+    StreamJob CRD) of the README or a page of docs/, without their comments."""
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for match in re.finditer(re.escape(MARKER) + r"[^\n]*\n```bash\n(.*?)```", text, re.S):
+            if "streamjob operator crd | kubectl apply" in match.group(1):
+                return [strip_comment(line) for line in match.group(1).splitlines() if line.strip()]
+    raise AssertionError("neither README.md nor docs/ has a walk-through block after a readme-test: cluster marker")
 
 
 def strip_comment(line: str) -> str:
@@ -109,7 +110,7 @@ def test_the_walkthrough_runs_against_the_test_api_server(tmp_path):
         def describe() -> str:
             return json.dumps(status(), indent=1)[-4000:]
 
-        out = sh(lines[1])  # the CRD, through kubectl, as the README applies it
+        out = sh(lines[1])  # the CRD, through kubectl, as the walk-through applies it
         assert "customresourcedefinition.apiextensions.k8s.io/streamjobs.streamjob.io created" in out, out
 
         commands = {resources.ENTRYPOINT: [str(REPO / "docker" / "entrypoint.sh")]}

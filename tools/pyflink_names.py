@@ -1,7 +1,7 @@
 """The public names of PyFlink's DataStream-side modules, read from the ``apache-flink`` wheel of PyPI.
 
     python tools/pyflink_names.py              # download the wheels, write runtime/api/pyflink_names.json
-    python tools/pyflink_names.py --readme     # only rewrite README.md's table of unsupported names
+    python tools/pyflink_names.py --docs       # only rewrite docs/api/pyflink-unsupported.md's table of unsupported names
 
 The wheel is downloaded (``pip download --no-deps``), never installed: it is large and pins old
 dependencies. Its files are read from the zip and parsed with ``ast``: a module's ``__all__`` is
@@ -152,11 +152,15 @@ def build(versions: tuple[str, ...]) -> dict:
     }
 
 
-def write_readme() -> None:
+# The documentation page that holds the table of PyFlink names streamjob does not have.
+DOCS_PAGE = os.path.join("docs", "api", "pyflink-unsupported.md")
+
+
+def write_docs_table() -> None:
     sys.path.insert(0, ROOT)
     from streamjob.runtime.api import pyflink_names
 
-    path = os.path.join(ROOT, "README.md")
+    path = os.path.join(ROOT, DOCS_PAGE)
     with open(path, encoding="utf-8") as f:
         text = f.read()
     new = pyflink_names.replace_readme_table(text)
@@ -167,16 +171,17 @@ def write_readme() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="append", help=f"apache-flink release(s) to read (default: {VERSIONS})")
-    parser.add_argument("--readme", action="store_true", help="only rewrite README.md's table from the data")
+    parser.add_argument("--docs", "--readme", dest="docs", action="store_true",
+                        help=f"only rewrite {DOCS_PAGE}'s table from the data")
     args = parser.parse_args()
-    if not args.readme:
+    if not args.docs:
         data = build(tuple(args.version or VERSIONS))
         with open(OUT, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=False)
             f.write("\n")
         print(f"{sum(len(n) for n in data['modules'].values())} names of {len(data['modules'])} modules "
               f"({', '.join(data['versions'])}) -> {os.path.relpath(OUT, ROOT)}")
-    write_readme()
+    write_docs_table()
 
 
 if __name__ == "__main__":

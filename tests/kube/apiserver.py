@@ -57,7 +57,7 @@ kubectl works against it on the TLS port (`KubeAPI(tls=True)`, `write_kubeconfig
 over plain http kubectl sends no bearer token. Served for it: discovery, /openapi/v3 (only the
 `fieldValidation` parameter, so that apply leaves validation to the server), the scale subresource,
 merge patches, and `kubectl get` of a custom resource prints its additionalPrinterColumns (a Table
-made here, for plain gets without selectors). tests/test_readme_walkthrough.py runs the README's walk-through with it.
+made here, for plain gets without selectors). tests/test_readme_walkthrough.py runs the operator walk-through of docs/ with it.
 
 Pods are checked on creation with the API server's rules that no schema expresses (unique volume
 names and mount paths, mounts naming a volume: tests/kube/validation.py) and refused with 422.
