@@ -553,7 +553,6 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
                                                             "SPARK_TESTING", "SPARK_HOME")):
         return None
     import importlib.util
-    import signal
     import subprocess
     import tempfile
 
@@ -571,14 +570,32 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
     folder = tempfile.mkdtemp()
     info = os.path.join(folder, "connection-info")
     env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
-    # stdin is a pipe: the gateway server exits when it closes (this process ends); no SIGINT (Ctrl-C
-    # is the job manager's to handle).
+    # stdin is a pipe: the gateway server exits when it closes (this process ends, however it ends).
     quiet = not spark_log.show_banner()
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, stderr=subprocess.PIPE if quiet else None,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                            preexec_fn=_jvm_preexec)
     if quiet:
         threading.Thread(target=_relay_stderr, args=(proc.stderr,), name="spark-jvm-stderr", daemon=True).start()
     return proc, info, folder
+
+
+def _jvm_preexec() -> None:
+    """In the JVM's process before it executes spark-submit; the Python workers it starts inherit it all.
+
+    A process group of its own: a signal sent to the driver's process group (the terminal's Ctrl-C,
+    ``kill -TERM -PGID``, ``timeout``, a supervisor stopping a process group) reaches the driver alone,
+    which stops the job gracefully; the JVM and the workers must live on to drain it. Were they to get
+    the SIGTERM too, the JVM would exit and the workers die (Spark stops its workers with SIGTERM, so
+    they cannot ignore it), each a failure and a restart before the stop. They still end with the
+    driver: the JVM exits when its stdin (a pipe from the driver) closes, stopping its workers, and a
+    task whose job manager is gone ends. SIGINT stays ignored too (a Ctrl-C sent to the JVM's own
+    pid), and SIGTTOU (a JVM of ``-v`` writing to a terminal set to ``tostop`` from a group that is not
+    the foreground one)."""
+    import signal
+
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
 
 def _relay_stderr(stream: Any) -> None:
