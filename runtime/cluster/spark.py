@@ -43,6 +43,16 @@ class StartAborted(ClusterError):
     """Spark's start was given up (Ctrl-C or SIGTERM while it started): its JVM was killed."""
 
 
+class JVMStartError(ClusterError):
+    """A new JVM and SparkContext (``SparkDeployment.restart_jvm``) did not start. ``how``: how the new
+    JVM's process ended ("killed by signal 9", "exit code 1"), None when it never ran or Spark failed in
+    a JVM that still ran (then it was killed, not left behind)."""
+
+    def __init__(self, message: str, how: str | None = None):
+        super().__init__(message)
+        self.how = how
+
+
 class _Start:
     """One deployment starting in a thread of its own (``start_deployment``): the JVMs launched for it,
     killed if the start is given up. A Ctrl-C raised inside the start's py4j calls would leave them half
@@ -663,6 +673,30 @@ def root_cause(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+def _end_start(processes: list[Any]) -> str | None:
+    """After a failed start: how its JVM ended ("killed by signal 9"), waiting a moment for the process of
+    a JVM whose connection was lost (its sockets close before it has exited); one still running after
+    that (Spark failed in it) is killed with its children, and None returned."""
+    import subprocess
+
+    how = None
+    for process in processes:
+        try:
+            code = process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            kill_tree(process)
+            continue
+        how = describe_exit(code)
+    return how
+
+
+def _first_line(error: BaseException) -> str:
+    for line in (str(error) or type(error).__name__).splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(error).__name__
+
+
 def describe_exit(code: int) -> str:
     """A process's end as Popen reports it: "killed by signal 9", "exit code 1"."""
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
@@ -764,7 +798,7 @@ class SparkDeployment:
         else:
             _prepare_environment(self.master, conf)
 
-    def _create(self, conf: dict[str, str], app_name: str) -> Any:
+    def _create(self, conf: dict[str, str], app_name: str, launched: Any = None) -> Any:
         """A SparkContext, not a SparkSession: the job needs only the context, and the SQL session's
         start-up (catalog, SQL configuration, its imports) cost ~2 s more before the first record."""
         from pyspark import SparkConf, SparkContext
@@ -786,7 +820,7 @@ class SparkDeployment:
             gateway = _take_prestarted(_launch_settings(settings))
             if gateway is None:
                 try:
-                    gateway = _launch_gateway(_launch_settings(settings))
+                    gateway = _launch_gateway(_launch_settings(settings), launched)
                 except StartAborted:
                     raise
                 except Exception as e:  # py4j / JVM launch problems
@@ -856,10 +890,29 @@ class SparkDeployment:
         return self.local and self._gateway_process() is not None
 
     def restart_jvm(self) -> None:
-        """Start a new JVM and SparkContext after the old JVM died (``jvm_restartable`` only)."""
+        """Start a new JVM and SparkContext after the old JVM died (``jvm_restartable`` only). Raises
+        ``JVMStartError`` when they do not start (the new JVM died while it started, Java is gone, ...);
+        nothing of that start is left running, and a later call starts anew."""
+        import warnings
+
         mark("jvm restart")
         _forget_context()
-        self._spark = self._create(dict(self._conf), self._app_name)
+        processes: list[Any] = []
+        try:
+            with warnings.catch_warnings():
+                # PySpark's SparkContext, failing on a JVM that died under it, warns it could not stop it cleanly.
+                warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM",
+                                        category=RuntimeWarning)
+                self._spark = self._create(dict(self._conf), self._app_name, launched=processes.append)
+        except Exception as e:  # noqa: BLE001 - whatever it was, this start is over
+            how = _end_start(processes)
+            try:
+                _forget_context()  # PySpark's handles on the JVM of the failed start
+            except Exception:  # noqa: BLE001
+                pass
+            if how is not None:
+                raise JVMStartError(f"the new Spark JVM exited while it started ({how})", how) from e
+            raise JVMStartError(f"a new Spark JVM could not start: {_first_line(e)}") from e
 
     def slot_report(self) -> SlotReport:
         """What the cluster offers the barrier stage now (for the error when it is not enough)."""
