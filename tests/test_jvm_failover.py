@@ -285,10 +285,10 @@ def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(
     if attempts:
         env["COUNTING_RESTART_ATTEMPTS"] = str(attempts)
     job = Job(tmp_path, 100_000, 2000, linger="0", env=env)
-    killed: list[int] = []
+    killed: list[psutil.Process] = []
     try:
         job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
-        first = job.java().pid
+        first = job.java()
 
         def kill_every_new_jvm() -> None:
             seen: dict[int, float] = {}
@@ -298,11 +298,14 @@ def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(
                 except psutil.NoSuchProcess:
                     children = []
                 for c in children:
-                    if c.pid == first or c.pid in killed:
+                    if c.pid == first.pid or c.pid in [k.pid for k in killed]:
                         continue
                     if time.monotonic() - seen.setdefault(c.pid, time.monotonic()) >= 0.4:
-                        c.kill()
-                        killed.append(c.pid)
+                        try:
+                            c.kill()
+                        except psutil.NoSuchProcess:
+                            continue
+                        killed.append(c)
                 time.sleep(0.02)
 
         killer = threading.Thread(target=kill_every_new_jvm, daemon=True)
@@ -327,8 +330,7 @@ def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(
     [job_dir] = os.listdir(job.checkpoints)
     assert [d for d in os.listdir(os.path.join(job.checkpoints, job_dir)) if d.startswith("chk-")], \
         "the checkpoints outlive the lost JVM"
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in killed + [first])
+    assert dead(killed + [first]), "no JVM of the run is left"
 
 
 def test_jvm_killed_during_stop_with_savepoint_fails_it_clearly_and_a_retry_stops_the_job(tmp_path):

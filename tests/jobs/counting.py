@@ -108,8 +108,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_checkpoint_storage(checkpoints)
     config.set_num_retained_checkpoints(retained)
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention(retention))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(int(os.environ.get("COUNTING_RESTART_ATTEMPTS") or 20),
-                                                                   100))
+    attempts = int(os.environ.get("COUNTING_RESTART_ATTEMPTS") or 20)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(attempts, 100))
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
