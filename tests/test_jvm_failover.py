@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -274,6 +276,32 @@ def test_a_new_jvm_killed_while_it_starts_is_one_more_restart_and_output_is_exac
     assert committed_rows(job.out) == counting.expected_rows(rows)
 
 
+def kill_every_new_jvm(job: Job, first: psutil.Process, killed: list[psutil.Process]) -> threading.Thread:
+    """A thread that SIGKILLs every JVM of the job but ``first`` 0.4 s after its process appears (while it
+    starts), appending each to ``killed``, until the job ends."""
+    def run() -> None:
+        seen: dict[int, float] = {}
+        while job.proc.poll() is None:
+            try:
+                children = [c for c in psutil.Process(job.proc.pid).children() if c.name() == "java"]
+            except psutil.NoSuchProcess:
+                children = []
+            for c in children:
+                if c.pid == first.pid or c.pid in [k.pid for k in killed]:
+                    continue
+                if time.monotonic() - seen.setdefault(c.pid, time.monotonic()) >= 0.4:
+                    try:
+                        c.kill()
+                    except psutil.NoSuchProcess:
+                        continue
+                    killed.append(c)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.mark.parametrize("attempts", [None, 2], ids=["in-a-row", "strategy-gives-up"])
 def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(tmp_path, attempts):
     """Every new JVM is killed while it starts (~0.4 s after its process appears), as if it could never
@@ -289,27 +317,7 @@ def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(
     try:
         job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
         first = job.java()
-
-        def kill_every_new_jvm() -> None:
-            seen: dict[int, float] = {}
-            while job.proc.poll() is None:
-                try:
-                    children = [c for c in psutil.Process(job.proc.pid).children() if c.name() == "java"]
-                except psutil.NoSuchProcess:
-                    children = []
-                for c in children:
-                    if c.pid == first.pid or c.pid in [k.pid for k in killed]:
-                        continue
-                    if time.monotonic() - seen.setdefault(c.pid, time.monotonic()) >= 0.4:
-                        try:
-                            c.kill()
-                        except psutil.NoSuchProcess:
-                            continue
-                        killed.append(c)
-                time.sleep(0.02)
-
-        killer = threading.Thread(target=kill_every_new_jvm, daemon=True)
-        killer.start()
+        killer = kill_every_new_jvm(job, first, killed)
         job.kill_jvm()
         assert job.proc.wait(180) == 1, job.stderr()[-3000:]
         killer.join(10)
@@ -331,6 +339,30 @@ def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(
     assert [d for d in os.listdir(os.path.join(job.checkpoints, job_dir)) if d.startswith("chk-")], \
         "the checkpoints outlive the lost JVM"
     assert dead(killed + [first]), "no JVM of the run is left"
+
+
+def test_sigterm_while_new_jvms_fail_to_start_ends_the_job_at_once_keeping_its_checkpoint(tmp_path):
+    """No attempt runs while new JVMs fail to start, so there is nothing to drain: SIGTERM then ends the
+    job at once (143, interrupted), keeping its latest checkpoint, instead of starting JVMs until the
+    strategy gives up."""
+    job = Job(tmp_path, 100_000, 2000, linger="0", env={"COUNTING_RETENTION": "NO_EXTERNALIZED_CHECKPOINTS"})
+    killed: list[psutil.Process] = []
+    try:
+        job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
+        first = job.java()
+        kill_every_new_jvm(job, first, killed)
+        job.kill_jvm()
+        job.until(lambda: job.lines_with("the new Spark JVM exited while it started") == 1, what="a failed start")
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.proc.wait(60) == 143, job.stderr()[-3000:]
+    finally:
+        job.kill()
+    stderr = job.stderr()
+    assert "was interrupted by SIGTERM while a new Spark JVM was to start (no attempt was running)" in stderr, \
+        stderr[-3000:]
+    assert job.lines_with("the new Spark JVM exited while it started") <= 2, stderr[-3000:]
+    assert re.search(r"Checkpoint \d+ retained at \S+/chk-\d+", stderr), stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
 
 
 def test_jvm_killed_during_stop_with_savepoint_fails_it_clearly_and_a_retry_stops_the_job(tmp_path):
