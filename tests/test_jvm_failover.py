@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -204,6 +206,163 @@ def test_jvm_killed_three_times_mid_checkpoint_mid_savepoint_and_anywhere_output
     finally:
         job.kill()
     assert committed_rows(job.out) == counting.expected_rows(rows)
+
+
+def trace_events(path: str, pid: int) -> list[str]:
+    """The driver's moments in its start-up trace (STREAMJOB_STARTUP_TRACE), in order."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [line.split(" ", 2)[2] for line in lines if line.count(" ") >= 2 and line.split(" ", 2)[1] == str(pid)]
+
+
+def kill_starting_jvm(job: Job, old: int, trace: str, after: float = 1.2) -> int:
+    """SIGKILL the JVM that replaces the one with pid ``old`` while it starts: ``after`` s after its process
+    appears (spark-submit's script has become ``java``), or as soon as the SparkContext's start on it
+    begins, whichever comes first (so the kill lands inside the start on a fast machine too). Its pid."""
+    def new_java() -> psutil.Process | None:
+        try:
+            found = [c for c in psutil.Process(job.proc.pid).children() if c.pid != old and c.name() == "java"]
+        except psutil.NoSuchProcess:
+            return None
+        return found[0] if found else None
+
+    holder: dict = {}
+    job.until(lambda: holder.update(java=new_java()) or holder["java"] is not None, what="a new JVM")
+    appeared = time.monotonic()
+    restarts = trace_events(trace, job.proc.pid).count("jvm restart")
+    assert restarts, "the new JVM was started by restart_jvm"
+
+    def since_restart() -> list[str]:
+        events = trace_events(trace, job.proc.pid)
+        return events[len(events) - events[::-1].index("jvm restart"):]
+
+    while time.monotonic() - appeared < after and "spark context start" not in since_restart():
+        time.sleep(0.01)
+    java = holder["java"]
+    assert "spark context" not in since_restart(), "the new JVM had started already: the kill is not during its start"
+    java.kill()
+    return java.pid
+
+
+def test_a_new_jvm_killed_while_it_starts_is_one_more_restart_and_output_is_exact(tmp_path):
+    """The JVM dies, and so does its replacement while it starts (its process killed ~1.2 s after it
+    appeared): that is one more failure for the restart strategy (counted, said as any, a third JVM
+    started), not the job's end; the job finishes and its output is exact."""
+    trace = str(tmp_path / "trace")
+    rows = 20_000
+    job = Job(tmp_path, rows, 2000, env={"STREAMJOB_STARTUP_TRACE": trace})
+    try:
+        job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
+        old = job.java().pid
+        job.kill_jvm()
+        job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 1, what="the JVM's death noticed")
+        kill_starting_jvm(job, old, trace)
+        job.until(lambda: job.lines_with("the new Spark JVM exited while it started (killed by signal 9); starting a "
+                                         "new one. Restarting from checkpoint") == 1,
+                  what="the replacement's death noticed as an attempt's failure")
+        job.until(lambda: job.checkpoints_after(job.latest_checkpoint()), what="running again on a third JVM")
+        final: dict = {}
+        job.until(lambda: final.update(job.get("/job")) or final.get("state") not in (None, "RUNNING", "RESTARTING"),
+                  timeout=180, what="the input ends")
+        assert final["state"] == "FINISHED" and final["restarts"] == 2, final
+        assert job.proc.wait(60) == 0, job.stderr()[-3000:]
+    finally:
+        job.kill()
+    stderr = job.stderr()
+    assert "could not start" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert committed_rows(job.out) == counting.expected_rows(rows)
+
+
+def kill_every_new_jvm(job: Job, first: psutil.Process, killed: list[psutil.Process]) -> threading.Thread:
+    """A thread that SIGKILLs every JVM of the job but ``first`` 0.4 s after its process appears (while it
+    starts), appending each to ``killed``, until the job ends."""
+    def run() -> None:
+        seen: dict[int, float] = {}
+        while job.proc.poll() is None:
+            try:
+                children = [c for c in psutil.Process(job.proc.pid).children() if c.name() == "java"]
+            except psutil.NoSuchProcess:
+                children = []
+            for c in children:
+                if c.pid == first.pid or c.pid in [k.pid for k in killed]:
+                    continue
+                if time.monotonic() - seen.setdefault(c.pid, time.monotonic()) >= 0.4:
+                    try:
+                        c.kill()
+                    except psutil.NoSuchProcess:
+                        continue
+                    killed.append(c)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("attempts", [None, 2], ids=["in-a-row", "strategy-gives-up"])
+def test_new_jvms_that_keep_dying_while_they_start_end_the_job_naming_the_cause(tmp_path, attempts):
+    """Every new JVM is killed while it starts (~0.4 s after its process appears), as if it could never
+    start. The restart strategy decides: the job's (fixed delay, 20 attempts) would allow 20 restarts,
+    but 5 JVMs failing to start in a row, with no attempt run in between, is the environment or the
+    configuration, and the job fails saying so; with 2 attempts the strategy gives up first. Either way
+    the error names the cause, and the checkpoints are kept (the job did not end, its JVM was lost)."""
+    env = {"COUNTING_RETENTION": "NO_EXTERNALIZED_CHECKPOINTS"}
+    if attempts:
+        env["COUNTING_RESTART_ATTEMPTS"] = str(attempts)
+    job = Job(tmp_path, 100_000, 2000, linger="0", env=env)
+    killed: list[psutil.Process] = []
+    try:
+        job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
+        first = job.java()
+        killer = kill_every_new_jvm(job, first, killed)
+        job.kill_jvm()
+        assert job.proc.wait(180) == 1, job.stderr()[-3000:]
+        killer.join(10)
+    finally:
+        job.kill()
+    stderr = job.stderr()
+    starting = "the new Spark JVM exited while it started (killed by signal 9)"
+    if attempts is None:
+        assert len(killed) == 5 and job.lines_with(f"{starting}; starting a new one") == 4, stderr[-3000:]
+        assert (f"the Spark JVM exited (killed by signal 9) and a new one could not start 5 times in a row, without "
+                f"an attempt running in between (last: {starting}). That is no passing failure but the JVM's "
+                f"environment or configuration") in stderr, stderr[-3000:]
+    else:
+        assert len(killed) == 2 and job.lines_with(f"{starting}; starting a new one") == 1, stderr[-3000:]
+        assert (f"failed (restart strategy fixed-delay (2 attempts, 100 ms) gave up after 2 restarts): the Spark JVM "
+                f"exited (killed by signal 9) and a new one could not start: {starting}") in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    [job_dir] = os.listdir(job.checkpoints)
+    assert [d for d in os.listdir(os.path.join(job.checkpoints, job_dir)) if d.startswith("chk-")], \
+        "the checkpoints outlive the lost JVM"
+    assert dead(killed + [first]), "no JVM of the run is left"
+
+
+def test_sigterm_while_new_jvms_fail_to_start_ends_the_job_at_once_keeping_its_checkpoint(tmp_path):
+    """No attempt runs while new JVMs fail to start, so there is nothing to drain: SIGTERM then ends the
+    job at once (143, interrupted), keeping its latest checkpoint, instead of starting JVMs until the
+    strategy gives up."""
+    job = Job(tmp_path, 100_000, 2000, linger="0", env={"COUNTING_RETENTION": "NO_EXTERNALIZED_CHECKPOINTS"})
+    killed: list[psutil.Process] = []
+    try:
+        job.until(lambda: job.checkpoints_after(1), what="the job runs and checkpoints")
+        first = job.java()
+        kill_every_new_jvm(job, first, killed)
+        job.kill_jvm()
+        job.until(lambda: job.lines_with("the new Spark JVM exited while it started") == 1, what="a failed start")
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.proc.wait(60) == 143, job.stderr()[-3000:]
+    finally:
+        job.kill()
+    stderr = job.stderr()
+    assert "was interrupted by SIGTERM while a new Spark JVM was to start (no attempt was running)" in stderr, \
+        stderr[-3000:]
+    assert job.lines_with("the new Spark JVM exited while it started") <= 2, stderr[-3000:]
+    assert re.search(r"Checkpoint \d+ retained at \S+/chk-\d+", stderr), stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
 
 
 def test_jvm_killed_during_stop_with_savepoint_fails_it_clearly_and_a_retry_stops_the_job(tmp_path):

@@ -187,6 +187,23 @@ def test_sigterm_drains_commits_and_says_so(terminal, tmp_path):
 
 
 @pytest.mark.spark
+def test_sigterm_to_the_whole_process_group_is_one_graceful_stop(terminal, tmp_path):
+    """What `timeout`, a supervisor and `kill -TERM -PGID` send: SIGTERM to every process of the group.
+    The JVM and the Python workers run in a process group of their own, so only the driver gets it: one
+    graceful stop, as SIGTERM to the driver alone, not a JVM exit and dead tasks (two failures and a new
+    JVM) before it."""
+    term = terminal(tmp_path, 1_000_000, 100)
+    first = term.wait_for_new_batch()
+    os.killpg(os.getpgid(term.child.pid), signal.SIGTERM)
+    code = term.wait()
+    text = term.text()
+    assert code == 0, text
+    assert "Stopping (SIGTERM)" in text and "Stopped by SIGTERM" in text
+    assert not re.search(r"Attempt \d+ failed|Restarting|starting a new one", text), text
+    assert_everything_committed(term, first)
+
+
+@pytest.mark.spark
 def test_streamjob_stop_drains_and_commits_every_row(terminal, tmp_path):
     term = terminal(tmp_path, 1_000_000, 100)
     url = term.rest_url()

@@ -131,6 +131,13 @@ class _Attempt:
 _JVM_STAGE_GRACE_S = 5.0
 # How long the killed tasks of an attempt whose JVM died may take to disconnect before the next one starts.
 _ORPHAN_GRACE_S = 5.0
+# New JVMs that fail to start this many times in a row, with no attempt running in between, fail the job
+# whatever the restart strategy allows (the default, exponential delay, allows restarts without end): a
+# JVM killed while it starts is a passing failure (the OOM killer, a kill), one that never starts is the
+# environment or the configuration (Java gone, too little memory, a spark.* setting), which retrying at
+# up to a minute's delay would hide for good. With the default delays (1 s x1.5) this gives up ~10-20 s
+# after the JVM's death.
+_JVM_START_FAILURES_IN_A_ROW = 5
 
 
 def _jvm_failure(how: str, attempt: int) -> TaskFailure:
@@ -329,7 +336,7 @@ def execute_job(graph: JobGraph, config: Configuration, show_progress: bool | No
 
 def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | None, job_id: str, client: Any,
                  deployed: list[JobManager], summary: bool = True) -> JobExecutionResult:
-    from .spark import StartAborted, start_deployment
+    from .spark import JVMStartError, StartAborted, start_deployment
 
     filesystems.configure(config)
     payload = serialize_graph(graph)
@@ -596,12 +603,48 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             attempt_no += 1
             restart_at = time.monotonic() + delay / 1000.0
             if jvm_exit is not None:
-                try:
-                    deployment.restart_jvm()
-                except Exception as e:  # noqa: BLE001 - the JVM cannot start: no attempt can run
-                    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed: the Spark JVM exited "
-                                            f"({jvm_exit}) and a new one could not start: {_first_line(e)}") from e
-                interrupts.install()  # the new SparkContext installed PySpark's SIGINT handler again
+                # A new JVM that dies (or cannot start) while it starts is one more failure of the restart
+                # strategy: counted, delayed by it, said as any; the job fails only when the strategy gives
+                # up, or when JVMs failed to start _JVM_START_FAILURES_IN_A_ROW times with no attempt run.
+                failed_starts = 0
+                while True:
+                    try:
+                        deployment.restart_jvm()
+                        break
+                    except JVMStartError as e:
+                        start_error = e
+                    finally:
+                        interrupts.install()  # a SparkContext made here installed PySpark's SIGINT handler again
+                    failed_starts += 1
+                    cause = str(start_error)
+                    jm.report(TaskFailure(-1, None, "SparkJVMStartFailed", cause, "", "jvm", attempt_no))
+                    lost = f"the Spark JVM exited ({jvm_exit}) and a new one could not start"
+                    if failed_starts >= _JVM_START_FAILURES_IN_A_ROW:
+                        raise JobExecutionError(
+                            f"Job {graph.job_name!r} ({job_id}) failed: {lost} {failed_starts} times in a row, "
+                            f"without an attempt running in between (last: {cause}). That is no passing failure "
+                            f"but the JVM's environment or configuration (Java, memory, spark.* settings): fix it "
+                            f"and resume from the latest checkpoint") from start_error
+                    delay = strategy.next_delay_ms(int(time.time() * 1000))
+                    if delay is None:
+                        raise JobExecutionError(
+                            f"Job {graph.job_name!r} ({job_id}) failed (restart strategy {strategy.describe()} gave "
+                            f"up after {attempt_no} restarts): {lost}: {cause}") from start_error
+                    display.note(f"Attempt {attempt_no + 1} failed: {cause}; starting a new one. Restarting from "
+                                 f"{where} in {delay} ms ({strategy.describe()})")
+                    jm.restarts += 1
+                    attempt_no += 1
+                    restart_at = time.monotonic() + delay / 1000.0
+                    while time.monotonic() < restart_at and handled == interrupts.count:
+                        time.sleep(0.05)
+                    if handled < interrupts.count:  # nothing runs to drain: the job ends where it is
+                        signum = interrupts.signals[handled]
+                        stop.cancel_signal = signum
+                        jm.status.state = "CANCELED"
+                        final_state = "CANCELED"
+                        raise JobInterrupted(f"Job {graph.job_name!r} ({job_id}) was interrupted by "
+                                             f"{NAMES.get(signum, 'a signal')} while a new Spark JVM was to start "
+                                             f"(no attempt was running)", signum)
                 driver_lost = False
             while time.monotonic() < restart_at and not jm.cancel_requested:
                 time.sleep(min(0.1, max(0.0, restart_at - time.monotonic())))

@@ -43,6 +43,16 @@ class StartAborted(ClusterError):
     """Spark's start was given up (Ctrl-C or SIGTERM while it started): its JVM was killed."""
 
 
+class JVMStartError(ClusterError):
+    """A new JVM and SparkContext (``SparkDeployment.restart_jvm``) did not start. ``how``: how the new
+    JVM's process ended ("killed by signal 9", "exit code 1"), None when it never ran or Spark failed in
+    a JVM that still ran (then it was killed, not left behind)."""
+
+    def __init__(self, message: str, how: str | None = None):
+        super().__init__(message)
+        self.how = how
+
+
 class _Start:
     """One deployment starting in a thread of its own (``start_deployment``): the JVMs launched for it,
     killed if the start is given up. A Ctrl-C raised inside the start's py4j calls would leave them half
@@ -553,7 +563,6 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
                                                             "SPARK_TESTING", "SPARK_HOME")):
         return None
     import importlib.util
-    import signal
     import subprocess
     import tempfile
 
@@ -571,14 +580,32 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
     folder = tempfile.mkdtemp()
     info = os.path.join(folder, "connection-info")
     env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
-    # stdin is a pipe: the gateway server exits when it closes (this process ends); no SIGINT (Ctrl-C
-    # is the job manager's to handle).
+    # stdin is a pipe: the gateway server exits when it closes (this process ends, however it ends).
     quiet = not spark_log.show_banner()
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, stderr=subprocess.PIPE if quiet else None,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                            preexec_fn=_jvm_preexec)
     if quiet:
         threading.Thread(target=_relay_stderr, args=(proc.stderr,), name="spark-jvm-stderr", daemon=True).start()
     return proc, info, folder
+
+
+def _jvm_preexec() -> None:
+    """In the JVM's process before it executes spark-submit; the Python workers it starts inherit it all.
+
+    A process group of its own: a signal sent to the driver's process group (the terminal's Ctrl-C,
+    ``kill -TERM -PGID``, ``timeout``, a supervisor stopping a process group) reaches the driver alone,
+    which stops the job gracefully; the JVM and the workers must live on to drain it. Were they to get
+    the SIGTERM too, the JVM would exit and the workers die (Spark stops its workers with SIGTERM, so
+    they cannot ignore it), each a failure and a restart before the stop. They still end with the
+    driver: the JVM exits when its stdin (a pipe from the driver) closes, stopping its workers, and a
+    task whose job manager is gone ends. SIGINT stays ignored too (a Ctrl-C sent to the JVM's own
+    pid), and SIGTTOU (a JVM of ``-v`` writing to a terminal set to ``tostop`` from a group that is not
+    the foreground one)."""
+    import signal
+
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
 
 def _relay_stderr(stream: Any) -> None:
@@ -644,6 +671,30 @@ def root_cause(error: BaseException) -> str:
         text = ""
     lines = [line.strip() for line in (text or str(error)).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+def _end_start(processes: list[Any]) -> str | None:
+    """After a failed start: how its JVM ended ("killed by signal 9"), waiting a moment for the process of
+    a JVM whose connection was lost (its sockets close before it has exited); one still running after
+    that (Spark failed in it) is killed with its children, and None returned."""
+    import subprocess
+
+    how = None
+    for process in processes:
+        try:
+            code = process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            kill_tree(process)
+            continue
+        how = describe_exit(code)
+    return how
+
+
+def _first_line(error: BaseException) -> str:
+    for line in (str(error) or type(error).__name__).splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return type(error).__name__
 
 
 def describe_exit(code: int) -> str:
@@ -747,7 +798,7 @@ class SparkDeployment:
         else:
             _prepare_environment(self.master, conf)
 
-    def _create(self, conf: dict[str, str], app_name: str) -> Any:
+    def _create(self, conf: dict[str, str], app_name: str, launched: Any = None) -> Any:
         """A SparkContext, not a SparkSession: the job needs only the context, and the SQL session's
         start-up (catalog, SQL configuration, its imports) cost ~2 s more before the first record."""
         from pyspark import SparkConf, SparkContext
@@ -769,7 +820,7 @@ class SparkDeployment:
             gateway = _take_prestarted(_launch_settings(settings))
             if gateway is None:
                 try:
-                    gateway = _launch_gateway(_launch_settings(settings))
+                    gateway = _launch_gateway(_launch_settings(settings), launched)
                 except StartAborted:
                     raise
                 except Exception as e:  # py4j / JVM launch problems
@@ -839,10 +890,29 @@ class SparkDeployment:
         return self.local and self._gateway_process() is not None
 
     def restart_jvm(self) -> None:
-        """Start a new JVM and SparkContext after the old JVM died (``jvm_restartable`` only)."""
+        """Start a new JVM and SparkContext after the old JVM died (``jvm_restartable`` only). Raises
+        ``JVMStartError`` when they do not start (the new JVM died while it started, Java is gone, ...);
+        nothing of that start is left running, and a later call starts anew."""
+        import warnings
+
         mark("jvm restart")
         _forget_context()
-        self._spark = self._create(dict(self._conf), self._app_name)
+        processes: list[Any] = []
+        try:
+            with warnings.catch_warnings():
+                # PySpark's SparkContext, failing on a JVM that died under it, warns it could not stop it cleanly.
+                warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM",
+                                        category=RuntimeWarning)
+                self._spark = self._create(dict(self._conf), self._app_name, launched=processes.append)
+        except Exception as e:  # noqa: BLE001 - whatever it was, this start is over
+            how = _end_start(processes)
+            try:
+                _forget_context()  # PySpark's handles on the JVM of the failed start
+            except Exception:  # noqa: BLE001
+                pass
+            if how is not None:
+                raise JVMStartError(f"the new Spark JVM exited while it started ({how})", how) from e
+            raise JVMStartError(f"a new Spark JVM could not start: {_first_line(e)}") from e
 
     def slot_report(self) -> SlotReport:
         """What the cluster offers the barrier stage now (for the error when it is not enough)."""

@@ -8,7 +8,8 @@ running count of every row is deterministic: ``expected_rows`` computes it.
 
 With ``COUNTING_STALL_FILE=PATH`` in the environment, the counting operator waits while PATH exists:
 a test holds a checkpoint or savepoint in flight (its barrier cannot pass) for as long as it likes.
-``COUNTING_RETENTION`` overrides the externalized checkpoint retention (RETAIN_ON_CANCELLATION).
+``COUNTING_RETENTION`` overrides the externalized checkpoint retention (RETAIN_ON_CANCELLATION),
+``COUNTING_RESTART_ATTEMPTS`` the restart strategy's attempts (fixed delay of 100 ms, 20 attempts).
 """
 
 import os
@@ -107,7 +108,8 @@ def build(out: str, checkpoints: str, rows: int, rate: float, interval_ms: int =
     config.set_checkpoint_storage(checkpoints)
     config.set_num_retained_checkpoints(retained)
     config.set_externalized_checkpoint_retention(ExternalizedCheckpointRetention(retention))
-    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(20, 100))
+    attempts = int(os.environ.get("COUNTING_RESTART_ATTEMPTS") or 20)
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(attempts, 100))
     # event_time: row i happens at i ms (watermarks flow, as the dashboard's event-time panels need)
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("i") if event_time else None
     source = env.from_source(DataGenSource(row, count=rows, rows_per_second=rate), strategy, "numbers").uid("numbers")
