@@ -46,6 +46,8 @@ _NAMES = {
     "ExternalizedCheckpointRetention": ".api.checkpointing",
     "ExecutionConfig": ".api.execution_config",
     "JobClient": ".api.environment",
+    "QueryableStateClient": ".queryable_client",
+    "QueryableStateStream": ".api.queryable",
     "JobExecutionResult": ".api.environment",
     "JobStatus": ".api.environment",
     "RuntimeExecutionMode": ".api.environment",
@@ -214,7 +216,9 @@ if TYPE_CHECKING:  # type checkers and IDEs see the names as before
         ReduceFunction,
         RuntimeContext,
     )
+    from .api.queryable import QueryableStateStream
     from .api.restart import RestartStrategies, RestartStrategyConfiguration
+    from .queryable_client import QueryableStateClient
     from .api.state import (
         AggregatingState,
         AggregatingStateDescriptor,
@@ -357,6 +361,8 @@ __all__ = [
     "ExternalizedCheckpointCleanup",
     "ExternalizedCheckpointRetention",
     "JobClient",
+    "QueryableStateClient",
+    "QueryableStateStream",
     "DataGenSource",
     "DiscardingSink",
     "FileSink",

@@ -329,6 +329,9 @@ def _prestart_jvm(conf: Configuration) -> None:
 
 # -- commands against running jobs (list, status, checkpoints, savepoint, stop, cancel) -----------------
 from .cli_control import add_commands as _add_control_commands  # noqa: E402 - after main exists
+from .cli_state import state as _state_commands  # noqa: E402
+
+main.add_command(_state_commands)
 
 _add_control_commands(main)
 

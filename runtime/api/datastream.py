@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from . import transformations as T
@@ -209,8 +210,11 @@ class DataStream:
         return DataStream(self._env, t, output_tag.type_info)
 
     def key_by(self, key_selector: Any, key_type: Any = None, key_type_info: Any = None) -> "KeyedStream":
-        """``key_type`` (``key_type_info`` in PyFlink before 1.13) is accepted: keys are Python values."""
+        """``key_type`` (``key_type_info`` in PyFlink before 1.13): keys are Python values either way; the
+        type converts keys given as JSON to queryable state lookups (``Types.INT()``, ``Types.TUPLE``...)."""
         spec = KeySpec.of(key_selector)
+        if key_type is not None or key_type_info is not None:
+            spec = dataclasses.replace(spec, key_type=key_type if key_type is not None else key_type_info)
         t = self._env._add(
             Transformation(T.PARTITION, f"KeyBy({spec.describe()})", [self._t], params={"partitioner": T.HASH, "key": spec})
         )
@@ -346,6 +350,24 @@ class KeyedStream(DataStream):
     def reduce(self, func: Any) -> DataStream:
         as_callable(func, "reduce", "reduce")
         return DataStream(self._env, self._keyed(T.KEYED_REDUCE, "Reduce", func), self._type)
+
+    def as_queryable_state(self, queryable_state_name: str, state_descriptor: Any = None) -> Any:
+        """Flink's ``asQueryableState``: keep each key's latest record (or, with a
+        ReducingStateDescriptor, the records reduced) in state that the job manager's REST API
+        answers lookups of while the job runs (``GET /v1/state/<name>?key=...``). Without a
+        descriptor, a ValueStateDescriptor named after the queryable state. Ends the stream (a sink)."""
+        from .queryable import QueryableSink, QueryableStateStream
+        from .state import ReducingStateDescriptor, ValueStateDescriptor
+        from ..connectors.sinks import DiscardingSink
+
+        d = state_descriptor if state_descriptor is not None else ValueStateDescriptor(queryable_state_name, self._type)
+        if not isinstance(d, (ValueStateDescriptor, ReducingStateDescriptor)):
+            raise TypeError(f"as_queryable_state({queryable_state_name!r}) takes a ValueStateDescriptor or a "
+                            f"ReducingStateDescriptor (Flink's), got {d!r}")
+        d.set_queryable(queryable_state_name)
+        self.process(QueryableSink(d)).name(f"Queryable state: {queryable_state_name}") \
+            .sink_to(DiscardingSink()).name(f"Queryable state: {queryable_state_name} (end)")
+        return QueryableStateStream(queryable_state_name, d)
 
     def process(self, func: KeyedProcessFunction, output_type: Any = None) -> DataStream:  # type: ignore[override]
         if isinstance(func, ProcessFunction):

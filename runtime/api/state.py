@@ -21,9 +21,29 @@ class StateDescriptor:
         self.name = name
         self.type_info = type_info  # accepted for PyFlink compatibility; values are pickled either way
         self._ttl_config: StateTtlConfig | None = None
+        self.queryable_state_name: str | None = None
 
     def get_name(self) -> str:
         return self.name
+
+    def set_queryable(self, queryable_state_name: str) -> "StateDescriptor":
+        """Flink's ``setQueryable``: the job manager's REST API answers lookups of this keyed state by
+        key while the job runs (``GET /v1/state/<queryable_state_name>?key=...``; see
+        ``QueryableStateClient``). Names are unique per job."""
+        if not isinstance(queryable_state_name, str) or not queryable_state_name.strip():
+            raise ValueError(f"{type(self).__name__}({self.name!r}).set_queryable() needs a non-empty name, "
+                             f"got {queryable_state_name!r}")
+        if not all(c.isalnum() or c in "-_." for c in queryable_state_name):
+            raise ValueError(f"{type(self).__name__}({self.name!r}).set_queryable({queryable_state_name!r}): a "
+                             f"queryable state name is a URL path segment: letters, digits, '-', '_' and '.'")
+        self.queryable_state_name = queryable_state_name
+        return self
+
+    def is_queryable(self) -> bool:
+        return self.queryable_state_name is not None
+
+    def get_queryable_state_name(self) -> str | None:
+        return self.queryable_state_name
 
     def enable_time_to_live(self, ttl_config: "StateTtlConfig") -> None:
         """State time-to-live (PyFlink's call): values not written (or read, with ``OnReadAndWrite``)

@@ -67,6 +67,8 @@ class KeySpec:
     column: str | None = None
     position: int | None = None
     fn: Callable[[Any], Any] | None = None
+    # key_by's key_type: what queryable state converts a key given as JSON into (not part of the routing)
+    key_type: Any = field(default=None, compare=False)
 
     @staticmethod
     def of(selector: Any) -> "KeySpec":

@@ -44,6 +44,9 @@ COLLECT = "collect"  # task -> job manager: records of a collect sink (connector
 COLLECT_COMMIT = "collect_commit"  # task -> job manager: a collect sink's records up to seq are committed
 COLLECT_ACK = "collect_ack"  # job manager -> task: a collect message was taken in
 REFUSED = "refused"
+QUERYABLE = "queryable"  # task -> job manager: queryable states its operators created (name, operator, kind)
+QUERY = "query"  # job manager -> task: look keys up in a queryable state
+QUERY_RESULT = "query_result"  # task -> job manager: the answers, by query id
 
 
 class AttemptRefused(ConnectionError):

@@ -35,6 +35,7 @@ from ..startup_trace import mark
 from . import failover, pod
 from . import resume
 from .interrupts import NAMES, Interrupts, exit_code
+from .queryable_state import keyed_operators
 from .jobmanager import BindError, JobManager, TaskFailure
 
 
@@ -426,7 +427,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     operator_names=_metric_names(graph), rest=rest_config, plan=graph.plan(),
                     savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")),
                     on_note=display.note, default_parallelism=graph.default_parallelism,
-                    executors=pod.requested_executors(spark_conf))
+                    executors=pod.requested_executors(spark_conf), keyed_operators=keyed_operators(graph),
+                    job_config=graph.config)
     if client is not None:
         client._attach(jm)
     if lease is not None:

@@ -30,6 +30,7 @@ from ..config import Options
 from . import control as C
 from .collect import CollectBuffer
 from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
+from .queryable_state import QueryError, QueryRouter
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 
@@ -93,7 +94,8 @@ class JobManager:
                  operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
                  savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None,
                  on_note: Callable[[str], None] | None = None, default_parallelism: int | None = None,
-                 executors: int | None = None):
+                 executors: int | None = None, keyed_operators: dict | None = None,
+                 job_config: dict | None = None):
         self.job_id = job_id
         self.job_name = job_name
         self.parallelism = parallelism  # slots: the barrier stage's tasks (what the job graph needs)
@@ -158,6 +160,9 @@ class JobManager:
         self.failure_event = threading.Event()
         self._result_read = threading.Event()  # a client saw the final result: no need to linger
         self.collected = CollectBuffer()  # records of collect sinks, for execute_and_collect
+        self.queries = QueryRouter(keyed_operators or {})  # queryable state: names, routing, answers in flight
+        self.job_config = dict(job_config or {})  # to restore key groups of checkpoints for lookups
+        self.on_note = on_note or (lambda text: print(text, file=sys.stderr, flush=True))
         # Checkpoint storage I/O never runs on the loop (it serves the control channel, REST and the
         # metrics, which must answer while the store hangs): _metadata is written by one thread, in
         # order, bounded by the checkpoint timeout; deletes are retried by another.
@@ -321,6 +326,7 @@ class JobManager:
         executor can end them where Spark cannot (its JVM is gone)."""
         with self._lock:
             self.fenced = True
+            self._fail_queries(f"attempt {self.attempt + 1} of the job is over")
             return {slot: pid for slot, pid in self.pids.items() if slot in self._writers}
 
     def report(self, failure: TaskFailure) -> None:
@@ -355,6 +361,51 @@ class JobManager:
         with self._lock:
             self.cancel_requested = True
             self.fenced = True
+            self._fail_queries("the job is being canceled")
+
+    # -- queryable state ------------------------------------------------------------------
+    async def query_state(self, name: str, raw_keys: list, consistency: str = "live") -> dict[str, Any]:
+        """On the loop: the values of ``raw_keys`` (decoded JSON) in queryable state ``name``; raises
+        QueryError (404 unknown name, 400 a key of the wrong type, 503 while the job is not running)."""
+        state = self.queries.find(name)
+        keys = self.queries.keys(state, raw_keys)
+        with self._lock:
+            job_state = self.status.state
+            running = job_state == "RUNNING" and not self.fenced and len(self.running) >= self.parallelism
+            latest = self.coordinator.latest() if self.coordinator is not None else None
+        if consistency == "checkpoint":
+            if self.status.ended is not None or job_state in ("FINISHED", "FAILED", "CANCELED"):
+                raise QueryError(503, f"the job is {job_state}", state=job_state)
+            if latest is None:
+                raise QueryError(503, "no checkpoint has completed yet", state=job_state, retry_after=1)
+            loop = asyncio.get_running_loop()
+            results = await loop.run_in_executor(None, self.queries.from_checkpoint, state, keys, latest,
+                                                 self.job_config)
+        elif consistency == "live":
+            if not running:
+                raise QueryError(503, f"the job is {job_state if job_state != 'RUNNING' else 'deploying'}: its "
+                                      f"subtasks answer once it runs", state=job_state, retry_after=1)
+            results = await self.queries.live(state, keys, self._send_to_slot)
+        else:
+            raise QueryError(400, f"consistency must be live or checkpoint, got {consistency!r}")
+        return {"name": name, "operator": state.op.name, "uid": state.op.uid, "kind": state.kind,
+                "consistency": consistency, "results": results}
+
+    def queryable_states(self) -> list[dict]:
+        with self._lock:
+            return self.queries.describe()
+
+    def _send_to_slot(self, slot: int, msg: dict) -> bool:
+        """On the loop: one control message to the current attempt's task in ``slot`` (False: none)."""
+        w = self._writers.get(slot)
+        if w is None or w.is_closing() or self.fenced:
+            return False
+        w.write(C.encode(msg))
+        return True
+
+    def _fail_queries(self, why: str) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self.queries.fail_pending, why)
 
     # -- execute_and_collect ---------------------------------------------------------------
     def take_collected(self, sink_id: str, timeout: float) -> Any:
@@ -785,6 +836,11 @@ class JobManager:
                         self._broadcast({"type": C.PEERS, "attempt": attempt, "addresses": peers})
                 elif kind == C.PRINT:
                     self.on_print(msg["lines"])
+                elif kind == C.QUERY_RESULT:
+                    self.queries.on_result(msg)
+                elif kind == C.QUERYABLE:
+                    for problem in self.queries.register(msg.get("states") or []):
+                        self.on_note(problem)
                 elif kind == C.COLLECT:
                     self._send_collect_acks(self.collected.add(msg))
                 elif kind == C.COLLECT_COMMIT:

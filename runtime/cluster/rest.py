@@ -21,6 +21,7 @@ from aiohttp import web
 from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .metrics import AGGREGATIONS, JobMetrics, subtask_aggregates, vertex_metrics
 from .pod import is_wildcard
+from .queryable_state import QueryError, url_key
 
 if TYPE_CHECKING:
     from .jobmanager import JobManager  # it starts this server
@@ -41,6 +42,14 @@ DASHBOARD_HEADERS = {
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _query_error(e: QueryError) -> web.Response:
+    extra = {k: v for k, v in e.extra.items() if k != "retry_after"}
+    headers = {"Retry-After": str(e.extra["retry_after"])} if e.status == 503 else None
+    if e.status == 503 and "retry_after" not in e.extra:
+        headers = {"Retry-After": "5"}
+    return web.json_response({"error": e.message, **extra}, status=e.status, headers=headers)
 
 
 class RestServer:
@@ -67,6 +76,9 @@ class RestServer:
         app.router.add_get(f"{API}/savepoints/{{trigger_id}}", self.savepoint)
         app.router.add_post(f"{API}/stop", self.stop)
         app.router.add_post(f"{API}/cancel", self.cancel)
+        app.router.add_get(f"{API}/state", self.queryable_states)
+        app.router.add_get(f"{API}/state/{{name}}", self.query_state)
+        app.router.add_post(f"{API}/state/{{name}}", self.query_states)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/", self.dashboard)
         app.router.add_get("/dashboard/{name}", self.dashboard)
@@ -229,6 +241,46 @@ class RestServer:
         self.jm.cancel()
         return web.json_response({"state": "CANCELING"}, status=202)
 
+    # -- queryable state ----------------------------------------------------------------------
+    async def queryable_states(self, request: web.Request) -> web.Response:
+        return web.json_response({"states": self.jm.queryable_states()})
+
+    async def query_state(self, request: web.Request) -> web.Response:
+        """GET /v1/state/{name}?key=<JSON>[&consistency=live|checkpoint]: one key."""
+        name = request.match_info["name"]
+        text = request.query.get("key")
+        if text is None:
+            return _error(400, "query parameter 'key' is missing: ?key=<the key as JSON> (a bare word is a string)")
+        try:
+            state = self.jm.queries.find(name)
+        except QueryError as e:
+            return _query_error(e)
+        doc = await self._query(name, [url_key(text, state.op.key_type)], request.query.get("consistency", "live"))
+        if isinstance(doc, web.Response):
+            return doc
+        result = doc.pop("results")[0]
+        if "error" in result:
+            return _error(400, f"key {result['key']!r}: {result['error']}")
+        return web.json_response({**doc, **result})
+
+    async def query_states(self, request: web.Request) -> web.Response:
+        """POST /v1/state/{name} {"keys": [...], "consistency": "live"}: many keys in one request."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body must be JSON: {\"keys\": [<key>, ...], \"consistency\": \"live\"}")
+        if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
+            return _error(400, "the body must be an object with a list 'keys': {\"keys\": [<key>, ...]}")
+        consistency = body.get("consistency", request.query.get("consistency", "live"))
+        doc = await self._query(request.match_info["name"], body["keys"], str(consistency))
+        return doc if isinstance(doc, web.Response) else web.json_response(doc)
+
+    async def _query(self, name: str, keys: list, consistency: str) -> dict | web.Response:
+        try:
+            return await self.jm.query_state(name, keys, consistency)
+        except QueryError as e:
+            return _query_error(e)
+
     async def _sent(self, request: web.Request, doc: dict, final: bool) -> web.StreamResponse:
         """Send ``doc``; if it held the final result (the job's end, or the completed stop-with-savepoint),
         tell the job manager only once it is out: it may stop lingering, and the server with it."""
@@ -332,6 +384,15 @@ def _json(schema: dict, description: str) -> dict:
 
 
 _ERRORS = {"401": _json(_ref("Error"), "missing or wrong bearer token")}
+_CONSISTENCY = {"name": "consistency", "in": "query", "required": False, "schema": {"enum": ["live", "checkpoint"]},
+                "description": "live (default, as Flink's queryable state): the working state, possibly ahead of "
+                               "committed output and rolled back by a failure; checkpoint: the latest completed "
+                               "checkpoint's (stable, never rolled back)"}
+_QUERY_ERRORS = {"400": _json(_ref("Error"), "a key of the wrong type (the body names the expected type)"),
+                 "404": _json(_ref("Error"), "no such queryable state (the body lists them)"),
+                 "409": _json(_ref("Error"), "two operators declare the name"),
+                 "503": _json(_ref("Error"), "the job restarts, deploys or ended (Retry-After; the body has its "
+                                             "state)"), **_ERRORS}
 _NUM = {"type": "number"}
 _NULLABLE_NUM = {"type": ["number", "null"]}
 _NULLABLE_STR = {"type": ["string", "null"]}
@@ -344,6 +405,23 @@ OPENAPI: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         "schemas": {
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+            "QueryableState": {"type": "object", "required": ["name", "operator", "uid", "kind", "parallelism"],
+                               "properties": {"name": {"type": "string"}, "operator": {"type": "string"},
+                                              "uid": {"type": "string"}, "parallelism": {"type": "integer"},
+                                              "kind": {"enum": ["value", "list", "map", "reducing", "aggregating"]}}},
+            "StateLookup": {"type": "object", "required": ["name", "operator", "uid", "kind", "consistency"],
+                            "properties": {"name": {"type": "string"}, "operator": {"type": "string"},
+                                           "uid": {"type": "string"}, "kind": {"type": "string"},
+                                           "consistency": {"enum": ["live", "checkpoint"]}}},
+            "StateValue": {
+                "type": "object", "required": ["key", "found", "value", "key_group", "subtask", "checkpoint"],
+                "properties": {
+                    "key": {"description": "as given"}, "found": {"type": "boolean"},
+                    "value": {"description": "JSON where the type allows: rows as objects, tuples as arrays, "
+                                            "maps as objects, dates as ISO strings, bytes as {base64}, else {repr}"},
+                    "key_group": {"type": "integer"}, "subtask": {"type": "integer"},
+                    "checkpoint": {"type": ["integer", "null"], "description": "live: the newest checkpoint the "
+                                   "subtask knew complete (the value is at or after it); checkpoint: the one read"}}},
             "CheckpointRef": {
                 "type": ["object", "null"], "required": ["id", "path", "completed_time"],
                 "properties": {"id": {"type": "integer"}, "path": {"type": "string"}, "completed_time": _NUM}},
@@ -362,7 +440,10 @@ OPENAPI: dict[str, Any] = {
                                   "(Spark on Kubernetes; null elsewhere)"},
                     "max_parallelism": {"type": "integer"},
                     "restarts": {"type": "integer"}, "start_time": _NUM,
-                    "end_time": {"type": ["number", "null"], "description": "set with the final state"},
+                    "end_time": {"type": ["number", "null"], "description": "set once the job ended and what it "
+                                 "leaves to resume from is known (a CANCELED state comes first, while it is fenced)"},
+                    "resume": {"type": ["string", "null"], "description": "once ended: what stays to resume from "
+                               "(checkpoint or savepoint) and the command that resumes it, or why nothing does"},
                     "latest_checkpoint": _ref("CheckpointRef"),
                     "final_savepoint": {"type": ["string", "null"],
                                         "description": "path of the stop-with-savepoint that ended the job"},
@@ -567,6 +648,32 @@ OPENAPI: dict[str, Any] = {
                                            "rest.result-linger is 0"}],
             "responses": {"202": _json(_ref("Accepted"), "canceling"), "400": _json(_ref("Error"), "malformed query"),
                           "409": _json(_ref("Error"), "the job already ended"), **_ERRORS}}},
+        f"{API}/state": {"get": {
+            "summary": "The job's queryable states (StateDescriptor.set_queryable, KeyedStream.as_queryable_state) "
+                       "registered so far: a state is registered when its function first creates it",
+            "responses": {"200": _json({"type": "object", "required": ["states"], "properties": {"states": {
+                "type": "array", "items": _ref("QueryableState")}}}, "the names"), **_ERRORS}}},
+        f"{API}/state/{{name}}": {
+            "get": {
+                "summary": "One key's value in a queryable state, from the subtask that owns its key group",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": "key", "in": "query", "required": True, "schema": {"type": "string"},
+                     "description": "the key as JSON, converted with the job's key type (key_by(..., key_type=)); "
+                                    "a bare word is a string"},
+                    _CONSISTENCY],
+                "responses": {"200": _json({"allOf": [_ref("StateLookup"), _ref("StateValue")]}, "the value "
+                                           "(found: false when the key has none)"), **_QUERY_ERRORS}},
+            "post": {
+                "summary": "Many keys' values in one request",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["keys"], "properties": {
+                        "keys": {"type": "array", "description": "keys as JSON values"},
+                        "consistency": {"enum": ["live", "checkpoint"]}}}}}},
+                "responses": {"200": _json({"allOf": [_ref("StateLookup"), {"type": "object", "required": ["results"],
+                                           "properties": {"results": {"type": "array", "items": _ref("StateValue")}}}]},
+                                           "a value per key, in the order given"), **_QUERY_ERRORS}}},
         f"{API}/vertices/{{vertex_id}}/metrics": {"get": {
             "summary": "User and connector metrics of a task vertex, by Flink's metric ids "
                        "(<subtask>.<operator>.<groups>.<name>), as Flink's /jobs/:jobid/vertices/:vertexid/metrics: "

@@ -266,6 +266,9 @@ class KeyedStateBackend:
         self.ttl_clock = ttl.wall_clock_ms
         self.ttl_policies: dict[str, ttl.TtlPolicy] = {}
         self.ttl_cleanups: dict[str, Any] = {}
+        # Queryable state (StateDescriptor.set_queryable): name -> its descriptor, registered when the
+        # function creates the state; the slot reports new names to the job manager and answers lookups.
+        self.queryable: dict[str, Any] = {}
 
     def get_current_key(self) -> Any:
         return self.current_key
@@ -305,6 +308,8 @@ class KeyedStateBackend:
         """The TTL decorator of the state if its descriptor has an enabled TTL, else None (then the
         ordinary state class is used: no TTL, no cost)."""
         self._check(d, kind)
+        if d.queryable_state_name is not None:
+            self.queryable.setdefault(d.queryable_state_name, d)
         config = d.get_ttl_config()
         return None if config is None else ttl.create_ttl_state(self, d, config)
 

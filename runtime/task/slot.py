@@ -23,6 +23,7 @@ from ..api import transformations as T
 from ..api.functions import RuntimeContext
 from ..config import Configuration, Options
 from ..graph.job_graph import JobGraph, TaskVertex
+from . import queryable
 from ..network.channels import InputGate, OutputChannel, local_pair
 from ..batch import Stamped
 from ..network.events import MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, EndOfPartition, RuntimeEvent, Watermark, WatermarkStatus
@@ -315,6 +316,10 @@ class SlotRuntime:
         self._next_timeout_poll = 0.0
         self._edge_shapes = channel_rescale.shapes_of(graph) if self.unaligned else {}
         self.final_checkpoint_done = False
+        # The newest checkpoint known complete here (restored, or announced): a queryable state's live value
+        # is at or after it.
+        self.last_completed = int((self.restore or {}).get("id") or 0)
+        self._queryable_reported: set[tuple[int, str]] = set()
         self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
         self.savepoints: dict[int, SavepointTarget] = {}  # checkpoint id -> where that savepoint goes
@@ -503,6 +508,7 @@ class SlotRuntime:
             if self.snapshotting:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
+                self._report_queryable()
                 self.control.send({"type": "running", "slot": self.subtask, "attempt": self.attempt})
             self.started_at = time.time()
             self._loop()
@@ -602,8 +608,37 @@ class SlotRuntime:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
             elif kind == "collect_ack":
                 self.collect_channel.on_ack(msg)  # type: ignore[union-attr]
+            elif kind == "query":
+                self._answer_query(msg)
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
+
+    # -- queryable state --------------------------------------------------------------
+    def _report_queryable(self) -> None:
+        """Tell the job manager the queryable states created since the last report (functions create
+        state in open() or later, at their first record)."""
+        if self.control is None:
+            return
+        new = queryable.registrations(self.operators, self._queryable_reported)
+        if new:
+            self.control.send({"type": "queryable", "slot": self.subtask, "attempt": self.attempt, "states": new})
+
+    def _answer_query(self, msg: dict) -> None:
+        op = self.operators.get(int(msg["op"]))
+        name = str(msg["name"])
+        if op is None or op.keyed_backend is None or name not in op.keyed_backend.queryable:
+            results = [{"key": k, "error": f"this subtask has no queryable state {name!r}"} for k in msg["keys"]]
+        else:
+            results = queryable.lookup(op, name, msg["keys"], self._key_type(op.node))
+        self.control.send({"type": "query_result", "id": msg["id"], "slot": self.subtask, "results": results,  # type: ignore[union-attr]
+                           "checkpoint": self.last_completed})
+
+    def _key_type(self, node: Any) -> Any:
+        for e in node.inputs:
+            key = self.graph.edges[e].key
+            if key is not None:
+                return key.key_type
+        return None
 
     # -- checkpoints -----------------------------------------------------------------
     def _trigger(self, checkpoint_id: int, timestamp_ms: int, savepoint: dict | None = None) -> None:
@@ -760,6 +795,7 @@ class SlotRuntime:
                                "id": checkpoint_id, "task": task.vertex.id, "reason": reason})
 
     def _notify_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.last_completed = max(self.last_completed, checkpoint_id)
         self.savepoints.pop(checkpoint_id, None)
         for task in self.tasks:
             if task.paused_for == checkpoint_id:
@@ -809,6 +845,7 @@ class SlotRuntime:
 
     def _report_metrics(self) -> None:
         if self.control is not None:
+            self._report_queryable()
             self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
                                "user": self.user_metrics(),
                                "started": self.started_at, "ended": self.ended_at,
