@@ -293,9 +293,34 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                 raise JobDefinitionError(f"operator {op.name!r} needs two keyed inputs: "
                                          "connect two keyed streams, or call connected.key_by(key1, key2)")
 
+    _check_queryable_names(operators)
     slots = assign_slots(tasks)
     return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
                     {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism)
+
+
+def queryable_names(fn: Any) -> set[str]:
+    """The queryable state names a function declares where the job is built: descriptors it holds as
+    attributes (made in ``__init__`` or on its class); those made in ``open`` are known when they run."""
+    from ..api.state import StateDescriptor
+
+    found = set()
+    for holder in (type(fn), fn):
+        for value in list(getattr(holder, "__dict__", {}).values()):
+            if isinstance(value, StateDescriptor) and value.queryable_state_name is not None:
+                found.add(value.queryable_state_name)
+    return found
+
+
+def _check_queryable_names(operators: dict[int, OperatorNode]) -> None:
+    """Queryable state names are unique per job (the REST API finds a state by its name alone)."""
+    owner: dict[str, OperatorNode] = {}
+    for op in operators.values():
+        for name in sorted(queryable_names(op.fn)) if op.fn is not None else ():
+            other = owner.setdefault(name, op)
+            if other is not op:
+                raise JobDefinitionError(f"queryable state name {name!r} is declared by two operators: {other.name!r} "
+                                         f"and {op.name!r}; names are unique per job")
 
 
 def assign_slots(tasks: list[TaskVertex]) -> int:

@@ -1,0 +1,299 @@
+"""Queryable state (issue 31, part 1): a running job's keyed state looked up by key from outside it.
+
+Without Spark: keys given as JSON convert with the job's key type (or fail naming it), values go back as
+JSON, a key routes to the subtask records with that key go to, names are unique per job (at build time),
+and a subtask's lookup reads its live backend as the function does (both backends; TTL: an expired
+value is absent) without changing the key the function sees.
+On Spark (tests/jobs/queryable_counts.py, both backends): at quiescence every user's count, last values
+and per-parity map equal what the input says, live and from the latest checkpoint; the REST API's
+errors (unknown name 404 listing the names, a key of the wrong type 400 naming it); a task killed
+mid-run: lookups answer 200 or 503 with Retry-After while the job restarts, and the same values after;
+`streamjob state query` and QueryableStateClient give the same answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from streamjob.runtime import StreamExecutionEnvironment, Types
+from streamjob.runtime.api.functions import KeyedProcessFunction
+from streamjob.runtime.api.queryable import KeyTypeError, convert_key, to_json
+from streamjob.runtime.api.state import (ListStateDescriptor, MapStateDescriptor, StateTtlConfig,
+                                         ValueStateDescriptor)
+from streamjob.runtime.api.types import Row
+from streamjob.runtime.cluster.queryable_state import KeyedOperator, QueryError, QueryRouter, route, url_key
+from streamjob.runtime.connectors import DataGenSource
+from streamjob.runtime.graph.job_graph import JobDefinitionError
+from streamjob.runtime.keygroups import assign_key_groups, operator_index_for_key_group
+
+JOB = Path(__file__).parent / "jobs" / "queryable_counts.py"
+
+
+# -- without Spark ------------------------------------------------------------------------------------
+def test_keys_convert_with_the_jobs_key_type_or_say_which_type_they_need():
+    assert convert_key("u1", Types.STRING()) == "u1"
+    assert convert_key(7, Types.INT()) == 7 and convert_key("7", Types.LONG()) == 7
+    assert convert_key(2, Types.DOUBLE()) == 2.0 and convert_key(True, Types.BOOLEAN()) is True
+    assert convert_key([1, "a"], Types.TUPLE([Types.INT(), Types.STRING()])) == (1, "a")
+    row = convert_key({"id": 3, "region": "eu"}, Types.ROW_NAMED(["id", "region"], [Types.INT(), Types.STRING()]))
+    assert row == Row(id=3, region="eu")
+    assert convert_key([3, "eu"], Types.ROW_NAMED(["id", "region"], [Types.INT(), Types.STRING()])) == row
+    assert convert_key([1, [2, 3]]) == (1, (2, 3))  # no key type: JSON's own, arrays as tuples
+    for raw, t, words in (("abc", Types.INT(), "expected a key of type Integer: an integer"),
+                          (7, Types.STRING(), "expected a key of type String: a JSON string"),
+                          ([1], Types.TUPLE([Types.INT(), Types.INT()]), "an array of 2 values"),
+                          ({"id": 1}, Types.ROW_NAMED(["id", "r"], [Types.INT(), Types.STRING()]), "fields ['id', 'r']")):
+        with pytest.raises(KeyTypeError, match=re.escape(words)):
+            convert_key(raw, t)
+    with pytest.raises(KeyTypeError, match="needs the job's key type"):
+        convert_key({"a": 1})
+    # a URL's key: JSON, or a bare word as a string; a string key type takes digits as text
+    assert url_key("42", None) == 42 and url_key("alice", None) == "alice" and url_key("42", Types.STRING()) == "42"
+    assert url_key('"42"', Types.STRING()) == "42" and url_key("[1,2]", None) == [1, 2]
+
+
+def test_values_go_back_as_json():
+    import datetime
+    import decimal
+
+    assert to_json(Row(a=1, b=Row(2, "x"))) == {"a": 1, "b": [2, "x"]}
+    assert to_json({"k": (1, 2), 3: {"x"}}) == {"k": [1, 2], "3": ["x"]}
+    assert to_json(datetime.date(2026, 11, 27)) == "2026-11-27" and to_json(decimal.Decimal("1.50")) == "1.50"
+    assert to_json(b"\x00\x01") == {"base64": "AAE="} and to_json(float("nan")) == "nan"
+    assert to_json(KeyedOperator(1, "a", "b", 2, 128, 0)) == {"id": 1, "name": "a", "uid": "b", "parallelism": 2,
+                                                              "max_parallelism": 128, "first_slot": 0, "key_type": None}
+    assert to_json(Path("/x"))["repr"] == "PosixPath('/x')"  # no JSON shape: its repr
+    import numpy as np
+
+    assert to_json(np.int64(5)) == 5 and to_json(np.float32(0.5)) == 0.5
+
+
+def test_a_key_routes_where_its_records_go():
+    op = KeyedOperator(4, "count", "count", parallelism=3, max_parallelism=128, first_slot=1)
+    keys = [f"user-{i}" for i in range(200)] + list(range(200))
+    groups = assign_key_groups(keys, 128)
+    for key, group in zip(keys, groups):
+        assert route(op, key) == (group, operator_index_for_key_group(128, 3, group),
+                                  1 + operator_index_for_key_group(128, 3, group))
+
+
+def test_the_router_names_what_is_wrong():
+    op = KeyedOperator(4, "count", "count", 2, 128, 0, Types.INT())
+    other = KeyedOperator(9, "other", "other-uid", 2, 128, 0, None)
+    router = QueryRouter({4: op, 9: other})
+    with pytest.raises(QueryError, match="no queryable state 'c' in this job; queryable states: none yet") as e:
+        router.find("c")
+    assert e.value.status == 404
+    assert router.register([{"name": "c", "op": 4, "kind": "value", "state": "count"}]) == []
+    problems = router.register([{"name": "c", "op": 9, "kind": "value", "state": "x"}])
+    assert problems and "declared by two operators: 'count' (uid 'count') and 'other' (uid 'other-uid')" in problems[0]
+    with pytest.raises(QueryError) as e:
+        router.find("c")
+    assert e.value.status == 409
+    router.register([{"name": "d", "op": 4, "kind": "value", "state": "count"}])
+    with pytest.raises(QueryError, match=r"key 'x': expected a key of type Integer") as e:
+        router.keys(router.find("d"), ["x"])
+    assert e.value.status == 400 and e.value.extra == {"expected": "Integer"}
+
+
+class _Holds(KeyedProcessFunction):
+    declared = ValueStateDescriptor("count").set_queryable("counts")
+
+    def process_element(self, value, ctx):
+        yield value
+
+
+class _AlsoHolds(KeyedProcessFunction):
+    def __init__(self):
+        self.d = ValueStateDescriptor("other").set_queryable("counts")
+
+    def process_element(self, value, ctx):
+        yield value
+
+
+def test_a_name_declared_twice_fails_where_the_job_is_built():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    s = env.from_source(DataGenSource(lambda i: {"k": i % 3}, count=10), name="gen")
+    s.key_by(lambda r: r["k"]).process(_Holds()).name("first").print()
+    s.key_by(lambda r: r["k"]).process(_AlsoHolds()).name("second").print()
+    with pytest.raises(JobDefinitionError, match="queryable state name 'counts' is declared by two operators: "
+                                                 "'first' and 'second'"):
+        env._build("clash")
+    for bad in ("", "a/b", "x y"):
+        with pytest.raises(ValueError, match="set_queryable"):
+            ValueStateDescriptor("v").set_queryable(bad)
+
+
+@pytest.mark.parametrize("backend_type", ["hashmap", "rocksdb"])
+def test_a_lookup_reads_the_live_backend_as_the_function_does(tmp_path, backend_type):
+    from streamjob.runtime.config import Configuration
+    from streamjob.runtime.keygroups import key_group_range
+    from streamjob.runtime.state.backends import create_keyed_backend
+    from streamjob.runtime.task import queryable
+
+    backend = create_keyed_backend(Configuration({"state.backend.type": backend_type,
+                                                  "state.backend.rocksdb.localdir": str(tmp_path)}),
+                                   "op", 128, key_group_range(128, 1, 0), str(tmp_path))
+    now = [1_000_000]
+    backend.ttl_clock = lambda: now[0]
+    ttl = StateTtlConfig.new_builder(1000).build()
+    value = ValueStateDescriptor("v").set_queryable("v")
+    listed = ListStateDescriptor("l").set_queryable("l")
+    mapped = MapStateDescriptor("m").set_queryable("m")
+    expiring = ValueStateDescriptor("t")
+    expiring.enable_time_to_live(ttl)
+    expiring.set_queryable("t")
+    for key in ("a", "b"):
+        backend.current_key = key
+        backend.get_state(value).update(len(key) * 10)
+        backend.get_list_state(listed).add(key)
+        backend.get_map_state(mapped).put("x", key)
+        backend.get_state(expiring).update("fresh")
+
+    class Op:  # what lookup needs of an operator
+        keyed_backend = backend
+
+    assert [r["name"] for r in queryable.registrations({3: Op()}, set())] == ["v", "l", "m", "t"]
+    backend.current_key = "b"  # the function's key stays as it was
+    got = queryable.lookup(Op(), "v", ["a", "zzz"], None)
+    assert [(r["key"], r["found"], r["value"]) for r in got] == [("a", True, 10), ("zzz", False, None)]
+    assert queryable.lookup(Op(), "l", ["a"], None)[0]["value"] == ["a"]
+    assert queryable.lookup(Op(), "m", ["b"], None)[0]["value"] == {"x": "b"}
+    assert queryable.lookup(Op(), "t", ["a"], None)[0]["value"] == "fresh"
+    now[0] += 5000  # past the TTL: absent, as the function would see it
+    assert queryable.lookup(Op(), "t", ["a"], None)[0]["found"] is False
+    assert backend.current_key == "b"
+    backend.dispose()
+
+
+# -- on Spark -------------------------------------------------------------------------------------------
+def _get(url: str, path: str, body: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                     method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.load(r), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), dict(e.headers)
+
+
+def _expected(rows: list[dict]) -> tuple[dict, dict, dict, dict]:
+    counts, recent, parity, latest = Counter(), defaultdict(list), defaultdict(Counter), {}
+    for r in rows:
+        counts[r["user"]] += 1
+        recent[r["user"]] = (recent[r["user"]] + [r["n"]])[-3:]
+        parity[r["user"]]["even" if r["n"] % 2 == 0 else "odd"] += 1
+        latest[r["n"] % 5] = r
+    return counts, recent, parity, latest
+
+
+def _committed(out: Path) -> int:
+    return sum(len(f.read_text().splitlines()) for f in out.glob("part-*"))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend_type", ["hashmap", "rocksdb"])
+def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp_path, backend_type):
+    in_dir, out, ck, marker = tmp_path / "in", tmp_path / "out", tmp_path / "ck", tmp_path / "kill"
+    in_dir.mkdir()
+    rows = [{"user": f"u{i % 40}", "n": i} for i in range(2000)]
+    (in_dir / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--no-progress", "--",
+                             str(in_dir), str(out), str(ck), backend_type, str(marker)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log: list[str] = []
+    import threading
+
+    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 240
+        while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(log)
+            time.sleep(0.1)
+        url = m.group(1)
+
+        def quiescent(expected_rows: int) -> None:
+            deadline = time.monotonic() + 180
+            while _committed(out) < expected_rows:
+                assert proc.poll() is None and time.monotonic() < deadline, "".join(log)[-3000:]
+                time.sleep(0.2)
+
+        def check(consistency: str, input_rows: list[dict]) -> None:
+            counts, recent, parity, latest = _expected(input_rows)
+            users = sorted(counts) + ["nobody"]
+            for name, want in (("counts", counts), ("recent", recent), ("parity", parity)):
+                status, doc, _ = _get(url, f"/v1/state/{name}", {"keys": users, "consistency": consistency})
+                assert status == 200, doc
+                got = {r["key"]: r["value"] for r in doc["results"] if r["found"]}
+                assert got == {u: (dict(v) if name == "parity" else v) for u, v in want.items()}, (name, consistency)
+                assert not doc["results"][-1]["found"] and doc["consistency"] == consistency
+            status, doc, _ = _get(url, "/v1/state/latest", {"keys": list(range(6)), "consistency": consistency})
+            assert status == 200 and {r["key"]: r["value"] for r in doc["results"] if r["found"]} == latest
+
+        quiescent(len(rows))
+        check("live", rows)
+        # One key by GET: the operator, subtask and key group that answered, the checkpoint it is at or after.
+        status, doc, _ = _get(url, "/v1/state/counts?key=u7")
+        assert status == 200 and doc["value"] == 50 and doc["operator"] == "counts" and doc["kind"] == "value"
+        assert doc["checkpoint"] >= 1 and 0 <= doc["subtask"] < 2 and 0 <= doc["key_group"] < 128
+        # From the latest completed checkpoint: once one completed after quiescence, the same values.
+        first = doc["checkpoint"]
+        while _get(url, "/v1/job")[1]["latest_checkpoint"]["id"] <= first + 1:
+            time.sleep(0.1)
+        check("checkpoint", rows)
+        # Errors say what is wrong.
+        status, doc, _ = _get(url, "/v1/state/latest?key=abc")
+        assert status == 400 and "expected a key of type Integer" in doc["error"] and doc["expected"] == "Integer"
+        status, doc, _ = _get(url, "/v1/state/nope?key=1")
+        assert status == 404 and doc["queryable"] == ["counts", "latest", "parity", "recent"]
+        status, doc, _ = _get(url, "/v1/state/counts?key=u1&consistency=eventual")
+        assert status == 400 and "consistency must be live or checkpoint" in doc["error"]
+        # The command line and the client.
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "state", "query", "x", "counts", "u1",
+                            "u2", "nobody", "--address", url], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.splitlines() == ["u1\t50", "u2\t50", "nobody\t(none)"], r.stderr
+        from streamjob.runtime import QueryableStateClient
+
+        client = QueryableStateClient(url)
+        job_id = _get(url, "/v1/job?peek=true")[1]["id"]
+        assert client.get_kv_state(job_id, "recent", "u3", Types.STRING(),
+                                   ListStateDescriptor("recent", Types.LONG())) == [1883, 1923, 1963]
+        assert client.get_kv_states(job_id, "counts", ["u1", "nobody"]) == [50, None]
+
+        # A task killed while more input arrives: lookups answer 200 or 503 (Retry-After) while the job
+        # restarts, never another error, and equal the input again after.
+        more = [{"user": f"u{i % 40}", "n": i} for i in range(2000, 3000)]
+        marker.touch()
+        (in_dir / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in more))
+        seen = Counter()
+        deadline = time.monotonic() + 180
+        while _committed(out) < len(rows) + len(more) or marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(log)[-3000:]
+            status, doc, headers = _get(url, "/v1/state/counts", {"keys": ["u1", "u2"]})
+            seen[status] += 1
+            assert status in (200, 503), doc
+            if status == 503:
+                assert headers.get("Retry-After") and doc["error"], (doc, headers)
+            time.sleep(0.05)
+        assert "Attempt 1 failed" in "".join(log), "".join(log)[-3000:]
+        quiescent(len(rows) + len(more))
+        check("live", rows + more)
+        assert seen[200] > 0
+    finally:
+        if proc.poll() is None:
+            subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
+                           capture_output=True, timeout=120) if "url" in locals() else None
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
