@@ -428,6 +428,8 @@ class StreamJobStatus(_Model):
     last_reconciled_spec: K8sObject | None = None
     last_stable_spec: K8sObject | None = None
     restart_history: list[str] = Field(default_factory=list, description="Times of recent job restarts")
+    queryable_state: list[str] = Field(default_factory=list, description="Queryable state names the running job "
+                                       "answers lookups of through its Service: GET /v1/state/<name>?key=<JSON>")
 
 
 class StreamJob(BaseModel):

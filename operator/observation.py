@@ -56,6 +56,7 @@ class JobObservation:
     unreachable_reason: str | None = None
     slots: int | None = None  # what its job graph needs (operators of their own parallelism, slot sharing groups)
     executors: int | None = None  # executor pods requested for them (mode kubernetes)
+    queryable_state: tuple[str, ...] | None = None  # names its REST API answers lookups of (None: not said)
 
 
 @dataclass(frozen=True)

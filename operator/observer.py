@@ -59,7 +59,8 @@ def job_observation(doc: dict) -> JobObservation:
         start_time=doc.get("start_time"), parallelism=doc.get("parallelism"),
         slots=doc.get("slots"), executors=doc.get("executors"),
         latest_checkpoint=CheckpointObservation(int(cp["id"]), cp["path"], float(cp["completed_time"])) if cp else None,
-        final_savepoint=doc.get("final_savepoint"), error=doc.get("error"))
+        final_savepoint=doc.get("final_savepoint"), error=doc.get("error"),
+        queryable_state=tuple(doc["queryable_state"]) if isinstance(doc.get("queryable_state"), list) else None)
 
 
 def savepoint_observation(request_id: str, status: int, doc: dict) -> SavepointObservation:

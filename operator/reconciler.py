@@ -236,6 +236,8 @@ def _record_observation(res: Resource, st: StreamJobStatus, obs: Observation, pl
             st.parallelism = job.parallelism
         if job.slots:
             st.slots, st.executors = job.slots, job.executors
+        if job.queryable_state is not None:
+            st.queryable_state = list(job.queryable_state)
         if job.latest_checkpoint is not None:
             cp = job.latest_checkpoint
             st.last_checkpoint = CheckpointInfo(id=cp.id, time=from_epoch(cp.completed_time), path=cp.path)

@@ -95,7 +95,8 @@ class World:
             else:
                 job = JobObservation(True, j["state"], j["id"], j["restarts"], self.now.timestamp() - j["age"],
                                      j["parallelism"], j.get("checkpoint"), j.get("final_savepoint"),
-                                     slots=j.get("slots"), executors=j.get("executors"))
+                                     slots=j.get("slots"), executors=j.get("executors"),
+                                     queryable_state=j.get("queryable_state"))
         rid = (st.upgrade.savepoint_request_id if st.upgrade and st.upgrade.savepoint_request_id else
                st.savepoint_trigger.request_id if st.savepoint_trigger else None)
         if rid is not None and job is not None and job.reachable:
@@ -195,9 +196,10 @@ def test_create_deploys_one_pod_and_records_the_running_job():
     assert w.status.slots is None  # a job manager that does not say
     # The job's graph needs more slots than spec.parallelism (an operator's set_parallelism(5)): the
     # status shows what it asked for, and parallelism (the scale subresource's replicas) stays the spec's.
-    w.job().update(slots=5, executors=3)
+    w.job().update(slots=5, executors=3, queryable_state=("clicks", "latest"))
     w.tick(5)
     assert (w.status.parallelism, w.status.slots, w.status.executors) == (2, 5, 3)
+    assert w.status.queryable_state == ["clicks", "latest"]  # what its Service answers lookups of
     assert len(w.deploys) == 1  # nothing more to do
     assert {c.type: c.status for c in w.status.conditions} == {"Ready": "True", "Progressing": "False",
                                                                "Degraded": "False"}

@@ -45,6 +45,9 @@ COLLECT_COMMIT = "collect_commit"  # task -> job manager: a collect sink's recor
 COLLECT_ACK = "collect_ack"  # job manager -> task: a collect message was taken in
 REFUSED = "refused"
 QUERYABLE = "queryable"  # task -> job manager: queryable states its operators created (name, operator, kind)
+# Lookups travel on a connection of their own per task (opened with QUERY_CHANNEL), answered by a thread
+# beside the task thread (task/queryable.py): a lookup never waits behind the task's batch.
+QUERY_CHANNEL = "query_channel"  # task -> job manager: this connection answers the slot's lookups
 QUERY = "query"  # job manager -> task: look keys up in a queryable state
 QUERY_RESULT = "query_result"  # task -> job manager: the answers, by query id
 
@@ -62,6 +65,7 @@ class ControlClient:
 
     def __init__(self, address: tuple[str, int], slot: int, attempt: int, timeout: float = 30.0):
         self.slot = slot
+        self.address = address
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._out = bytearray()

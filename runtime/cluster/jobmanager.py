@@ -151,6 +151,7 @@ class JobManager:
         self.failure_count = 0  # all failures ever, also those all_failures no longer holds
         self.restarts = 0
         self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._query_writers: dict[int, asyncio.StreamWriter] = {}  # slot -> its task's lookup connection
         self._lock = threading.RLock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="job-manager", daemon=True)
@@ -279,7 +280,7 @@ class JobManager:
                 self._ticker.cancel()
             if self.rest is not None:
                 await self.rest.stop_serving()
-            for w in list(self._writers.values()):
+            for w in list(self._writers.values()) + list(self._query_writers.values()):
                 w.close()
             if self._server is not None:
                 self._server.close()
@@ -397,11 +398,34 @@ class JobManager:
 
     def _send_to_slot(self, slot: int, msg: dict) -> bool:
         """On the loop: one control message to the current attempt's task in ``slot`` (False: none)."""
-        w = self._writers.get(slot)
+        w = self._query_writers.get(slot)
         if w is None or w.is_closing() or self.fenced:
             return False
         w.write(C.encode(msg))
         return True
+
+    async def _serve_query_channel(self, slot: int, attempt: int, reader: asyncio.StreamReader,
+                                   writer: asyncio.StreamWriter) -> None:
+        """A task's lookup connection: lookups go out on it, their answers come back on it."""
+        with self._lock:
+            if attempt != self.attempt or self.fenced:
+                writer.close()
+                return
+            self._query_writers[slot] = writer
+        try:
+            while line := await reader.readline():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("type") == C.QUERY_RESULT:
+                    self.queries.on_result(msg)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if self._query_writers.get(slot) is writer:
+                del self._query_writers[slot]
+            writer.close()
 
     def _fail_queries(self, why: str) -> None:
         if self._loop.is_running():
@@ -457,7 +481,8 @@ class JobManager:
                     "executors": self.executors, "max_parallelism": self.max_parallelism,
                     "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
-                    "resume": self.status.resume, "latest_checkpoint": None if latest is None else {
+                    "resume": self.status.resume, "queryable_state": self.queries.names(),
+                    "latest_checkpoint": None if latest is None else {
                         "id": latest.checkpoint_id, "path": latest.url,
                         "completed_time": latest.metadata.completed_ms / 1000.0},
                     # event time: the lowest watermark over an operator's subtasks (Flink's low watermark)
@@ -796,6 +821,9 @@ class JobManager:
                 except ValueError:
                     continue
                 kind = msg.get("type")
+                if kind == C.QUERY_CHANNEL:
+                    await self._serve_query_channel(int(msg["slot"]), int(msg.get("attempt", -1)), reader, writer)
+                    return
                 if kind == C.REGISTER:
                     with self._lock:
                         refusal = self._refusal(int(msg["slot"]), int(msg.get("attempt", -1)))

@@ -442,6 +442,8 @@ OPENAPI: dict[str, Any] = {
                     "restarts": {"type": "integer"}, "start_time": _NUM,
                     "end_time": {"type": ["number", "null"], "description": "set once the job ended and what it "
                                  "leaves to resume from is known (a CANCELED state comes first, while it is fenced)"},
+                    "queryable_state": {"type": "array", "items": {"type": "string"}, "description": "names of the "
+                                        "queryable states registered so far (GET /v1/state/<name>?key=...)"},
                     "resume": {"type": ["string", "null"], "description": "once ended: what stays to resume from "
                                "(checkpoint or savepoint) and the command that resumes it, or why nothing does"},
                     "latest_checkpoint": _ref("CheckpointRef"),

@@ -193,6 +193,27 @@ class RocksTable:
             return codec.decode_value(v.data)
         return v
 
+    def _peek(self, key: Any) -> Any:
+        """The cached or stored value from another thread (queryable state): never admits, promotes or
+        evicts. A flush writes RocksDB before it drops the cache, so a key is always in one of them."""
+        v = self.cache.get(key, _MISSING)
+        if v is _MISSING:
+            v = self.old.get(key, _MISSING)
+        if v is _MISSING:
+            raw = self.cf.get(self.backend.key_bytes(key))
+            v = _ABSENT if raw is None else raw if self.raw else _Encoded(raw)
+        return v
+
+    def peek(self, key: Any, default: Any = None) -> Any:
+        v = self._peek(key)
+        if v is _ABSENT:
+            return default
+        return codec.decode_value(v.data) if type(v) is _Encoded else v
+
+    def peek_raw(self, key: Any) -> bytes | None:
+        v = self._peek(key)
+        return None if v is _ABSENT else v
+
     def put(self, key: Any, value: Any) -> None:
         if self.old:
             self.old.pop(key, None)

@@ -101,6 +101,16 @@ class StateTable:
             delta[key] = v
         return v
 
+    def peek(self, key: Any, default: Any = None) -> Any:
+        """``get`` from another thread (queryable state): never copies into the delta. Each step is one
+        dict operation, so a concurrent thaw (delta folded into base, then dropped) never hides a key."""
+        delta = self.delta
+        if delta is not None:
+            v = delta.get(key, _MISSING)
+            if v is not _MISSING:
+                return default if v is TOMBSTONE else v
+        return self.base.get(key, default)
+
     def put(self, key: Any, value: Any) -> None:
         if self.delta is None:
             self.base[key] = value

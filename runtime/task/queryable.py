@@ -1,13 +1,23 @@
 """A subtask's side of queryable state: which names it registered, and lookups in its live backend.
 
-A lookup runs on the slot's loop between two steps (a control message, like a checkpoint trigger):
-it sets the backend's current key, reads the state as the function would, and puts the key back, so
-the function's next record sees nothing changed. TTL state answers as the function would see it:
-an expired value is absent.
+Lookups are answered in a thread of their own (``QueryServer``), beside the task thread, so a
+lookup waits for no batch: it reads the state through a read-only view of the backend for its key
+(``key_view``): the same state classes the function uses, with the view's own current key, over
+tables whose reads never change them (``peek``: no copy-on-write copy, no cache admission) and whose
+writes are dropped (TTL's removal of an expired value, or its refresh on read, is the function's to
+do). A value is copied whole before it is converted (one C-level pickle round trip, which the task
+thread cannot interleave), so a list or map the function is changing is never read half-changed.
+TTL state answers as the function would see it: an expired value is absent.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import pickle
+import socket
+import sys
+import threading
 from typing import Any
 
 from ..api.queryable import KeyTypeError, convert_key, to_json
@@ -49,26 +59,120 @@ def read(backend: Any, descriptor: Any) -> Any:
 
 
 def lookup(op: Any, name: str, raw_keys: list, key_type: Any) -> list[dict]:
-    """Each key's answer from the operator's live backend: key (as given), found, value (JSON), key group."""
+    """Each key's answer from the operator's live backend: key (as given), found, value (JSON), key group.
+    Safe beside the task thread (see the module's docstring)."""
     backend = op.keyed_backend
     descriptor = backend.queryable[name]
-    saved = backend.current_key
     out = []
-    try:
-        for raw in raw_keys:
-            try:
-                key = convert_key(raw, key_type)
-            except KeyTypeError as e:
-                out.append({"key": raw, "error": str(e)})
-                continue
-            group = assign_to_key_group(key, backend.max_parallelism)
-            if group not in backend.key_groups:  # routed with another parallelism than this subtask's
-                out.append({"key": raw, "error": f"key group {group} is not in this subtask's "
-                                                 f"{backend.key_groups.start}..{backend.key_groups.stop - 1}"})
-                continue
-            backend.current_key = key
-            value = read(backend, descriptor)
-            out.append({"key": raw, "found": value is not None, "value": to_json(value), "key_group": group})
-    finally:
-        backend.current_key = saved
+    for raw in raw_keys:
+        try:
+            key = convert_key(raw, key_type)
+        except KeyTypeError as e:
+            out.append({"key": raw, "error": str(e)})
+            continue
+        group = assign_to_key_group(key, backend.max_parallelism)
+        if group not in backend.key_groups:  # routed with another parallelism than this subtask's
+            out.append({"key": raw, "error": f"key group {group} is not in this subtask's "
+                                             f"{backend.key_groups.start}..{backend.key_groups.stop - 1}"})
+            continue
+        value = read(key_view(backend, key), descriptor)
+        if value is not None and type(value) not in _SCALARS:
+            value = pickle.loads(pickle.dumps(value, protocol=5))  # whole, as of one moment
+        out.append({"key": raw, "found": value is not None, "value": to_json(value), "key_group": group})
     return out
+
+
+_SCALARS = {int, float, str, bool, bytes}
+SWITCH_INTERVAL_S = 0.001
+_WRITES = frozenset({"put", "put_raw", "remove", "put_all", "load", "thaw", "freeze", "evict_all", "flush",
+                     "update_many", "put_many"})
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class _ReadOnlyTable:
+    """A state table as a lookup reads it: ``peek`` for reads, writes dropped."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: Any):
+        self._table = table
+
+    def __getattr__(self, name: str) -> Any:
+        return _ignore if name in _WRITES else getattr(self._table, name)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._table.peek(key, default)
+
+    def get_raw(self, key: Any) -> Any:
+        return self._table.peek_raw(key)
+
+    def contains(self, key: Any) -> bool:
+        return self._table.peek(key, _MISSING) is not _MISSING
+
+
+_MISSING = object()
+
+
+def key_view(backend: Any, key: Any) -> Any:
+    """The backend as a lookup of ``key`` sees it: its own current key, read-only tables, no TTL cleanup.
+    A shallow copy: the tables, database and caches are the backend's own; nothing of the view is
+    written back (its registries are its own)."""
+    view = copy.copy(backend)
+    view.current_key = key
+    view.queryable, view.ttl_policies = {}, {}
+    real_table = backend.table
+    view.table = lambda name, kind: _ReadOnlyTable(real_table(name, kind))
+    view.ttl_cleanup = _ignore
+    return view
+
+
+class QueryServer:
+    """Answers the job manager's lookups on a connection of its own, in a thread beside the task
+    thread: a lookup never waits for the batch the task is processing."""
+
+    def __init__(self, address: tuple[str, int], slot: int, attempt: int, operators: dict[int, Any],
+                 key_type: Any, last_completed: Any):
+        self.operators, self.key_type, self.last_completed = operators, key_type, last_completed
+        self.sock = socket.create_connection(address, timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall((json.dumps({"type": "query_channel", "slot": slot, "attempt": attempt}) + "\n").encode())
+        self.sock.settimeout(None)
+        self.slot = slot
+        # A lookup's thread waits for the GIL once its request arrives: at most this long (Python's default,
+        # 5 ms, would be most of a lookup's time); the task thread is only asked to let go while one waits.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        self._thread = threading.Thread(target=self._serve, name=f"queryable-state-{slot}", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        reader = self.sock.makefile("rb")
+        try:
+            for line in reader:
+                msg = json.loads(line)
+                if msg.get("type") != "query":
+                    continue
+                op = self.operators.get(int(msg["op"]))
+                name = str(msg["name"])
+                if op is None or op.keyed_backend is None or name not in op.keyed_backend.queryable:
+                    results = [{"key": k, "error": f"this subtask has no queryable state {name!r}"}
+                               for k in msg["keys"]]
+                else:
+                    try:
+                        results = lookup(op, name, msg["keys"], self.key_type(op.node))
+                    except Exception as e:  # noqa: BLE001 - a lookup's failure is the lookup's, never the task's
+                        results = [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in msg["keys"]]
+                answer = {"type": "query_result", "id": msg["id"], "slot": self.slot, "results": results,
+                          "checkpoint": self.last_completed()}
+                self.sock.sendall((json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode())
+        except (OSError, ValueError):
+            pass  # the job manager or the task went: nothing to answer
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

@@ -320,6 +320,7 @@ class SlotRuntime:
         # is at or after it.
         self.last_completed = int((self.restore or {}).get("id") or 0)
         self._queryable_reported: set[tuple[int, str]] = set()
+        self._query_server: Any = None  # answers lookups beside the task thread (task/queryable.py)
         self.last_trigger = CheckpointBarrier(0, 0)  # the newest checkpoint the job manager triggered here
         self.storage: CheckpointStorage | None = None
         self.savepoints: dict[int, SavepointTarget] = {}  # checkpoint id -> where that savepoint goes
@@ -509,6 +510,10 @@ class SlotRuntime:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
                 self._report_queryable()
+                if any(op.keyed_backend is not None for op in self.operators.values()):
+                    self._query_server = queryable.QueryServer(self.control.address, self.subtask, self.attempt,
+                                                               self.operators, self._key_type,
+                                                               lambda: self.last_completed)
                 self.control.send({"type": "running", "slot": self.subtask, "attempt": self.attempt})
             self.started_at = time.time()
             self._loop()
@@ -529,6 +534,8 @@ class SlotRuntime:
             self._report_failure(e)
             raise
         finally:
+            if self._query_server is not None:
+                self._query_server.close()
             if self.snapshots is not None:
                 self.snapshots.close()
             for op in self.operators.values():
@@ -608,8 +615,6 @@ class SlotRuntime:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
             elif kind == "collect_ack":
                 self.collect_channel.on_ack(msg)  # type: ignore[union-attr]
-            elif kind == "query":
-                self._answer_query(msg)
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
 
@@ -622,16 +627,6 @@ class SlotRuntime:
         new = queryable.registrations(self.operators, self._queryable_reported)
         if new:
             self.control.send({"type": "queryable", "slot": self.subtask, "attempt": self.attempt, "states": new})
-
-    def _answer_query(self, msg: dict) -> None:
-        op = self.operators.get(int(msg["op"]))
-        name = str(msg["name"])
-        if op is None or op.keyed_backend is None or name not in op.keyed_backend.queryable:
-            results = [{"key": k, "error": f"this subtask has no queryable state {name!r}"} for k in msg["keys"]]
-        else:
-            results = queryable.lookup(op, name, msg["keys"], self._key_type(op.node))
-        self.control.send({"type": "query_result", "id": msg["id"], "slot": self.subtask, "results": results,  # type: ignore[union-attr]
-                           "checkpoint": self.last_completed})
 
     def _key_type(self, node: Any) -> Any:
         for e in node.inputs:

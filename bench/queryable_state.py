@@ -1,0 +1,181 @@
+"""Queryable state under load: lookups of random keys while a keyed job runs at full speed.
+
+    python bench/queryable_state.py [--keys 1000000] [--seconds 15] [--backends hashmap,rocksdb]
+
+Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, 1 s checkpoints, KEYS keys, a
+ValueState count per key queryable as "counts") on the embedded local Spark. Once every key has a
+count, a client process (aiohttp, its own process: it does not share the job's GIL) looks up random
+keys (GET /v1/state/counts?key=K):
+
+* closed loop at 1, 8 and 32 concurrent requests: lookups/s, p50 and p99 latency;
+* open loop at --rate lookups/s (default 1,000, the issue's floor: p99 <= 10 ms): p50, p99;
+* the job's throughput (records/s of the count operator, from /v1/job) in a window without lookups
+  and during the open-loop window, same run: the slowdown the lookups cost (floor: <= 10%).
+
+Every lookup must answer 200 with found=true; anything else is counted and printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOB = os.path.join(ROOT, "bench", "jobs", "queryable_job.py")
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def records_in(url: str) -> int:
+    doc = _get(url + "/v1/job?peek=true")
+    return sum(op["records_in"] for v in doc["vertices"] for op in v["operators"] if op["name"] == "count")
+
+
+async def _closed(url: str, keys: int, concurrency: int, seconds: float) -> tuple[list[float], int]:
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+    async with aiohttp.ClientSession() as session:
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < stop:
+                k = random.randrange(keys)
+                t0 = time.perf_counter()
+                async with session.get(f"{url}/v1/state/counts?key={k}") as r:
+                    doc = await r.json()
+                latencies.append(time.perf_counter() - t0)
+                if r.status != 200 or not doc.get("found"):
+                    errors += 1
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, errors
+
+
+async def _open(url: str, keys: int, rate: float, seconds: float) -> tuple[list[float], int]:
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    async with aiohttp.ClientSession() as session:
+        async def one(k: int) -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            async with session.get(f"{url}/v1/state/counts?key={k}") as r:
+                doc = await r.json()
+            latencies.append(time.perf_counter() - t0)
+            if r.status != 200 or not doc.get("found"):
+                errors += 1
+        tasks = []
+        start = time.perf_counter()
+        n = int(rate * seconds)
+        for i in range(n):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(random.randrange(keys))))
+        await asyncio.gather(*tasks)
+    return latencies, errors
+
+
+def client_main(argv: list[str]) -> None:
+    """In its own process: one load phase; prints JSON (latencies in ms, errors)."""
+    mode, url, keys, arg, seconds = argv[0], argv[1], int(argv[2]), float(argv[3]), float(argv[4])
+    run = _closed(url, keys, int(arg), seconds) if mode == "closed" else _open(url, keys, arg, seconds)
+    latencies, errors = asyncio.run(run)
+    print(json.dumps({"ms": [round(x * 1000, 3) for x in latencies], "errors": errors}))
+
+
+def load(mode: str, url: str, keys: int, arg: float, seconds: float) -> dict:
+    r = subprocess.run([sys.executable, __file__, "--client", mode, url, str(keys), str(arg), str(seconds)],
+                       capture_output=True, text=True, timeout=seconds * 4 + 120)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    doc = json.loads(r.stdout)
+    ms = sorted(doc["ms"])
+    return {"n": len(ms), "per_s": len(ms) / seconds, "p50": statistics.median(ms) if ms else None,
+            "p99": ms[int(len(ms) * 0.99) - 1] if ms else None, "errors": doc["errors"]}
+
+
+def bench_backend(backend: str, keys: int, seconds: float, rate: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
+                                 backend, str(keys), str(10**10), os.path.join(tmp, "ck")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log: list[str] = []
+        threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+        try:
+            deadline = time.monotonic() + 300
+            while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("".join(log)[-3000:])
+                time.sleep(0.2)
+            url = m.group(1)
+            while records_in(url) < keys * 2:  # every key counted (twice: past the first pass's inserts)
+                time.sleep(0.5)
+            out: dict = {"backend": backend}
+            # The job alone, then with the open-loop lookups, then alone again (the mean of the two quiet
+            # windows is the baseline: the rate drifts as the state grows and the machine's load changes).
+            def rate_over(window: float) -> float:
+                a, t0 = records_in(url), time.perf_counter()
+                time.sleep(window)
+                return (records_in(url) - a) / (time.perf_counter() - t0)
+            quiet1 = rate_over(seconds)
+            a, t0 = records_in(url), time.perf_counter()
+            out["open"] = load("open", url, keys, rate, seconds)
+            loaded = (records_in(url) - a) / (time.perf_counter() - t0)
+            quiet2 = rate_over(seconds)
+            out["job_quiet"] = (quiet1 + quiet2) / 2
+            out["job_loaded"] = loaded
+            for c in (1, 8, 32):
+                out[f"closed{c}"] = load("closed", url, keys, c, seconds)
+            return out
+        finally:
+            subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
+                           capture_output=True, timeout=120) if "url" in locals() else None
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(60)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        return client_main(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--backends", default="hashmap,rocksdb")
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    rows = [bench_backend(b, args.keys, args.seconds, args.rate) for b in args.backends.split(",")]
+    print(f"\n| backend | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        o = r["open"]
+        print(f"| {r['backend']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | {o['p99']:.1f} | "
+              f"{o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}) | "
+              f"{(r['job_loaded'] / r['job_quiet'] - 1) * 100:+.1f}% |")
+        for c in (1, 8, 32):
+            x = r[f"closed{c}"]
+            print(f"| {r['backend']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | {x['p99']:.1f} | "
+                  f"{x['errors']} | | |")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
