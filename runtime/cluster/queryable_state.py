@@ -72,6 +72,9 @@ class QueryRouter:
     _pending: dict[str, asyncio.Future] = field(default_factory=dict)
     _ids: Any = field(default_factory=itertools.count)
     _restored: "OrderedDict[tuple, Any]" = field(default_factory=OrderedDict)
+    # Lookups for one slot made in one turn of the loop go out as one message (many concurrent GETs
+    # cost the task one wake-up, not one each).
+    _outbox: dict[int, list] = field(default_factory=dict)
     _restore_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- registry ------------------------------------------------------------------------------
@@ -140,10 +143,12 @@ class QueryRouter:
         for slot, raws in by_slot.items():
             qid = f"q{next(self._ids)}"
             future = self._pending[qid] = loop.create_future()
-            if not send(slot, {"type": "query", "id": qid, "op": state.op.id, "name": state.name, "keys": raws}):
-                self._pending.pop(qid, None)
-                raise QueryError(503, f"subtask {slot - state.op.first_slot + 1}/{state.op.parallelism} of "
-                                      f"{state.op.name!r} is not connected (the job is restarting)", retry_after=1)
+            if not self._outbox:
+                loop.call_soon(self._flush, send)
+            self._outbox.setdefault(slot, []).append(
+                {"id": qid, "op": state.op.id, "name": state.name, "keys": raws,
+                 "unsent": f"subtask {slot - state.op.first_slot + 1}/{state.op.parallelism} of {state.op.name!r} "
+                           f"is not connected (the job is restarting)"})
             waits.append((slot, qid, future))
         answers: dict[Any, dict] = {}
         try:
@@ -160,10 +165,22 @@ class QueryRouter:
                 answers[_ident(r["key"])] = r
         return [answers[_ident(raw)] for raw, _, _ in keys]
 
+    def _flush(self, send: Callable[[int, dict], bool]) -> None:
+        """The lookups of this turn, one message per slot."""
+        outbox, self._outbox = self._outbox, {}
+        for slot, queries in outbox.items():
+            unsent = [q.pop("unsent") for q in queries]
+            if not send(slot, {"type": "query", "batch": queries}):
+                for q, why in zip(queries, unsent):
+                    future = self._pending.get(q["id"])
+                    if future is not None and not future.done():
+                        future.set_exception(QueryError(503, why, retry_after=1))
+
     def on_result(self, msg: dict) -> None:
-        future = self._pending.get(str(msg.get("id")))
-        if future is not None and not future.done():
-            future.set_result(msg)
+        for answer in msg.get("batch") or ():
+            future = self._pending.get(str(answer.get("id")))
+            if future is not None and not future.done():
+                future.set_result({**answer, "checkpoint": msg.get("checkpoint")})
 
     def fail_pending(self, why: str) -> None:
         """The attempt ended: lookups in flight get a 503 instead of waiting for their timeout."""

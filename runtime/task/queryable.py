@@ -154,21 +154,22 @@ class QueryServer:
                 msg = json.loads(line)
                 if msg.get("type") != "query":
                     continue
-                op = self.operators.get(int(msg["op"]))
-                name = str(msg["name"])
-                if op is None or op.keyed_backend is None or name not in op.keyed_backend.queryable:
-                    results = [{"key": k, "error": f"this subtask has no queryable state {name!r}"}
-                               for k in msg["keys"]]
-                else:
-                    try:
-                        results = lookup(op, name, msg["keys"], self.key_type(op.node))
-                    except Exception as e:  # noqa: BLE001 - a lookup's failure is the lookup's, never the task's
-                        results = [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in msg["keys"]]
-                answer = {"type": "query_result", "id": msg["id"], "slot": self.slot, "results": results,
+                answers = [{"id": q["id"], "results": self._answer(q)} for q in msg["batch"]]
+                answer = {"type": "query_result", "slot": self.slot, "batch": answers,
                           "checkpoint": self.last_completed()}
                 self.sock.sendall((json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode())
         except (OSError, ValueError):
             pass  # the job manager or the task went: nothing to answer
+
+    def _answer(self, query: dict) -> list[dict]:
+        op = self.operators.get(int(query["op"]))
+        name = str(query["name"])
+        if op is None or op.keyed_backend is None or name not in op.keyed_backend.queryable:
+            return [{"key": k, "error": f"this subtask has no queryable state {name!r}"} for k in query["keys"]]
+        try:
+            return lookup(op, name, query["keys"], self.key_type(op.node))
+        except Exception as e:  # noqa: BLE001 - a lookup's failure is the lookup's, never the task's
+            return [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in query["keys"]]
 
     def close(self) -> None:
         try:
