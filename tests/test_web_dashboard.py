@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -264,3 +265,48 @@ def test_dashboard_cancel_with_checkpoints_in_flight_completes_nothing_after_it_
                         str(markers)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert committed(out) == list(range(rows))
+
+
+def test_dashboard_looks_a_key_up_in_queryable_state(page, tmp_path):
+    """A lookup box per queryable state: the value the REST API gives, with where it came from."""
+    from playwright.sync_api import expect
+
+    job_file = os.path.join(os.path.dirname(__file__), "jobs", "queryable_counts.py")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({"user": f"u{i % 4}", "n": i}) + "\n"
+                                                      for i in range(400)))
+    job = Run(job_file, "--no-progress", "--", str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ck"),
+              "hashmap", str(tmp_path / "kill"))
+    try:
+        url = job.wait_for("REST API and metrics at", 240).rsplit(" at ", 1)[1].strip()
+        deadline = time.monotonic() + 120
+
+        def counted() -> object:
+            try:  # 404 until the function created its state, 503 until every task runs
+                return rest(url, "/v1/state/counts?key=u1", token=None).get("value")
+            except urllib.error.HTTPError:
+                return None
+
+        while counted() != 100:
+            assert job.proc.poll() is None and time.monotonic() < deadline, "".join(job.lines)[-3000:]
+            time.sleep(0.2)
+        page.goto(url + "/")
+        form = page.locator('#queryable form[data-name="counts"]')
+        expect(form).to_be_visible(timeout=30_000)
+        expect(page.locator("#queryable form")).to_have_count(4)  # counts, latest, parity, recent
+        form.locator("input").fill("u1")
+        form.locator("button").click()
+        expect(form.locator("output")).to_have_text(re.compile(r"^100  \(subtask \d, key group \d+, at or after "
+                                                               r"checkpoint \d+\)$"))
+        form.locator("input").fill("nobody")
+        form.locator("button").click()
+        expect(form.locator("output")).to_have_text("no value for this key")
+        latest = page.locator('#queryable form[data-name="latest"]')
+        latest.locator("input").fill("abc")
+        latest.locator("button").click()
+        expect(latest.locator("output")).to_contain_text("Failed: key 'abc': expected a key of type Integer")
+        assert page.problems == []
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait(30)

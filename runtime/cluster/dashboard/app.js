@@ -155,6 +155,7 @@ async function load() {
     renderCheckpoints(checkpoints);
     renderSavepoints(savepoints);
     renderExceptions(exceptions);
+    renderQueryable(j.queryable_state || []);
   } catch (e) { // a bug of this page: say so, and keep polling
     console.error(e);
     say(`The page could not show the job's data: ${e.message}`, "render");
@@ -405,6 +406,37 @@ function renderExceptions(doc) {
     parts.push(attempt);
   }
   box.replaceChildren(...parts);
+}
+
+// -- queryable state: a lookup box per name -----------------------------------------------------------
+
+function renderQueryable(names) {
+  const box = $("queryable");
+  $("queryable-section").hidden = names.length === 0;
+  const shown = [...box.querySelectorAll("form")].map((f) => f.dataset.name);
+  if (shown.join("\n") === names.join("\n")) return; // keep what the user typed and the answers
+  box.replaceChildren(...names.map((name) => {
+    const input = el("input", { type: "text", placeholder: "key", spellcheck: "false", "aria-label": `key of ${name}` });
+    const out = el("output", { class: "lookup-result" });
+    const form = el("form", { class: "lookup", "data-name": name },
+                    el("label", {}, el("code", {}, name), " ", input), el("button", { type: "submit" }, "Look up"), out);
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const key = input.value.trim();
+      if (!key) return;
+      try {
+        const r = await api("GET", `v1/state/${encodeURIComponent(name)}?key=${encodeURIComponent(key)}`);
+        out.textContent = r.found ? `${JSON.stringify(r.value)}  (subtask ${r.subtask + 1}, key group ${r.key_group}, `
+          + `at or after checkpoint ${r.checkpoint})` : "no value for this key";
+        out.dataset.found = String(r.found);
+      } catch (e) {
+        if (e instanceof Unauthorized) askForToken("The REST token was not accepted; enter the job's rest.auth.token.");
+        else out.textContent = `Failed: ${e.message}`;
+        out.dataset.found = "error";
+      }
+    });
+    return form;
+  }));
 }
 
 // -- actions --------------------------------------------------------------------------------------
