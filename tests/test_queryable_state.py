@@ -297,3 +297,64 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
         if proc.poll() is None:
             proc.kill()
         proc.wait(60)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_lookups_after_a_rescale_through_a_savepoint_equal_the_input(tmp_path):
+    """Stopped with a savepoint at parallelism 2, resumed at 3 on RocksDB: keys route to their new owners
+    (other key-group ranges) and every value is the input's."""
+    in_dir, out, ck, sp = tmp_path / "in", tmp_path / "out", tmp_path / "ck", tmp_path / "sp"
+    in_dir.mkdir()
+    rows = [{"user": f"u{i % 40}", "n": i} for i in range(1200)]
+    (in_dir / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def start(*extra: str, env: dict | None = None) -> tuple[subprocess.Popen, str, list]:
+        proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--no-progress",
+                                 *extra, "--", str(in_dir), str(out), str(ck), "rocksdb", str(tmp_path / "kill")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **(env or {})})
+        log: list[str] = []
+        import threading
+
+        threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+        deadline = time.monotonic() + 240
+        while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(log)
+            time.sleep(0.1)
+        return proc, m.group(1), log
+
+    def counts(url: str) -> dict:
+        deadline = time.monotonic() + 180
+        while True:
+            status, doc, _ = _get(url, "/v1/state/counts", {"keys": [f"u{i}" for i in range(40)]})
+            if status == 200 and all(r["found"] for r in doc["results"]) and \
+                    sum(r["value"] for r in doc["results"]) == len(rows):
+                return doc
+            assert time.monotonic() < deadline, (status, doc)
+            time.sleep(0.2)
+
+    first, url, log = start()
+    try:
+        before = counts(url)
+        assert {r["subtask"] for r in before["results"]} == {0, 1}
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "stop", "-p", str(sp), "--address", url],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        savepoint = r.stdout.strip().splitlines()[0]
+        first.wait(120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second, url, log = start("-s", savepoint, env={"PARALLELISM": "3"})
+    try:
+        after = counts(url)
+        assert {r["subtask"] for r in after["results"]} == {0, 1, 2}
+        assert {r["key"]: r["value"] for r in after["results"]} == dict(Counter(r["user"] for r in rows))
+    finally:
+        if second.poll() is None:
+            subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
+                           capture_output=True, timeout=120)
+        if second.poll() is None:
+            second.kill()
+        second.wait(60)

@@ -8,6 +8,7 @@ quiescent once every file is read). Per user (a STRING key): its count in a Valu
 ("parity"); per n % 5 (an INT key) the latest record via as_queryable_state("latest"). Writes
 {"user", "count"} per record to the exactly-once FileSink OUT. BACKEND: hashmap or rocksdb. When the
 file KILL_MARKER appears, the first subtask that sees it deletes it and SIGKILLs itself (a failover).
+Parallelism 2, or PARALLELISM.
 """
 
 import os
@@ -48,7 +49,7 @@ class Counts(KeyedProcessFunction):
 def main() -> None:
     in_dir, out, checkpoints, backend, kill_marker = sys.argv[1:6]
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
+    env.set_parallelism(int(os.environ.get("PARALLELISM", "2")))
     env.configure({"state.backend.type": backend, "execution.batch-size": "200"})
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage_dir("file://" + os.path.abspath(checkpoints))
