@@ -510,10 +510,6 @@ class SlotRuntime:
                 self.snapshots = SnapshotWriter(self._write_snapshot)
             if self.control is not None:
                 self._report_queryable()
-                if any(op.keyed_backend is not None for op in self.operators.values()):
-                    self._query_server = queryable.QueryServer(self.control.address, self.subtask, self.attempt,
-                                                               self.operators, self._key_type,
-                                                               lambda: self.last_completed)
                 self.control.send({"type": "running", "slot": self.subtask, "attempt": self.attempt})
             self.started_at = time.time()
             self._loop()
@@ -625,6 +621,9 @@ class SlotRuntime:
         if self.control is None:
             return
         new = queryable.registrations(self.operators, self._queryable_reported)
+        if new and self._query_server is None:  # a job without queryable state runs no lookup thread
+            self._query_server = queryable.QueryServer(self.control.address, self.subtask, self.attempt,
+                                                       self.operators, self._key_type, lambda: self.last_completed)
         if new:
             self.control.send({"type": "queryable", "slot": self.subtask, "attempt": self.attempt, "states": new})
 
