@@ -436,3 +436,83 @@ def test_min_by_and_max_by_keep_the_first_record_of_equal_values_as_pyflink():
     env = StreamExecutionEnvironment.get_execution_environment()
     stream = env.from_collection([("a", 1)]).key_by(lambda t: t[0]).max_by(1)
     assert stream._t.kind == T.KEYED_REDUCE and stream._t.name == "MaxBy(1)"
+
+
+# -- PyFlink semantics, not only names (issue 30, item 4) -----------------------------------------------
+def test_from_collection_is_a_non_parallel_source_rebalanced_into_the_jobs_parallelism():
+    # PyFlink's _from_collection calls forceNonParallel() on its source; Flink rebalances where the
+    # parallelism changes, and its collect sink has one subtask.
+    from streamjob.runtime.graph.job_graph import build_job_graph
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_collection([1, 2, 3]).map(str).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    assert [(t.name(g), t.parallelism) for t in g.tasks] == [("Source: Collection", 1),
+                                                             ("Map -> Sink: Discard", 3)]
+    (edge,) = [e for e in g.edges.values() if g.operators[e.target].name == "Map"]
+    assert edge.partitioner == T.REBALANCE and g.parallelism == 3
+    # an explicit parallelism still splits the elements (Flink refuses it on a non-parallel source)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1, 2, 3]).set_parallelism(2).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    assert g.tasks[0].parallelism == 2
+
+
+def test_execute_and_collect_with_a_limit_gives_the_first_elements_in_order(spark_slots):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    assert env.from_collection(list(range(1000))).execute_and_collect(limit=5) == [0, 1, 2, 3, 4]
+    env.set_parallelism(2)
+    got = env.from_collection(list(range(100))).map(lambda x: x * 2).execute_and_collect(limit=200)
+    assert sorted(got) == list(range(0, 200, 2))
+
+
+def test_changelog_state_backend_flag_is_recorded_as_in_pyflink():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.is_changelog_state_backend_enabled() is None  # PyFlink: None until set
+    assert env.enable_changelog_state_backend(True) is env
+    assert env.is_changelog_state_backend_enabled() is True
+    env.enable_changelog_state_backend(False)
+    assert env.is_changelog_state_backend_enabled() is False
+
+
+def test_pyflinks_type_variables_import_from_streamjob():
+    # pyflink.datastream.functions / window / state define them outside __all__; programs import them
+    import typing
+
+    import streamjob.runtime as runtime
+    from streamjob.runtime import IN, KEY, OUT, W  # noqa: F401
+
+    for name in ("T", "K", "V", "W", "W2", "IN", "IN1", "IN2", "OUT", "KEY"):
+        assert isinstance(getattr(runtime, name), typing.TypeVar) and getattr(runtime, name).__name__ == name
+        assert name not in runtime.__all__  # as PyFlink: `import *` does not bring them
+
+    from streamjob.runtime import KeyedProcessFunction
+
+    class Typed(KeyedProcessFunction):
+        def process_element(self, value: IN, ctx: "KeyedProcessFunction.Context") -> typing.Iterable[OUT]:
+            yield value
+
+    assert list(Typed().process_element(1, None)) == [1]
+
+
+def test_plain_objects_with_the_fields_as_attributes_are_named_rows_as_in_pyflink():
+    # PyFlink's RowTypeInfo.to_internal_type takes obj.__dict__.get(name) for each field name
+    from streamjob.runtime import Row, Types
+    from streamjob.runtime.api.types import as_row
+
+    class Order:
+        def __init__(self, id, amount, note=None):
+            self.id, self.amount = id, amount
+            if note is not None:
+                self.note = note
+
+    row_type = Types.ROW_NAMED(["id", "amount", "note"], [Types.INT(), Types.DOUBLE(), Types.STRING()])
+    row = as_row(Order(1, 2.5, "x"), row_type)
+    assert isinstance(row, Row) and row.as_dict() == {"id": 1, "amount": 2.5, "note": "x"}
+    assert as_row(Order(2, 1.0), row_type).as_dict() == {"id": 2, "amount": 1.0, "note": None}
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([Order(1, 2.5, "x")], type_info=row_type)  # accepted (was a TypeError)
+    with pytest.raises(TypeError, match="cannot be a row"):
+        as_row(42, row_type)
