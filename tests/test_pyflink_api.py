@@ -516,3 +516,45 @@ def test_plain_objects_with_the_fields_as_attributes_are_named_rows_as_in_pyflin
     env.from_collection([Order(1, 2.5, "x")], type_info=row_type)  # accepted (was a TypeError)
     with pytest.raises(TypeError, match="cannot be a row"):
         as_row(42, row_type)
+
+
+PRINTING_JOB = '''
+import sys
+from streamjob.runtime import MapFunction, StreamExecutionEnvironment
+
+class Shout(MapFunction):
+    def open(self, runtime_context):
+        print("open", runtime_context.get_index_of_this_subtask())
+
+    def map(self, value):
+        print("saw", value)
+        print("to stderr", value, file=sys.stderr)
+        return value * 10
+
+    def close(self):
+        print("close", end="")  # no newline: still a line of its own at the end
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+env.from_collection([1, 2, 3]).map(Shout()).print()
+env.execute("printing")
+'''
+
+
+def test_print_in_user_functions_goes_to_stdout_and_the_runtimes_notes_to_stderr(tmp_path):
+    # PyFlink's Python workers print to the TaskManager's stdout (.out); stderr stays stderr
+    job = tmp_path / "printing.py"
+    job.write_text(PRINTING_JOB)
+    r = run_cli("run", str(job))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert sorted(line for line in out if line.startswith("open")) == ["open 0", "open 1"]
+    assert sorted(line for line in out if line.startswith("saw")) == ["saw 1", "saw 2", "saw 3"]
+    assert out.count("close") == 2
+    printed = [line.split("> ")[-1] for line in out]  # PrintSink at parallelism 2: "1> 10"
+    assert sorted(p for p in printed if p in ("10", "20", "30")) == ["10", "20", "30"]
+    for word in ("open", "saw", "close"):
+        assert not [line for line in r.stderr.splitlines() if line.startswith(word)], r.stderr
+    assert sorted(line for line in r.stderr.splitlines() if line.startswith("to stderr")) == \
+        ["to stderr 1", "to stderr 2", "to stderr 3"]
+    assert "REST API" in r.stderr  # the runtime's notes
