@@ -238,8 +238,8 @@ class Configuration:
             return self._values[key]
         return DEFAULTS.get(key, default)
 
-    def get_string(self, key: str, default: str | None = None) -> str | None:
-        value = self.get(key, default)
+    def get_string(self, key: str, default_value: str | None = None) -> str | None:
+        value = self.get(key, default_value)
         return None if value is None else str(value)
 
     def get_int(self, key: str, default: int | None = None) -> int:
@@ -251,8 +251,8 @@ class Configuration:
         except (TypeError, ValueError):
             raise ConfigError(f"configuration {key}: expected an integer, got {value!r}") from None
 
-    def get_float(self, key: str, default: float | None = None) -> float:
-        value = self.get(key, default)
+    def get_float(self, key: str, default_value: float | None = None) -> float:
+        value = self.get(key, default_value)
         try:
             return float(value)
         except (TypeError, ValueError):

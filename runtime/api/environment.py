@@ -227,11 +227,11 @@ class StreamExecutionEnvironment:
     def get_max_parallelism(self) -> int:
         return self._config.get_int(Options.MAX_PARALLELISM, DEFAULT_MAX_PARALLELISM)
 
-    def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
+    def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
         """Longest time a record waits in a partly filled network batch (Flink's buffer timeout)."""
-        if timeout_ms < 0:
+        if timeout_millis < 0:
             raise ValueError("buffer timeout must be >= 0 ms")
-        self._config.set(Options.BUFFER_TIMEOUT, timeout_ms)
+        self._config.set(Options.BUFFER_TIMEOUT, timeout_millis)
         return self
 
     def get_buffer_timeout(self) -> int:
@@ -316,7 +316,7 @@ class StreamExecutionEnvironment:
     # -- sources ------------------------------------------------------------
     def from_source(
         self, source: Any, watermark_strategy: Any = None, source_name: str | None = None, type_info: Any = None,
-        name: str | None = None,
+        *, name: str | None = None,
     ) -> DataStream:
         """``type_info`` declares the records' type (what ``print()`` shows depends on it); without
         it a source that knows its type gives it (NumberSequenceSource: ``Types.LONG()``)."""

@@ -372,14 +372,14 @@ class Types:
         return Types._list("ObjectArray", element_type)
 
     @staticmethod
-    def LIST(element_type: TypeInformation) -> TypeInformation:
-        return Types._list("List", element_type)
+    def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        return Types._list("List", element_type_info)
 
     @staticmethod
-    def MAP(key_type: TypeInformation, value_type: TypeInformation) -> TypeInformation:
-        k, v = key_type.to_arrow(), value_type.to_arrow()
-        return _Composite(f"Map<{key_type!r}, {value_type!r}>", None if k is None or v is None else pa.map_(k, v),
-                          "map", [key_type, value_type])
+    def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        k, v = key_type_info.to_arrow(), value_type_info.to_arrow()
+        return _Composite(f"Map<{key_type_info!r}, {value_type_info!r}>",
+                          None if k is None or v is None else pa.map_(k, v), "map", [key_type_info, value_type_info])
 
     @staticmethod
     def _list(kind: str, element_type: TypeInformation) -> TypeInformation:
