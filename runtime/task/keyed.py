@@ -224,10 +224,20 @@ class KeyedAggregateOperator(StreamOperator):
         if len(names) == 1 or (len(names) == 2 and self._key.column is not None and self._key.column in names
                                and names.index(self._key.column) != idx):
             return batch  # only the key and the field: nothing else a first record could differ in
-        codes, uniques = pd.factorize(pd.Series(keys, dtype=object) if not isinstance(keys, np.ndarray) else keys)
+        column = self._key.column
+        key_col = batch.column(names.index(column)) if column is not None and column in names else None
+        if key_col is not None and not key_col.null_count and (
+                pa.types.is_integer(key_col.type) or pa.types.is_string(key_col.type)):
+            # factorize the key column itself (no Python per record): its ints and strs are the keys
+            codes, uniques = pd.factorize(key_col.to_numpy(zero_copy_only=False))
+        else:
+            codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
+        uniques = uniques.tolist()
         firsts, missing = self._firsts, object()
-        stored = [firsts.get(k, missing) for k in uniques.tolist()]
-        first_idx = np.unique(codes, return_index=True)[1]  # the batch's first record of each unique key
+        stored = [firsts.get(k, missing) for k in uniques]
+        # the batch's first record of each unique key (scattered backwards: the first occurrence wins)
+        first_idx = np.empty(len(uniques), dtype=np.int64)
+        first_idx[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
         new = np.fromiter((v is missing for v in stored), dtype=bool, count=len(stored))
         if new.all():
             source, at = batch, first_idx
@@ -245,7 +255,7 @@ class KeyedAggregateOperator(StreamOperator):
             at[old] = len(batch) + np.arange(len(old))
         if new.any():
             new_u = np.flatnonzero(new)
-            for k, row in zip([uniques[i] for i in new_u.tolist()], batch.take(pa.array(first_idx[new_u])).to_pylist()):
+            for k, row in zip([uniques[i] for i in new_u.tolist()], batch.take(pa.array(first_idx[new_u])).to_pylist()):  # noqa: E501
                 firsts.put(k, row)
         return source.take(pa.array(at[codes]))
 
