@@ -244,8 +244,11 @@ class DataStream:
 
     def rescale(self) -> "DataStream":
         """Flink's rescale sends each subtask's records round-robin to a local group of the next
-        operator's subtasks; with equal parallelism that group is one subtask: forward."""
-        return self._partition("Rescale", T.FORWARD)
+        operator's subtasks; with equal parallelism that group is one subtask: forward. Where the
+        parallelism changes (e.g. after the non-parallel ``from_collection``) it is round-robin."""
+        t = self._env._add(Transformation(T.PARTITION, "Rescale", [self._t],
+                                          params={"partitioner": T.FORWARD, "rescale": True}))
+        return DataStream(self._env, t, self._type)
 
     def union(self, *streams: "DataStream") -> "DataStream":
         for s in streams:
