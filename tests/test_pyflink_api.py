@@ -558,3 +558,27 @@ def test_print_in_user_functions_goes_to_stdout_and_the_runtimes_notes_to_stderr
     assert sorted(line for line in r.stderr.splitlines() if line.startswith("to stderr")) == \
         ["to stderr 1", "to stderr 2", "to stderr 3"]
     assert "REST API" in r.stderr  # the runtime's notes
+
+
+def test_a_slots_stdout_sends_whole_lines_and_gives_stdout_back():
+    import sys
+
+    from streamjob.runtime.task import user_output
+
+    sent: list = []
+    out = user_output.SlotOutput(sent.append)
+    real = sys.stdout
+    user_output.attach(out)
+    try:
+        print("a")
+        print("b", end="")
+        sys.stdout.write("c\nd")  # "d" has no newline yet
+        assert out.pending and sent == []  # batched until the slot's loop (or 64 KiB, or flush) sends them
+        print("e", flush=True)
+        assert sent == [["a", "bc", "de"]]
+        print("tail", end="")
+        kept = sys.stdout
+    finally:
+        user_output.detach(out)
+    assert sys.stdout is real and sent[-1] == ["tail"]  # the unended line goes at the end
+    assert kept.encoding  # a reference kept past the slot still writes (to the real stdout)

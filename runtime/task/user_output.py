@@ -66,6 +66,12 @@ class SlotOutput:
             self._send(lines)
 
 
+def _fallback() -> Any:
+    """Where output of no slot goes: the stdout the proxy replaced (the interpreter's once it is gone,
+    for a reference to the proxy kept past the last slot)."""
+    return _original if _original is not None else sys.__stdout__
+
+
 class _Stdout(io.TextIOBase):
     """``sys.stdout`` while slots run: the current thread's slot, else the one slot, else the original."""
 
@@ -78,13 +84,13 @@ class _Stdout(io.TextIOBase):
     def write(self, text: str) -> int:  # type: ignore[override]
         target = self._target()
         if target is None:
-            return _original.write(text)
+            return _fallback().write(text)
         return target.write(text)
 
     def flush(self) -> None:
         target = self._target()
         if target is None:
-            _original.flush()
+            _fallback().flush()
         else:
             target.flush()
 
@@ -95,15 +101,15 @@ class _Stdout(io.TextIOBase):
         return False
 
     def fileno(self) -> int:
-        return _original.fileno()
+        return _fallback().fileno()
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
-        return getattr(_original, "encoding", "utf-8") or "utf-8"
+        return getattr(_fallback(), "encoding", "utf-8") or "utf-8"
 
     @property
     def errors(self) -> str | None:  # type: ignore[override]
-        return getattr(_original, "errors", None)
+        return getattr(_fallback(), "errors", None)
 
 
 def attach(output: SlotOutput) -> None:
