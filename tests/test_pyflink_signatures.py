@@ -247,6 +247,11 @@ def test_pyflinks_type_variables_import_from_the_modules_streamjob_mirrors():
         for name in names:
             value = getattr(target, name)
             assert isinstance(value, typing.TypeVar) and value.__name__ == name, f"{module}.{name}"
+    # base classes defined outside __all__ that programs annotate or subclass with
+    from streamjob.runtime import AppendingState, Function, MapFunction, MergingState, ReducingState, State
+
+    assert issubclass(MapFunction, Function) and issubclass(ReducingState, MergingState)
+    assert issubclass(MergingState, AppendingState) and issubclass(AppendingState, State)
 
 
 def test_the_signatures_tool_reads_callables_and_follows_reexports_from_a_wheel(tmp_path):
