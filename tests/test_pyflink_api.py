@@ -582,3 +582,24 @@ def test_a_slots_stdout_sends_whole_lines_and_gives_stdout_back():
         user_output.detach(out)
     assert sys.stdout is real and sent[-1] == ["tail"]  # the unended line goes at the end
     assert kept.encoding  # a reference kept past the slot still writes (to the real stdout)
+
+
+def test_rolling_sum_of_named_rows_made_from_objects_keeps_each_keys_first_note(spark_slots):
+    # PyFlink: objects become Rows of the ROW_NAMED type (their attributes), and KeyedStream.sum keeps
+    # the first record's other fields (PyFlink's reduce returns v1 with only the summed field changed)
+    from streamjob.runtime import Types
+
+    class Order:
+        def __init__(self, name, amount, note):
+            self.name, self.amount, self.note = name, amount, note
+
+    orders = [Order("a", 1, "first a"), Order("b", 10, "first b"), Order("a", 2, "second a"),
+              Order("a", 3, "third a"), Order("b", 20, "second b")]
+    row_type = Types.ROW_NAMED(["name", "amount", "note"], [Types.STRING(), Types.INT(), Types.STRING()])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    got = env.from_collection(orders, type_info=row_type).key_by(lambda r: r["name"]).sum("amount") \
+        .execute_and_collect(limit=10)
+    per_key = {k: [(r["amount"], r["note"]) for r in got if r["name"] == k] for k in ("a", "b")}
+    assert per_key == {"a": [(1, "first a"), (3, "first a"), (6, "first a")],
+                       "b": [(10, "first b"), (30, "first b")]}
