@@ -603,3 +603,19 @@ def test_rolling_sum_of_named_rows_made_from_objects_keeps_each_keys_first_note(
     per_key = {k: [(r["amount"], r["note"]) for r in got if r["name"] == k] for k in ("a", "b")}
     assert per_key == {"a": [(1, "first a"), (3, "first a"), (6, "first a")],
                        "b": [(10, "first b"), (30, "first b")]}
+
+
+def test_configuration_has_pyflinks_typed_getters_and_setters():
+    from streamjob.runtime import Configuration
+
+    c = Configuration()
+    c.set_integer("a", 3).set_boolean("b", True).set_float("f", 1.5)
+    assert c.get_integer("a") == 3 and c.get_integer("missing", 7) == 7
+    assert c.get_boolean("b") is True and c.get_boolean("missing", False) is False
+    assert c.get_float("f") == 1.5 and c.get_string("missing", "x") == "x"
+    assert c.key_set() == {"a", "b", "f"}
+    d: dict = {}
+    c.add_all_to_dict(d)
+    assert d == {"a": 3, "b": True, "f": 1.5}
+    assert Configuration().add_all(c, "job.").key_set() == {"job.a", "job.b", "job.f"}
+    assert c.remove_config("a") is True and c.remove_config("a") is False and not c.contains_key("a")
