@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING, Any
 # modules they use (importing all of them, with pyarrow, fsspec and the connectors, cost ~0.2 s
 # of every process's start). The names resolve on first use (PEP 562).
 _NAMES = {
+    # PyFlink's type variables (KEY, IN, OUT, W, ...): importable, not in __all__ (as in PyFlink)
+    **{_t: ".api.typevars" for _t in ("T", "K", "V", "W", "W2", "IN", "IN1", "IN2", "OUT", "KEY")},
+    # base classes PyFlink's modules define outside their __all__ (programs annotate and subclass with them)
+    "Function": ".api.functions",
+    "State": ".api.state",
+    "AppendingState": ".api.state",
+    "MergingState": ".api.state",
     "AllWindowedStream": ".api.datastream",
     "BroadcastConnectedStream": ".api.datastream",
     "BroadcastStream": ".api.datastream",

@@ -277,6 +277,9 @@ _UNITS = {"ms": 1, "milli": 1, "millis": 1, "s": 1000, "sec": 1000, "secs": 1000
           "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
 
 
+_UNSET = object()  # remove_config: "no value" (None can be a value)
+
+
 class Configuration:
     def __init__(self, values: Mapping[str, Any] | None = None):
         self._values: dict[str, Any] = dict(values or {})
@@ -322,6 +325,38 @@ class Configuration:
     def set_integer(self, key: str, value: int) -> "Configuration":
         return self.set(key, int(value))
 
+    def set_boolean(self, key: str, value: bool) -> "Configuration":
+        return self.set(key, bool(value))
+
+    def set_float(self, key: str, value: float) -> "Configuration":
+        return self.set(key, float(value))
+
+    def get_integer(self, key: str, default_value: int | None = None) -> int | None:
+        """PyFlink's: the key's value as an int, ``default_value`` where it has none."""
+        return default_value if self.get(key) is None else self.get_int(key)
+
+    def get_boolean(self, key: str, default_value: bool | None = None) -> bool | None:
+        """PyFlink's: the key's value as a bool, ``default_value`` where it has none."""
+        return default_value if self.get(key) is None else self.get_bool(key)
+
+    def key_set(self) -> set[str]:
+        """The keys set in this configuration (PyFlink's)."""
+        return set(self._values)
+
+    def add_all_to_dict(self, target_dict: dict) -> None:
+        """Copy every key and value into ``target_dict`` (PyFlink's)."""
+        target_dict.update(self._values)
+
+    def add_all(self, other: "Configuration", prefix: str | None = None) -> "Configuration":
+        """Every key and value of ``other``, each key after ``prefix`` if given (PyFlink's)."""
+        values = other._values if isinstance(other, Configuration) else dict(other)
+        self._values.update({f"{prefix or ''}{k}": v for k, v in values.items()})
+        return self
+
+    def remove_config(self, key: str) -> bool:
+        """Remove a key; whether it was set (PyFlink's)."""
+        return self._values.pop(key, _UNSET) is not _UNSET
+
     def contains_key(self, key: str) -> bool:
         return key in self._values
 
@@ -330,8 +365,8 @@ class Configuration:
             return self._values[key]
         return DEFAULTS.get(key, default)
 
-    def get_string(self, key: str, default: str | None = None) -> str | None:
-        value = self.get(key, default)
+    def get_string(self, key: str, default_value: str | None = None) -> str | None:
+        value = self.get(key, default_value)
         return None if value is None else str(value)
 
     def get_int(self, key: str, default: int | None = None) -> int:
@@ -343,8 +378,8 @@ class Configuration:
         except (TypeError, ValueError):
             raise ConfigError(f"configuration {key}: expected an integer, got {value!r}") from None
 
-    def get_float(self, key: str, default: float | None = None) -> float:
-        value = self.get(key, default)
+    def get_float(self, key: str, default_value: float | None = None) -> float:
+        value = self.get(key, default_value)
         try:
             return float(value)
         except (TypeError, ValueError):

@@ -141,3 +141,73 @@ def test_columnar_min_by_max_by_keep_the_whole_first_best_record(backend, how, a
                                 backend, rows, stamps, arrow=False)
     assert type(per_record.op).__name__ == "WindowOperator"
     assert len(expected) > 100 and got == expected
+
+
+# -- rolling sum/min/max on a keyed stream: the other fields are the key's FIRST record's --------------
+# PyFlink 1.20 (KeyedStream._accumulate in pyflink/datastream/data_stream.py) reduces with
+# v1[pos] = v1[pos] + v2[pos] (or the min/max of the two) and returns v1: every output of a key
+# carries its first record's other fields. min_by/max_by return the whole record with the min/max
+# (the first of equal ones).
+RECORDS = [("a", 1, "x"), ("a", 5, "y"), ("b", 2, "z"), ("a", 3, "w"), ("a", 5, "v")]
+EXPECTED = {
+    "sum": [("a", 1, "x"), ("a", 6, "x"), ("b", 2, "z"), ("a", 9, "x"), ("a", 14, "x")],
+    "min": [("a", 1, "x"), ("a", 1, "x"), ("b", 2, "z"), ("a", 1, "x"), ("a", 1, "x")],
+    "max": [("a", 1, "x"), ("a", 5, "x"), ("b", 2, "z"), ("a", 5, "x"), ("a", 5, "x")],
+    "min_by": [("a", 1, "x"), ("a", 1, "x"), ("b", 2, "z"), ("a", 1, "x"), ("a", 1, "x")],
+    "max_by": [("a", 1, "x"), ("a", 5, "y"), ("b", 2, "z"), ("a", 5, "y"), ("a", 5, "y")],
+}
+
+
+def _rolling(how, field, key, batches, backend="hashmap"):
+    h = Harness(lambda s: getattr(s.key_by(key), how)(field), backend)
+    for b in batches:
+        h.op.process_batch(b, 0, None)
+    return [r for r, _ in h.take()]
+
+
+@pytest.mark.parametrize("how", list(EXPECTED))
+def test_rolling_aggregates_of_tuples_keep_the_first_records_other_fields(how):
+    # two batches: the key "a" is new in the first, known in the second (its first record is in state)
+    got = _rolling(how, 1, lambda t: t[0], [RECORDS[:2], RECORDS[2:]])
+    assert got == EXPECTED[how]
+    assert all(type(r) is tuple for r in got)
+
+
+@pytest.mark.parametrize("how", list(EXPECTED))
+def test_rolling_aggregates_of_named_rows_keep_the_first_records_other_fields(how):
+    rows = [Row(k=k, v=v, tag=t) for k, v, t in RECORDS]
+    got = _rolling(how, "v", lambda r: r["k"], [rows[:3], rows[3:]])
+    assert [tuple(r) for r in got] == EXPECTED[how]
+    assert all(isinstance(r, Row) and r.field_names() == ["k", "v", "tag"] for r in got)
+
+
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+@pytest.mark.parametrize("arrow", [True, False], ids=["columnar", "dicts"])
+@pytest.mark.parametrize("how", ["sum", "min", "max"])
+def test_rolling_aggregates_of_columns_keep_the_first_records_other_columns(how, arrow, backend):
+    dicts = [{"k": k, "v": v, "tag": t} for k, v, t in RECORDS]
+    batches = [dicts[:2], dicts[2:4], dicts[4:]]
+    if arrow:  # the columnar path: the first records' other columns, per distinct key, not per record
+        batches = [pa.RecordBatch.from_pylist(b) for b in batches]
+    got = _rolling(how, "v", "k", batches, backend)
+    assert [(r["k"], r["v"], r["tag"]) for r in got] == EXPECTED[how]
+
+
+def test_columnar_rolling_sum_of_only_a_key_and_a_value_stays_as_it_was():
+    batch = pa.RecordBatch.from_pylist([{"k": i % 3, "v": i} for i in range(9)])
+    got = _rolling("sum", "v", "k", [batch, batch])
+    assert [r["v"] for r in got] == [0, 1, 2, 3, 5, 7, 9, 12, 15, 9, 13, 17, 12, 17, 22, 18, 24, 30]
+
+
+def test_rolling_sum_of_plain_values_is_the_whole_value_and_a_field_of_an_object_is_refused():
+    # PyFlink: a record that is not a tuple, list or Row is a basic type; position 0 is the value
+    assert _rolling("sum", 0, lambda x: x % 2, [[3, 4, 5], [6]]) == [3, 4, 8, 10]
+    assert _rolling("max", 0, lambda x: x % 2, [[3, 4, 1, 8]]) == [3, 4, 3, 8]
+
+    class Order:
+        def __init__(self, k, amount):
+            self.k, self.amount = k, amount
+
+    # PyFlink raises "The amount field selected on a basic type..." for sum("amount") of objects
+    with pytest.raises(Exception, match="TypeError: sum\\('amount'\\): the 'amount' field selected on a basic type"):
+        _rolling("sum", "amount", lambda o: o.k, [[Order("a", 1), Order("a", 2)]])

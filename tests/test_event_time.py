@@ -569,3 +569,43 @@ def test_batch_mode_fires_windows_and_timers_at_the_end_and_rolls_up_once(spark_
     # each key's rolling reduce emits once; a processing-time timer far away fires at the end
     assert got == sorted(["('window', 'a', 5)", "('window', 'a', 3)", "('window', 'b', 2)",
                           "('rolling', 'a', 8)", "('rolling', 'b', 2)", "('timer', 'a')", "('timer', 'b')"])
+
+
+def test_a_custom_window_assigner_written_for_pyflink_runs_as_there():
+    # PyFlink's protocol: assign_windows(element, timestamp, context), get_default_trigger(env),
+    # is_event_time() a method (a processing-time assigner used to be taken for an event-time one)
+    from streamjob.runtime import EventTimeTrigger, ProcessingTimeTrigger, TimeWindow, WindowAssigner
+
+    class EveryTen(WindowAssigner):
+        def assign_windows(self, element, timestamp, context):
+            assert isinstance(context, WindowAssigner.WindowAssignerContext)
+            assert context.get_current_processing_time() > 0 and context.get_runtime_context() is not None
+            start = timestamp - timestamp % 10
+            return [TimeWindow(start, start + 10)]
+
+        def get_default_trigger(self, env):
+            return EventTimeTrigger.create()
+
+        def is_event_time(self):
+            return True
+
+    h = Harness(window_of(EveryTen()))
+    h.feed((("k", 1), 1), (("k", 2), 8), (("k", 4), 12))
+    h.watermark(9)
+    assert h.take() == [(("k", 3), 9)]
+
+    class Processing(EveryTen):
+        def assign_windows(self, element, timestamp, context):
+            return [TimeWindow(0, 10**15)]
+
+        def get_default_trigger(self, env):
+            return ProcessingTimeTrigger.create()
+
+        def is_event_time(self):
+            return False
+
+    h = Harness(window_of(Processing()))
+    assert h.op.event_time is False
+    h.feed((("k", 1), 1))
+    h.watermark(10**16)  # event time does not fire a processing-time window
+    assert h.take() == []

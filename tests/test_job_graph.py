@@ -12,10 +12,17 @@ def graph_of(env):
     return build_job_graph(env._transformations, env.get_config(), "test")
 
 
+def parallel_collection(env, items):
+    """A collection source at the job's parallelism (from_collection is non-parallel, as PyFlink's)."""
+    from streamjob.runtime.connectors.collection import CollectionSource
+
+    return env.from_source(CollectionSource(list(items)), source_name="Collection")
+
+
 def test_forward_operators_chain_and_key_by_cuts_the_chain():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(3)
-    env.from_collection([1]).map(lambda x: x).filter(bool).key_by(lambda x: x).sum(0).sink_to(DiscardingSink())
+    parallel_collection(env, [1]).map(lambda x: x).filter(bool).key_by(lambda x: x).sum(0).sink_to(DiscardingSink())
     g = graph_of(env)
     assert [t.name(g) for t in g.tasks] == ["Source: Collection -> Map -> Filter", "Sum(0) -> Sink: Discard"]
     (edge,) = [g.edges[e] for e in g.tasks[1].input_edges]
@@ -87,7 +94,7 @@ def test_plan_lists_tasks_with_their_chained_operators_and_every_edge():
     late = OutputTag("late")
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    split = env.from_collection([{"k": 1}]).uid("src").map(lambda r: r).key_by("k").process(KeyedProcessFunction())
+    split = parallel_collection(env, [{"k": 1}]).uid("src").map(lambda r: r).key_by("k").process(KeyedProcessFunction())
     split.sink_to(DiscardingSink())
     split.get_side_output(late).rebalance().sink_to(DiscardingSink())
     g = graph_of(env)

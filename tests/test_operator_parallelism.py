@@ -34,6 +34,13 @@ def graph_of(env):
     return build_job_graph(env._transformations, env.get_config(), "test")
 
 
+def parallel_collection(env, items):
+    """A collection source at the job's parallelism (from_collection is non-parallel, as PyFlink's)."""
+    from streamjob.runtime.connectors.collection import CollectionSource
+
+    return env.from_source(CollectionSource(list(items)), source_name="Collection")
+
+
 def test_parallelism_per_operator_rebalances_where_it_changes_and_chains_break_there():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
@@ -60,7 +67,7 @@ def test_parallelism_per_operator_rebalances_where_it_changes_and_chains_break_t
 def test_a_job_without_set_parallelism_is_the_same_graph_as_before():
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(3)
-    env.from_collection([1]).map(str).key_by(lambda x: x).map(str).sink_to(DiscardingSink())
+    parallel_collection(env, [1]).map(str).key_by(lambda x: x).map(str).sink_to(DiscardingSink())
     g = graph_of(env)
     assert g.uniform and g.parallelism == 3 and all(t.parallelism == 3 for t in g.tasks)
     assert [t.name(g) for t in g.tasks] == ["Source: Collection -> Map", "Map (2) -> Sink: Discard"]
@@ -101,7 +108,7 @@ def test_slot_sharing_groups_get_slots_of_their_own():
     operator naming no group takes its inputs' when they agree, else "default"."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    src = env.from_collection([{"k": 1}])
+    src = parallel_collection(env, [{"k": 1}])
     heavy = src.map(lambda r: r).slot_sharing_group("heavy").set_parallelism(3)
     inherits = heavy.filter(bool)  # heavy, parallelism 2: rebalanced from the map, its own chain
     light = src.map(lambda r: r).slot_sharing_group("light").set_parallelism(1)
@@ -120,7 +127,7 @@ def test_slot_sharing_groups_get_slots_of_their_own():
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    env.from_collection([1]).map(str).slot_sharing_group("heavy").map(str).slot_sharing_group("default") \
+    parallel_collection(env, [1]).map(str).slot_sharing_group("heavy").map(str).slot_sharing_group("default") \
         .sink_to(DiscardingSink())
     g = graph_of(env)  # a forward edge into another group is no chain: it crosses slots
     assert [(t.name(g), t.first_slot) for t in g.tasks] == [
@@ -136,7 +143,7 @@ def test_not_enough_slots_names_the_slots_and_where_they_come_from():
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    env.from_collection([1]).map(str).name("parse").sink_to(DiscardingSink()).name("files") \
+    parallel_collection(env, [1]).map(str).name("parse").sink_to(DiscardingSink()).name("files") \
         .slot_sharing_group("sink").set_parallelism(1)
     g = graph_of(env)
     assert g.parallelism == 3
@@ -156,7 +163,7 @@ def test_not_enough_slots_names_the_slots_and_where_they_come_from():
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    env.from_collection([1]).map(str).name("heavy").set_parallelism(4).sink_to(DiscardingSink())
+    parallel_collection(env, [1]).map(str).name("heavy").set_parallelism(4).sink_to(DiscardingSink())
     g = graph_of(env)
     with pytest.raises(NotEnoughSlotsError) as info:
         SparkDeployment({"spark.master": "local[2]"}, g.parallelism, "t", slot_needs(g))

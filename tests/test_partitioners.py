@@ -36,7 +36,12 @@ def rows(path) -> list[dict]:
 def graph(build) -> object:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(P)
-    build(env.from_collection(list(range(10)))).map(str).sink_to(DiscardingSink())
+    # a collection source at the job's parallelism (from_collection is non-parallel, as PyFlink's: a
+    # forward() from it into parallel operators would be refused, as in Flink)
+    from streamjob.runtime.connectors.collection import CollectionSource
+
+    build(env.from_source(CollectionSource(list(range(10))), source_name="Collection")).map(str) \
+        .sink_to(DiscardingSink())
     return build_job_graph(env._transformations, env.get_config(), "t")
 
 
@@ -121,3 +126,21 @@ def test_a_task_is_done_only_when_its_channels_sent_everything():
     assert not task.outputs_delivered()
     channel.add_credits(1)
     assert task.outputs_delivered() and delivered == [[1]]
+
+
+def test_rescale_from_the_non_parallel_collection_source_is_round_robin_and_forward_is_refused():
+    # Flink: rescale() into a different parallelism spreads each subtask's records over a group of the
+    # next operator's subtasks (all of them, from one subtask); forward() cannot change the parallelism
+    from streamjob.runtime import JobDefinitionError
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(P)
+    env.from_collection(list(range(10))).rescale().map(str).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    (edge,) = [e for e in g.edges.values() if g.operators[e.target].name == "Map"]
+    assert edge.partitioner == T.REBALANCE and [t.parallelism for t in g.tasks] == [1, P]
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(P)
+    env.from_collection(list(range(10))).forward().map(str).sink_to(DiscardingSink())
+    with pytest.raises(JobDefinitionError, match="forward partitioning does not allow a change of parallelism"):
+        build_job_graph(env._transformations, env.get_config(), "t")

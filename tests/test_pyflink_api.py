@@ -436,3 +436,186 @@ def test_min_by_and_max_by_keep_the_first_record_of_equal_values_as_pyflink():
     env = StreamExecutionEnvironment.get_execution_environment()
     stream = env.from_collection([("a", 1)]).key_by(lambda t: t[0]).max_by(1)
     assert stream._t.kind == T.KEYED_REDUCE and stream._t.name == "MaxBy(1)"
+
+
+# -- PyFlink semantics, not only names (issue 30, item 4) -----------------------------------------------
+def test_from_collection_is_a_non_parallel_source_rebalanced_into_the_jobs_parallelism():
+    # PyFlink's _from_collection calls forceNonParallel() on its source; Flink rebalances where the
+    # parallelism changes, and its collect sink has one subtask.
+    from streamjob.runtime.graph.job_graph import build_job_graph
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.from_collection([1, 2, 3]).map(str).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    assert [(t.name(g), t.parallelism) for t in g.tasks] == [("Source: Collection", 1),
+                                                             ("Map -> Sink: Discard", 3)]
+    (edge,) = [e for e in g.edges.values() if g.operators[e.target].name == "Map"]
+    assert edge.partitioner == T.REBALANCE and g.parallelism == 3
+    # an explicit parallelism still splits the elements (Flink refuses it on a non-parallel source)
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([1, 2, 3]).set_parallelism(2).sink_to(DiscardingSink())
+    g = build_job_graph(env._transformations, env.get_config(), "t")
+    assert g.tasks[0].parallelism == 2
+
+
+def test_execute_and_collect_with_a_limit_gives_the_first_elements_in_order(spark_slots):
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    assert env.from_collection(list(range(1000))).execute_and_collect(limit=5) == [0, 1, 2, 3, 4]
+    env.set_parallelism(2)
+    got = env.from_collection(list(range(100))).map(lambda x: x * 2).execute_and_collect(limit=200)
+    assert sorted(got) == list(range(0, 200, 2))
+
+
+def test_changelog_state_backend_flag_is_recorded_as_in_pyflink():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    assert env.is_changelog_state_backend_enabled() is None  # PyFlink: None until set
+    assert env.enable_changelog_state_backend(True) is env
+    assert env.is_changelog_state_backend_enabled() is True
+    env.enable_changelog_state_backend(False)
+    assert env.is_changelog_state_backend_enabled() is False
+
+
+def test_pyflinks_type_variables_import_from_streamjob():
+    # pyflink.datastream.functions / window / state define them outside __all__; programs import them
+    import typing
+
+    import streamjob.runtime as runtime
+    from streamjob.runtime import IN, KEY, OUT, W  # noqa: F401
+
+    for name in ("T", "K", "V", "W", "W2", "IN", "IN1", "IN2", "OUT", "KEY"):
+        assert isinstance(getattr(runtime, name), typing.TypeVar) and getattr(runtime, name).__name__ == name
+        assert name not in runtime.__all__  # as PyFlink: `import *` does not bring them
+
+    from streamjob.runtime import KeyedProcessFunction
+
+    class Typed(KeyedProcessFunction):
+        def process_element(self, value: IN, ctx: "KeyedProcessFunction.Context") -> typing.Iterable[OUT]:
+            yield value
+
+    assert list(Typed().process_element(1, None)) == [1]
+
+
+def test_plain_objects_with_the_fields_as_attributes_are_named_rows_as_in_pyflink():
+    # PyFlink's RowTypeInfo.to_internal_type takes obj.__dict__.get(name) for each field name
+    from streamjob.runtime import Row, Types
+    from streamjob.runtime.api.types import as_row
+
+    class Order:
+        def __init__(self, id, amount, note=None):
+            self.id, self.amount = id, amount
+            if note is not None:
+                self.note = note
+
+    row_type = Types.ROW_NAMED(["id", "amount", "note"], [Types.INT(), Types.DOUBLE(), Types.STRING()])
+    row = as_row(Order(1, 2.5, "x"), row_type)
+    assert isinstance(row, Row) and row.as_dict() == {"id": 1, "amount": 2.5, "note": "x"}
+    assert as_row(Order(2, 1.0), row_type).as_dict() == {"id": 2, "amount": 1.0, "note": None}
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_collection([Order(1, 2.5, "x")], type_info=row_type)  # accepted (was a TypeError)
+    with pytest.raises(TypeError, match="cannot be a row"):
+        as_row(42, row_type)
+
+
+PRINTING_JOB = '''
+import sys
+from streamjob.runtime import MapFunction, StreamExecutionEnvironment
+
+class Shout(MapFunction):
+    def open(self, runtime_context):
+        print("open", runtime_context.get_index_of_this_subtask())
+
+    def map(self, value):
+        print("saw", value)
+        print("to stderr", value, file=sys.stderr)
+        return value * 10
+
+    def close(self):
+        print("close", end="")  # no newline: still a line of its own at the end
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.set_parallelism(2)
+env.from_collection([1, 2, 3]).map(Shout()).print()
+env.execute("printing")
+'''
+
+
+def test_print_in_user_functions_goes_to_stdout_and_the_runtimes_notes_to_stderr(tmp_path):
+    # PyFlink's Python workers print to the TaskManager's stdout (.out); stderr stays stderr
+    job = tmp_path / "printing.py"
+    job.write_text(PRINTING_JOB)
+    r = run_cli("run", str(job))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert sorted(line for line in out if line.startswith("open")) == ["open 0", "open 1"]
+    assert sorted(line for line in out if line.startswith("saw")) == ["saw 1", "saw 2", "saw 3"]
+    assert out.count("close") == 2
+    printed = [line.split("> ")[-1] for line in out]  # PrintSink at parallelism 2: "1> 10"
+    assert sorted(p for p in printed if p in ("10", "20", "30")) == ["10", "20", "30"]
+    for word in ("open", "saw", "close"):
+        assert not [line for line in r.stderr.splitlines() if line.startswith(word)], r.stderr
+    assert sorted(line for line in r.stderr.splitlines() if line.startswith("to stderr")) == \
+        ["to stderr 1", "to stderr 2", "to stderr 3"]
+    assert "REST API" in r.stderr  # the runtime's notes
+
+
+def test_a_slots_stdout_sends_whole_lines_and_gives_stdout_back():
+    import sys
+
+    from streamjob.runtime.task import user_output
+
+    sent: list = []
+    out = user_output.SlotOutput(sent.append)
+    real = sys.stdout
+    user_output.attach(out)
+    try:
+        print("a")
+        print("b", end="")
+        sys.stdout.write("c\nd")  # "d" has no newline yet
+        assert out.pending and sent == []  # batched until the slot's loop (or 64 KiB, or flush) sends them
+        print("e", flush=True)
+        assert sent == [["a", "bc", "de"]]
+        print("tail", end="")
+        kept = sys.stdout
+    finally:
+        user_output.detach(out)
+    assert sys.stdout is real and sent[-1] == ["tail"]  # the unended line goes at the end
+    assert kept.encoding  # a reference kept past the slot still writes (to the real stdout)
+
+
+def test_rolling_sum_of_named_rows_made_from_objects_keeps_each_keys_first_note(spark_slots):
+    # PyFlink: objects become Rows of the ROW_NAMED type (their attributes), and KeyedStream.sum keeps
+    # the first record's other fields (PyFlink's reduce returns v1 with only the summed field changed)
+    from streamjob.runtime import Types
+
+    class Order:
+        def __init__(self, name, amount, note):
+            self.name, self.amount, self.note = name, amount, note
+
+    orders = [Order("a", 1, "first a"), Order("b", 10, "first b"), Order("a", 2, "second a"),
+              Order("a", 3, "third a"), Order("b", 20, "second b")]
+    row_type = Types.ROW_NAMED(["name", "amount", "note"], [Types.STRING(), Types.INT(), Types.STRING()])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    got = env.from_collection(orders, type_info=row_type).key_by(lambda r: r["name"]).sum("amount") \
+        .execute_and_collect(limit=10)
+    per_key = {k: [(r["amount"], r["note"]) for r in got if r["name"] == k] for k in ("a", "b")}
+    assert per_key == {"a": [(1, "first a"), (3, "first a"), (6, "first a")],
+                       "b": [(10, "first b"), (30, "first b")]}
+
+
+def test_configuration_has_pyflinks_typed_getters_and_setters():
+    from streamjob.runtime import Configuration
+
+    c = Configuration()
+    c.set_integer("a", 3).set_boolean("b", True).set_float("f", 1.5)
+    assert c.get_integer("a") == 3 and c.get_integer("missing", 7) == 7
+    assert c.get_boolean("b") is True and c.get_boolean("missing", False) is False
+    assert c.get_float("f") == 1.5 and c.get_string("missing", "x") == "x"
+    assert c.key_set() == {"a", "b", "f"}
+    d: dict = {}
+    c.add_all_to_dict(d)
+    assert d == {"a": 3, "b": True, "f": 1.5}
+    assert Configuration().add_all(c, "job.").key_set() == {"job.a", "job.b", "job.f"}
+    assert c.remove_config("a") is True and c.remove_config("a") is False and not c.contains_key("a")

@@ -628,3 +628,36 @@ def test_columnar_heap_value_snapshots_restore_into_rocksdb(tmp_path):
             assert rv.value() == (k * 2 if assign_to_key_group(k, 128) in rdb.key_groups else None)
     finally:
         rdb.dispose()
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb", "heap-ttl"])
+def test_map_state_has_pyflinks_mapping_dunders_on_every_backend(kind, tmp_path):
+    # PyFlink's MapState (pyflink/datastream/state.py) defines __getitem__, __setitem__, __delitem__,
+    # __contains__ and __iter__ (over the keys), on top of get/put/remove/contains/keys; no __len__.
+    from streamjob.runtime import MapState, StateTtlConfig, Time
+    from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend
+
+    b = (RocksDBKeyedStateBackend("op", 128, key_group_range(128, 1, 0), str(tmp_path / "local"))
+         if kind == "rocksdb" else backend())
+    try:
+        d = MapStateDescriptor("m")
+        if kind == "heap-ttl":
+            d.enable_time_to_live(StateTtlConfig.new_builder(Time.hours(1)).build())
+        b.current_key = "k1"
+        m = b.get_map_state(d)
+        assert isinstance(m, MapState)
+        m["a"] = 1
+        m["b"] = 2
+        assert m["a"] == 1 and m["missing"] is None  # as PyFlink's get: None for a missing key
+        assert "a" in m and "z" not in m
+        del m["a"]
+        assert "a" not in m and list(m) == ["b"] and sorted(iter(m)) == ["b"]
+        b.current_key = "k2"
+        assert list(m) == [] and "b" not in m
+        m["c"] = 3
+        b.current_key = "k1"
+        assert [k for k in m] == ["b"] and m.get("b") == 2
+        assert not hasattr(m, "__len__")
+    finally:
+        if kind == "rocksdb":
+            b.dispose()

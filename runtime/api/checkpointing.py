@@ -56,8 +56,8 @@ class CheckpointConfig:
     def get_checkpoint_interval(self) -> int:
         return self._config.get_duration_ms(Options.CHECKPOINTING_INTERVAL)
 
-    def set_checkpoint_interval(self, interval_ms: Any) -> "CheckpointConfig":
-        ms = to_millis(interval_ms, "checkpoint interval")
+    def set_checkpoint_interval(self, checkpoint_interval: Any) -> "CheckpointConfig":
+        ms = to_millis(checkpoint_interval, "checkpoint interval")
         if ms < 10:
             raise ValueError(f"checkpoint interval must be at least 10 ms, got {ms}")
         self._config.set(Options.CHECKPOINTING_INTERVAL, ms)
@@ -66,7 +66,8 @@ class CheckpointConfig:
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return CheckpointingMode(str(self._config.get(Options.CHECKPOINTING_MODE)).upper())
 
-    def set_checkpointing_mode(self, mode: CheckpointingMode | str) -> "CheckpointConfig":
+    def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode | str) -> "CheckpointConfig":
+        mode = checkpointing_mode
         self._config.set(Options.CHECKPOINTING_MODE, CheckpointingMode(mode if isinstance(mode, str) else mode.value).value)
         return self
 
@@ -74,8 +75,8 @@ class CheckpointConfig:
     def get_checkpoint_timeout(self) -> int:
         return self._config.get_duration_ms(Options.CHECKPOINTING_TIMEOUT)
 
-    def set_checkpoint_timeout(self, timeout_ms: Any) -> "CheckpointConfig":
-        ms = to_millis(timeout_ms, "checkpoint timeout")
+    def set_checkpoint_timeout(self, checkpoint_timeout: Any) -> "CheckpointConfig":
+        ms = to_millis(checkpoint_timeout, "checkpoint timeout")
         if ms < 1:
             raise ValueError("checkpoint timeout must be > 0 ms")
         self._config.set(Options.CHECKPOINTING_TIMEOUT, ms)
@@ -84,14 +85,16 @@ class CheckpointConfig:
     def get_min_pause_between_checkpoints(self) -> int:
         return self._config.get_duration_ms(Options.CHECKPOINTING_MIN_PAUSE)
 
-    def set_min_pause_between_checkpoints(self, min_pause_ms: Any) -> "CheckpointConfig":
-        self._config.set(Options.CHECKPOINTING_MIN_PAUSE, to_millis(min_pause_ms, "min pause between checkpoints"))
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: Any) -> "CheckpointConfig":
+        self._config.set(Options.CHECKPOINTING_MIN_PAUSE, to_millis(min_pause_between_checkpoints,
+                                                                    "min pause between checkpoints"))
         return self
 
     def get_max_concurrent_checkpoints(self) -> int:
         return self._config.get_int(Options.CHECKPOINTING_MAX_CONCURRENT)
 
-    def set_max_concurrent_checkpoints(self, n: int) -> "CheckpointConfig":
+    def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> "CheckpointConfig":
+        n = max_concurrent_checkpoints
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"max concurrent checkpoints must be a positive int, got {n!r}")
         self._config.set(Options.CHECKPOINTING_MAX_CONCURRENT, n)
@@ -100,7 +103,8 @@ class CheckpointConfig:
     def get_tolerable_checkpoint_failure_number(self) -> int:
         return self._config.get_int(Options.CHECKPOINTING_TOLERABLE_FAILURES)
 
-    def set_tolerable_checkpoint_failure_number(self, n: int) -> "CheckpointConfig":
+    def set_tolerable_checkpoint_failure_number(self, tolerable_checkpoint_failure_number: int) -> "CheckpointConfig":
+        n = tolerable_checkpoint_failure_number
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"tolerable checkpoint failure number must be an int >= 0, got {n!r}")
         self._config.set(Options.CHECKPOINTING_TOLERABLE_FAILURES, n)
@@ -119,23 +123,28 @@ class CheckpointConfig:
     def get_externalized_checkpoint_retention(self) -> ExternalizedCheckpointRetention:
         return ExternalizedCheckpointRetention(str(self._config.get(Options.CHECKPOINTING_RETENTION)).upper())
 
-    def set_externalized_checkpoint_retention(self, retention: ExternalizedCheckpointRetention | str) -> "CheckpointConfig":
-        value = retention if isinstance(retention, str) else retention.value
+    def set_externalized_checkpoint_retention(self, retention_mode: ExternalizedCheckpointRetention | str
+                                              ) -> "CheckpointConfig":
+        value = retention_mode if isinstance(retention_mode, str) else retention_mode.value
         self._config.set(Options.CHECKPOINTING_RETENTION, ExternalizedCheckpointRetention(value).value)
         return self
 
-    # Flink 1.x names of the same setting
-    enable_externalized_checkpoints = set_externalized_checkpoint_retention
-    set_externalized_checkpoint_cleanup = set_externalized_checkpoint_retention
+    # Flink 1.x names of the same setting (PyFlink calls its argument cleanup_mode there)
+    def enable_externalized_checkpoints(self, cleanup_mode: ExternalizedCheckpointRetention | str) -> "CheckpointConfig":
+        return self.set_externalized_checkpoint_retention(cleanup_mode)
+
+    def set_externalized_checkpoint_cleanup(self, cleanup_mode: ExternalizedCheckpointRetention | str
+                                            ) -> "CheckpointConfig":
+        return self.set_externalized_checkpoint_retention(cleanup_mode)
     get_externalized_checkpoint_cleanup = get_externalized_checkpoint_retention
 
     def is_externalized_checkpoints_enabled(self) -> bool:
         return self.get_externalized_checkpoint_retention() != ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
 
     # failures
-    def set_fail_on_checkpointing_errors(self, fail: bool) -> "CheckpointConfig":
+    def set_fail_on_checkpointing_errors(self, fail_on_checkpointing_errors: bool) -> "CheckpointConfig":
         """Flink 1.x: True = a failed checkpoint fails the job (tolerable failures 0); False = never."""
-        self._config.set(Options.CHECKPOINTING_TOLERABLE_FAILURES, 0 if fail else 2**31 - 1)
+        self._config.set(Options.CHECKPOINTING_TOLERABLE_FAILURES, 0 if fail_on_checkpointing_errors else 2**31 - 1)
         return self
 
     def is_fail_on_checkpointing_errors(self) -> bool:
@@ -155,10 +164,12 @@ class CheckpointConfig:
         return self._config.unaligned_checkpoints()[0] if self.get_checkpointing_mode() == CheckpointingMode.EXACTLY_ONCE \
             else False
 
-    def set_aligned_checkpoint_timeout(self, timeout: Any) -> "CheckpointConfig":
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Any) -> "CheckpointConfig":
         """With unaligned checkpoints: start each checkpoint aligned and switch to unaligned where it
-        has not completed within ``timeout`` of its trigger (ms, timedelta or Duration; 0: unaligned at once)."""
-        self._config.set(Options.CHECKPOINTING_ALIGNED_TIMEOUT, to_millis(timeout, "aligned checkpoint timeout"))
+        has not completed within ``alignment_timeout`` of its trigger (ms, timedelta or Duration; 0:
+        unaligned at once). PyFlink's keyword, as its ``set_alignment_timeout``."""
+        self._config.set(Options.CHECKPOINTING_ALIGNED_TIMEOUT,
+                         to_millis(alignment_timeout, "aligned checkpoint timeout"))
         return self
 
     def get_aligned_checkpoint_timeout(self) -> int:
@@ -167,10 +178,10 @@ class CheckpointConfig:
     set_alignment_timeout = set_aligned_checkpoint_timeout  # Flink 1.13 name
     get_alignment_timeout = get_aligned_checkpoint_timeout
 
-    def set_force_unaligned_checkpoints(self, force: bool = True) -> "CheckpointConfig":
+    def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> "CheckpointConfig":
         """Flink needs this for iterative jobs, where unaligned checkpoints are otherwise refused; this
         runtime has no such restriction, so it is recorded and changes nothing."""
-        self._config.set(Options.CHECKPOINTING_UNALIGNED_FORCED, bool(force))
+        self._config.set(Options.CHECKPOINTING_UNALIGNED_FORCED, bool(force_unaligned_checkpoints))
         return self
 
     def is_force_unaligned_checkpoints(self) -> bool:
@@ -219,7 +230,9 @@ class CheckpointConfig:
         self._config.set(Options.CHECKPOINTING_DIR, normalize_url(path))
         return self
 
-    set_checkpoint_storage_dir = set_checkpoint_storage
+    def set_checkpoint_storage_dir(self, checkpoint_path: str) -> "CheckpointConfig":
+        """``set_checkpoint_storage`` of a path or URL (PyFlink's name)."""
+        return self.set_checkpoint_storage(checkpoint_path)
 
     def set_incremental(self, incremental: bool) -> "CheckpointConfig":
         """RocksDB backend: upload only SST files no completed checkpoint holds yet."""

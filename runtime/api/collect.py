@@ -115,7 +115,8 @@ def execute_and_collect(stream: Any, job_execution_name: str | None, limit: int 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"execute_and_collect: limit must be a non-negative int, got {limit!r}")
     sink = CollectSink()
-    stream.sink_to(sink).name("Collect Sink")
+    # One subtask, as Flink's collect sink: the records come back in the order it receives them.
+    stream.sink_to(sink).name("Collect Sink").set_parallelism(1)
     client = stream._env.execute_async(job_execution_name)
     iterator = CloseableIterator(client, sink, stream._type)
     if limit is None:

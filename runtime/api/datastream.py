@@ -248,8 +248,11 @@ class DataStream:
 
     def rescale(self) -> "DataStream":
         """Flink's rescale sends each subtask's records round-robin to a local group of the next
-        operator's subtasks; with equal parallelism that group is one subtask: forward."""
-        return self._partition("Rescale", T.FORWARD)
+        operator's subtasks; with equal parallelism that group is one subtask: forward. Where the
+        parallelism changes (e.g. after the non-parallel ``from_collection``) it is round-robin."""
+        t = self._env._add(Transformation(T.PARTITION, "Rescale", [self._t],
+                                          params={"partitioner": T.FORWARD, "rescale": True}))
+        return DataStream(self._env, t, self._type)
 
     def union(self, *streams: "DataStream") -> "DataStream":
         for s in streams:
@@ -258,7 +261,8 @@ class DataStream:
         t = self._env._add(Transformation(T.UNION, "Union", [self._t] + [s._t for s in streams]))
         return DataStream(self._env, t, self._type)
 
-    def connect(self, other: "DataStream | BroadcastStream") -> "ConnectedStreams | BroadcastConnectedStream":
+    def connect(self, ds: "DataStream | BroadcastStream") -> "ConnectedStreams | BroadcastConnectedStream":
+        other = ds
         if other._env is not self._env:
             raise ValueError("connect needs streams of the same StreamExecutionEnvironment")
         if isinstance(other, BroadcastStream):
@@ -337,15 +341,18 @@ class KeyedStream(DataStream):
         return DataStream(self._env, self._keyed(T.KEYED_AGGREGATE, f"{how.capitalize()}({field!r})", how=how, field=field),
                           self._type)
 
-    def sum(self, field: str | int = 0) -> DataStream:
-        """Rolling sum: each input is emitted with ``field`` replaced by its key's running sum."""
-        return self._aggregate("sum", field)
+    def sum(self, position_to_sum: str | int = 0) -> DataStream:
+        """Rolling sum: each input is answered with its key's first record with the field at
+        ``position_to_sum`` (a tuple position or a field name) set to the key's running sum, as PyFlink."""
+        return self._aggregate("sum", position_to_sum)
 
-    def min(self, field: str | int = 0) -> DataStream:
-        return self._aggregate("min", field)
+    def min(self, position_to_min: str | int = 0) -> DataStream:
+        """Rolling minimum of the field, in the key's first record (``min_by`` gives the whole record)."""
+        return self._aggregate("min", position_to_min)
 
-    def max(self, field: str | int = 0) -> DataStream:
-        return self._aggregate("max", field)
+    def max(self, position_to_max: str | int = 0) -> DataStream:
+        """Rolling maximum of the field, in the key's first record (``max_by`` gives the whole record)."""
+        return self._aggregate("max", position_to_max)
 
     def reduce(self, func: Any) -> DataStream:
         as_callable(func, "reduce", "reduce")
@@ -520,10 +527,10 @@ class _ByReducer:
 class WindowedStream:
     """``key_by(...).window(assigner)``: finish with ``reduce``, ``aggregate``, ``apply`` or ``process``."""
 
-    def __init__(self, keyed: KeyedStream, assigner: Any, all_windows: bool = False):
-        self._keyed = keyed
+    def __init__(self, keyed_stream: KeyedStream, window_assigner: Any, all_windows: bool = False):
+        self._keyed = keyed = keyed_stream
         self._env = keyed._env
-        self._params: dict[str, Any] = {"assigner": assigner, "trigger": None, "evictor": None,
+        self._params: dict[str, Any] = {"assigner": window_assigner, "trigger": None, "evictor": None,
                                         "allowed_lateness": 0, "late_tag": None, "all_windows": all_windows}
 
     def trigger(self, trigger: Any) -> "WindowedStream":
@@ -678,10 +685,10 @@ class AllWindowedStream(WindowedStream):
 class ConnectedStreams:
     """Two streams into one two-input operator (``process`` or ``map``)."""
 
-    def __init__(self, first: DataStream, second: DataStream):
-        self._first = first
-        self._second = second
-        self._env = first._env
+    def __init__(self, stream1: DataStream, stream2: DataStream):
+        self._first = stream1
+        self._second = stream2
+        self._env = stream1._env
 
     def _two_input(self, kind: str, name: str, fn: Any, output_type: Any = None, **params: Any) -> DataStream:
         t = Transformation(kind, name, [self._first._t, self._second._t], fn=fn, params=params)
@@ -733,9 +740,10 @@ class BroadcastStream:
     """``stream.broadcast(descriptor, ...)``: a stream whose records go to every subtask of the
     operator it is connected to, with the broadcast state descriptors that operator holds."""
 
-    def __init__(self, stream: DataStream, descriptors: list):
+    def __init__(self, input_stream: DataStream, broadcast_state_descriptors: list):
         from .state import MapStateDescriptor
 
+        stream, descriptors = input_stream, list(broadcast_state_descriptors)
         names = set()
         for d in descriptors:
             if not isinstance(d, MapStateDescriptor):
@@ -756,10 +764,12 @@ class BroadcastConnectedStream:
     """A (keyed or non-keyed) stream connected to a ``BroadcastStream``: finish with ``process``
     (a ``BroadcastProcessFunction``, or a ``KeyedBroadcastProcessFunction`` on a keyed stream)."""
 
-    def __init__(self, stream: DataStream, broadcast_stream: BroadcastStream):
-        self._stream = stream
+    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream,
+                 broadcast_state_descriptors: Any = None):
+        # (PyFlink passes the descriptors again; they are the broadcast stream's)
+        self._stream = non_broadcast_stream
         self._broadcast = broadcast_stream
-        self._env = stream._env
+        self._env = non_broadcast_stream._env
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
         for m in ("process_element", "process_broadcast_element"):

@@ -191,6 +191,7 @@ class StreamExecutionEnvironment:
         if configuration is not None:
             self._config.update(configuration)
         self._time_characteristic = TimeCharacteristic.EventTime  # Flink's default since 1.12
+        self._changelog_state_backend: bool | None = None  # enable_changelog_state_backend
         self._transformations: list[Transformation] = []
         self._uids: dict[str, Transformation] = {}
         self._executed = False
@@ -226,11 +227,11 @@ class StreamExecutionEnvironment:
     def get_max_parallelism(self) -> int:
         return self._config.get_int(Options.MAX_PARALLELISM, DEFAULT_MAX_PARALLELISM)
 
-    def set_buffer_timeout(self, timeout_ms: int) -> "StreamExecutionEnvironment":
+    def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
         """Longest time a record waits in a partly filled network batch (Flink's buffer timeout)."""
-        if timeout_ms < 0:
+        if timeout_millis < 0:
             raise ValueError("buffer timeout must be >= 0 ms")
-        self._config.set(Options.BUFFER_TIMEOUT, timeout_ms)
+        self._config.set(Options.BUFFER_TIMEOUT, timeout_millis)
         return self
 
     def get_buffer_timeout(self) -> int:
@@ -259,6 +260,18 @@ class StreamExecutionEnvironment:
         for key, value in backends.state_backend(state_backend).settings().items():
             self._config.set(key, value)
         return self
+
+    def enable_changelog_state_backend(self, enabled: bool) -> "StreamExecutionEnvironment":
+        """PyFlink's flag for Flink's changelog state backend, a performance option of Flink's
+        checkpoints. It is recorded (``is_changelog_state_backend_enabled`` gives it back) and has
+        no effect here: the HashMap backend's snapshots are copy-on-write and asynchronous, RocksDB's
+        incremental (``get_checkpoint_config().set_incremental(True)``)."""
+        self._changelog_state_backend = bool(enabled)
+        return self
+
+    def is_changelog_state_backend_enabled(self) -> bool | None:
+        """What ``enable_changelog_state_backend`` set; None if it was never called (as PyFlink)."""
+        return self._changelog_state_backend
 
     def set_default_savepoint_directory(self, directory: str) -> "StreamExecutionEnvironment":
         """Where savepoints go when the trigger names no directory."""
@@ -303,7 +316,7 @@ class StreamExecutionEnvironment:
     # -- sources ------------------------------------------------------------
     def from_source(
         self, source: Any, watermark_strategy: Any = None, source_name: str | None = None, type_info: Any = None,
-        name: str | None = None,
+        *, name: str | None = None,
     ) -> DataStream:
         """``type_info`` declares the records' type (what ``print()`` shows depends on it); without
         it a source that knows its type gives it (NumberSequenceSource: ``Types.LONG()``)."""
@@ -345,15 +358,19 @@ class StreamExecutionEnvironment:
         return self.from_source(source, None, f"Read text file {file_path}")
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """With a row type (``Types.ROW`` / ``Types.ROW_NAMED``) the elements (tuples, lists, dicts
-        or Rows) become Rows with its field names, as in PyFlink."""
+        """A non-parallel source of the elements, in order, as PyFlink's (a source of parallelism 1;
+        the operators after it run at the job's parallelism, fed round-robin, as Flink rebalances where
+        the parallelism changes). With a row type (``Types.ROW`` / ``Types.ROW_NAMED``) the elements
+        (tuples, lists, dicts, Rows, or objects with the fields as attributes) become Rows with its
+        field names, as in PyFlink. ``.set_parallelism(n)`` on it still splits the elements among n
+        subtasks (Flink refuses that)."""
         from ..connectors.collection import CollectionSource
         from .types import RowTypeInfo, as_row
 
         items = list(collection)
         if isinstance(type_info, RowTypeInfo):
             items = [as_row(x, type_info, i) for i, x in enumerate(items)]
-        return self.from_source(CollectionSource(items), type_info=type_info, name="Collection")
+        return self.from_source(CollectionSource(items), type_info=type_info, name="Collection").set_parallelism(1)
 
     # -- execution ----------------------------------------------------------
     def execute(self, job_name: str | None = None) -> JobExecutionResult:

@@ -100,12 +100,12 @@ class ExecutionConfig(Configuration):
     def get_auto_watermark_interval(self) -> int:
         return self.get_duration_ms(Options.AUTO_WATERMARK_INTERVAL)
 
-    def set_global_job_parameters(self, global_job_parameters_map: dict) -> "ExecutionConfig":
+    def set_global_job_parameters(self, global_job_parameters_dict: dict) -> "ExecutionConfig":
         """Parameters every function reads with ``runtime_context.get_job_parameter(key)``; as in
         PyFlink they replace the previous ones, and keys and values become strings."""
-        if not isinstance(global_job_parameters_map, dict):
-            raise TypeError(f"set_global_job_parameters needs a dict, got {global_job_parameters_map!r}")
-        self.set(GLOBAL_JOB_PARAMETERS, {str(k): str(v) for k, v in global_job_parameters_map.items()})
+        if not isinstance(global_job_parameters_dict, dict):
+            raise TypeError(f"set_global_job_parameters needs a dict, got {global_job_parameters_dict!r}")
+        self.set(GLOBAL_JOB_PARAMETERS, {str(k): str(v) for k, v in global_job_parameters_dict.items()})
         return self
 
     def get_global_job_parameters(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Callable, Generic, Iterable
 
 
 class StateDescriptor:
@@ -352,11 +352,7 @@ class StateTtlConfig:
 # What get_state / get_list_state / ... return. Programs use these names in annotations and casts
 # (``self.count: ValueState = None``, ``cast(ReducingState, ...)``); each backend's classes (heap,
 # RocksDB, TTL) are registered as their implementations, so isinstance works on every backend.
-T = TypeVar("T")
-K = TypeVar("K")
-V = TypeVar("V")
-IN = TypeVar("IN")
-OUT = TypeVar("OUT")
+from .typevars import IN, K, OUT, T, V  # noqa: E402  (PyFlink's type variables, shared)
 
 
 class State(ABC):
@@ -401,7 +397,30 @@ class ListState(MergingState[T, Iterable[T]]):
     def add_all(self, values: list) -> None: ...
 
 
-class MapState(State, Generic[K, V]):
+class MapProtocol:
+    """PyFlink's MapState dunders over ``get``/``put``/``remove``/``contains``/``keys``:
+    ``state[k]``, ``state[k] = v``, ``del state[k]``, ``k in state``, ``iter(state)`` (its keys).
+    As in PyFlink there is no ``len``; ``state[k]`` of a missing key is None (``get``)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.get(key)  # type: ignore[attr-defined]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.put(key, value)  # type: ignore[attr-defined]
+
+    def __delitem__(self, key: Any) -> None:
+        self.remove(key)  # type: ignore[attr-defined]
+
+    def __contains__(self, key: Any) -> bool:
+        return self.contains(key)  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Any:
+        return iter(self.keys())  # type: ignore[attr-defined]
+
+
+class MapState(MapProtocol, State, Generic[K, V]):
     @abstractmethod
     def get(self, key: K) -> V: ...
 

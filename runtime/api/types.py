@@ -255,7 +255,8 @@ class RowTypeInfo(TypeInformation):
 
 
 def as_row(value: Any, row_type: RowTypeInfo, where: Any = None) -> Row:
-    """``value`` (a tuple, list, dict or Row) as a Row of ``row_type``'s field names."""
+    """``value`` (a tuple, list, dict, Row, or an object with the fields as attributes) as a Row of
+    ``row_type``'s field names."""
     names = row_type.field_names
     if isinstance(value, Row):
         values = list(value) if value._fields is None else [value[n] for n in names]
@@ -266,9 +267,14 @@ def as_row(value: Any, row_type: RowTypeInfo, where: Any = None) -> Row:
         values = [value[n] for n in names]
     elif isinstance(value, (tuple, list)):
         values = list(value)
+    elif hasattr(value, "__dict__") and not callable(value):
+        # As PyFlink's RowTypeInfo.to_internal_type: an object's attributes by the row's field names
+        # (vars(obj).get(name), None for one it does not have).
+        attrs = vars(value)
+        values = [attrs.get(n) for n in names]
     else:
         raise TypeError(f"element {where}: {value!r} cannot be a row of {row_type!r} "
-                        f"(a tuple, list, dict or Row is needed)")
+                        f"(a tuple, list, dict, Row or object with the fields as attributes is needed)")
     if len(values) != len(names):
         raise ValueError(f"element {where}: {len(values)} values for the {len(names)} fields of {row_type!r}")
     return _make_row(names, values, RowKind.INSERT if not isinstance(value, Row) else value.get_row_kind())
@@ -366,14 +372,14 @@ class Types:
         return Types._list("ObjectArray", element_type)
 
     @staticmethod
-    def LIST(element_type: TypeInformation) -> TypeInformation:
-        return Types._list("List", element_type)
+    def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        return Types._list("List", element_type_info)
 
     @staticmethod
-    def MAP(key_type: TypeInformation, value_type: TypeInformation) -> TypeInformation:
-        k, v = key_type.to_arrow(), value_type.to_arrow()
-        return _Composite(f"Map<{key_type!r}, {value_type!r}>", None if k is None or v is None else pa.map_(k, v),
-                          "map", [key_type, value_type])
+    def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        k, v = key_type_info.to_arrow(), value_type_info.to_arrow()
+        return _Composite(f"Map<{key_type_info!r}, {value_type_info!r}>",
+                          None if k is None or v is None else pa.map_(k, v), "map", [key_type_info, value_type_info])
 
     @staticmethod
     def _list(kind: str, element_type: TypeInformation) -> TypeInformation:

@@ -47,10 +47,6 @@ ENVIRONMENT: dict[str, str] = {
     "register_slot_sharing_group": _SLOT_RESOURCES,
     "disable_operator_chaining": _CHAINING,
     "is_chaining_of_operators_with_different_max_parallelism_enabled": _CHAINING,
-    "enable_changelog_state_backend": ("there is no changelog state backend; the HashMap backend's snapshots are "
-                                       "copy-on-write and asynchronous, RocksDB's incremental "
-                                       "(get_checkpoint_config().set_incremental(True))"),
-    "is_changelog_state_backend_enabled": "there is no changelog state backend",
     "get_restart_strategy": "the restart strategy is in the configuration: env.get_config() (restart-strategy.*)",
     "add_default_kryo_serializer": _RECORDS_ARE_PICKLED,
     "register_type_with_kryo_serializer": _RECORDS_ARE_PICKLED,

@@ -210,14 +210,15 @@ class CountTrigger(Trigger):
 
     COUNT = "count"
 
-    def __init__(self, count: int):
+    def __init__(self, window_size: int):
+        count = window_size
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"CountTrigger needs a positive count, got {count!r}")
         self.count = count
 
     @staticmethod
-    def of(count: int) -> "CountTrigger":
-        return CountTrigger(count)
+    def of(window_size: int) -> "CountTrigger":
+        return CountTrigger(window_size)
 
     def on_element(self, element: Any, timestamp: int, window: Window, ctx: Any) -> TriggerResult:
         state = ctx.get_partitioned_state(_COUNT)
@@ -247,10 +248,10 @@ class CountTrigger(Trigger):
 class PurgingTrigger(Trigger):
     """Another trigger whose every FIRE also purges the window."""
 
-    def __init__(self, nested: Trigger):
-        if not isinstance(nested, Trigger):
-            raise TypeError(f"PurgingTrigger.of needs a Trigger, got {nested!r}")
-        self.nested = nested
+    def __init__(self, nested_trigger: Trigger):
+        if not isinstance(nested_trigger, Trigger):
+            raise TypeError(f"PurgingTrigger.of needs a Trigger, got {nested_trigger!r}")
+        self.nested = nested_trigger
 
     @staticmethod
     def of(nested_trigger: Trigger) -> "PurgingTrigger":
@@ -495,16 +496,34 @@ class TimeEvictor(Evictor):
 
 
 # -- assigners -----------------------------------------------------------------------------
+def _processing_time(context: Any) -> int:
+    """The processing time of an ``assign_windows`` context (a number: the time itself)."""
+    return context if isinstance(context, (int, float)) else context.get_current_processing_time()
+
+
 class WindowAssigner(Subscriptable):
-    is_event_time = True
+    _event_time = True
     merging = False
     counts_elements = False  # assign_count_windows(n) by each key's element count instead of assign_windows
 
-    def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
+    def assign_windows(self, element: Any, timestamp: int, context: Any) -> list[Window]:
         raise NotImplementedError
 
-    def get_default_trigger(self) -> Trigger:
-        return EventTimeTrigger() if self.is_event_time else ProcessingTimeTrigger()
+    def get_default_trigger(self, env: Any = None) -> Trigger:
+        return EventTimeTrigger() if self.is_event_time() else ProcessingTimeTrigger()
+
+    def is_event_time(self) -> bool:
+        """Whether the windows are in event time (PyFlink's method; a custom assigner overrides it)."""
+        return self._event_time
+
+    class WindowAssignerContext(Subscriptable):
+        """What ``assign_windows`` is given as ``context``, as PyFlink's."""
+
+        def get_current_processing_time(self) -> int:
+            raise NotImplementedError
+
+        def get_runtime_context(self) -> Any:
+            raise NotImplementedError
 
     def describe(self) -> str:
         return type(self).__name__
@@ -513,14 +532,14 @@ class WindowAssigner(Subscriptable):
 class _Tumbling(WindowAssigner):
     def __init__(self, size: Any, offset: Any = 0):
         self.size = _ms(size, f"{type(self).__name__}.of")
-        self.offset = _ms(offset, f"{type(self).__name__}.of")
+        self.offset = _ms(0 if offset is None else offset, f"{type(self).__name__}.of")
         if self.size <= 0:
             raise ValueError(f"{type(self).__name__}: the window size must be positive, got {self.size} ms")
         if abs(self.offset) >= self.size:
             raise ValueError(f"{type(self).__name__}: the offset must be smaller than the size")
 
-    def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
-        t = timestamp if self.is_event_time else now_ms
+    def assign_windows(self, element: Any, timestamp: int, context: Any) -> list[Window]:
+        t = timestamp if self._event_time else _processing_time(context)
         start = TimeWindow.get_window_start_with_offset(t, self.offset, self.size)
         return [TimeWindow(start, start + self.size)]
 
@@ -530,15 +549,15 @@ class _Tumbling(WindowAssigner):
 
 class TumblingEventTimeWindows(_Tumbling):
     @staticmethod
-    def of(size: Any, offset: Any = 0) -> "TumblingEventTimeWindows":
+    def of(size: Any, offset: Any = None) -> "TumblingEventTimeWindows":
         return TumblingEventTimeWindows(size, offset)
 
 
 class TumblingProcessingTimeWindows(_Tumbling):
-    is_event_time = False
+    _event_time = False
 
     @staticmethod
-    def of(size: Any, offset: Any = 0) -> "TumblingProcessingTimeWindows":
+    def of(size: Any, offset: Any = None) -> "TumblingProcessingTimeWindows":
         return TumblingProcessingTimeWindows(size, offset)
 
 
@@ -546,14 +565,14 @@ class _Sliding(WindowAssigner):
     def __init__(self, size: Any, slide: Any, offset: Any = 0):
         self.size = _ms(size, f"{type(self).__name__}.of")
         self.slide = _ms(slide, f"{type(self).__name__}.of")
-        self.offset = _ms(offset, f"{type(self).__name__}.of")
+        self.offset = _ms(0 if offset is None else offset, f"{type(self).__name__}.of")
         if self.size <= 0 or self.slide <= 0:
             raise ValueError(f"{type(self).__name__}: size and slide must be positive, got {self.size} / {self.slide} ms")
         if abs(self.offset) >= self.slide:
             raise ValueError(f"{type(self).__name__}: the offset must be smaller than the slide")
 
-    def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
-        t = timestamp if self.is_event_time else now_ms
+    def assign_windows(self, element: Any, timestamp: int, context: Any) -> list[Window]:
+        t = timestamp if self._event_time else _processing_time(context)
         last = TimeWindow.get_window_start_with_offset(t, self.offset, self.slide)
         out = []
         start = last
@@ -568,15 +587,15 @@ class _Sliding(WindowAssigner):
 
 class SlidingEventTimeWindows(_Sliding):
     @staticmethod
-    def of(size: Any, slide: Any, offset: Any = 0) -> "SlidingEventTimeWindows":
+    def of(size: Any, slide: Any, offset: Any = None) -> "SlidingEventTimeWindows":
         return SlidingEventTimeWindows(size, slide, offset)
 
 
 class SlidingProcessingTimeWindows(_Sliding):
-    is_event_time = False
+    _event_time = False
 
     @staticmethod
-    def of(size: Any, slide: Any, offset: Any = 0) -> "SlidingProcessingTimeWindows":
+    def of(size: Any, slide: Any, offset: Any = None) -> "SlidingProcessingTimeWindows":
         return SlidingProcessingTimeWindows(size, slide, offset)
 
 
@@ -614,14 +633,15 @@ class MergingWindowAssigner(WindowAssigner):
 
 class _Session(MergingWindowAssigner):
 
-    def __init__(self, gap: Any = None, extractor: Any = None):
+    def __init__(self, session_gap: Any = None, extractor: Any = None):
+        gap = session_gap
         self.gap = None if gap is None else _ms(gap, f"{type(self).__name__}.with_gap")
         if self.gap is not None and self.gap <= 0:
             raise ValueError(f"{type(self).__name__}: the session gap must be positive, got {self.gap} ms")
         self.extractor = extractor
 
-    def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
-        t = timestamp if self.is_event_time else now_ms
+    def assign_windows(self, element: Any, timestamp: int, context: Any) -> list[Window]:
+        t = timestamp if self._event_time else _processing_time(context)
         if self.extractor is not None:
             fn = getattr(self.extractor, "extract", self.extractor)
             gap = int(fn(element))
@@ -646,7 +666,7 @@ class EventTimeSessionWindows(_Session):
 
 
 class ProcessingTimeSessionWindows(_Session):
-    is_event_time = False
+    _event_time = False
 
     @staticmethod
     def with_gap(size: Any) -> "ProcessingTimeSessionWindows":
@@ -689,7 +709,7 @@ class CountTumblingWindowAssigner(WindowAssigner):
     """PyFlink's ``count_window(size)``: each key's elements n*size .. n*size+size-1 form
     ``CountWindow(n)``, which fires once it is full; a window never filled never fires."""
 
-    is_event_time = False
+    _event_time = False
     counts_elements = True
 
     def __init__(self, window_size: int):
@@ -703,7 +723,7 @@ class CountTumblingWindowAssigner(WindowAssigner):
         """The windows of a key's element number ``count`` (0 for its first)."""
         return [CountWindow(count // self.window_size)]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         # PyFlink's is CountTrigger(size): a full window fires once and is never assigned to again.
         # Purging it then gives the same output and does not keep every window forever.
         return PurgingTrigger.of(CountTrigger.of(self.window_size))
@@ -720,7 +740,7 @@ class CountSlidingWindowAssigner(WindowAssigner):
     n*slide .. n*slide+size-1 and fires once it is full (so, unlike Java Flink's evictor-based
     sliding count window, never with fewer than ``size`` elements)."""
 
-    is_event_time = False
+    _event_time = False
     counts_elements = True
 
     def __init__(self, window_size: int, window_slide: int):
@@ -740,7 +760,7 @@ class CountSlidingWindowAssigner(WindowAssigner):
             last_id -= 1
         return out
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return PurgingTrigger.of(CountTrigger.of(self.window_size))  # see CountTumblingWindowAssigner
 
     def describe(self) -> str:
@@ -753,16 +773,16 @@ class CountSlidingWindowAssigner(WindowAssigner):
 class GlobalWindows(WindowAssigner):
     """One window per key that never ends; it fires only by a trigger you set."""
 
-    is_event_time = False
+    _event_time = False
 
     @staticmethod
     def create() -> "GlobalWindows":
         return GlobalWindows()
 
-    def assign_windows(self, element: Any, timestamp: int, now_ms: int) -> list[Window]:
+    def assign_windows(self, element: Any, timestamp: int, context: Any) -> list[Window]:
         return [GlobalWindow()]
 
-    def get_default_trigger(self) -> Trigger:
+    def get_default_trigger(self, env: Any = None) -> Trigger:
         return NeverTrigger()
 
 

@@ -217,7 +217,9 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         if t.kind == T.PARTITION:
             # The partitioning nearest to the consumer wins, as in Flink.
             if partitioner == T.FORWARD and not explicit:
-                partitioner, key, explicit = t.params["partitioner"], t.params.get("key"), True
+                # rescale() is forward where the parallelism stays, round-robin where it changes (as Flink's)
+                partitioner, key = t.params["partitioner"], t.params.get("key")
+                explicit = "rescale" if t.params.get("rescale") else True
             return upstreams(t.inputs[0], partitioner, key, tag, explicit)
         if t.kind == T.SIDE_OUTPUT:  # its input is the process operator itself (the API checks)
             return upstreams(t.inputs[0], partitioner, key, t.params["tag"], explicit)
@@ -228,14 +230,14 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         for input_index, inp in enumerate(t.inputs):
             for src, partitioner, key, tag, explicit in upstreams(inp, T.FORWARD, None):
                 if partitioner == T.FORWARD and operators[src].parallelism != operators[t.id].parallelism:
-                    if explicit:
+                    if explicit is True:
                         raise JobDefinitionError(
                             f"forward() from {operators[src].name!r} (parallelism {operators[src].parallelism}) to "
                             f"{operators[t.id].name!r} (parallelism {operators[t.id].parallelism}): forward "
                             "partitioning does not allow a change of parallelism; use rebalance(), shuffle(), "
                             "broadcast() or key_by(), or give both the same parallelism")
                     partitioner = T.REBALANCE  # Flink's choice where the parallelism changes
-                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag, explicit)
+                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag, bool(explicit))
                 edges[e.id] = e
                 operators[t.id].inputs.append(e.id)
                 operators[src].outputs.append(e.id)

@@ -148,7 +148,7 @@ class ListState(_KeyedState):
             self.clear()
 
 
-class MapState(_KeyedState):
+class MapState(api_state.MapProtocol, _KeyedState):
     __slots__ = ()
 
     def _map(self, create: bool = False) -> dict | None:

@@ -82,8 +82,8 @@ class BroadcastState(Subscriptable):
     def put(self, key: Any, value: Any) -> None:
         self.entries[key] = value
 
-    def put_all(self, entries: dict) -> None:
-        self.entries.update(entries)
+    def put_all(self, dict_value: dict) -> None:
+        self.entries.update(dict_value)
 
     def remove(self, key: Any) -> None:
         self.entries.pop(key, None)
@@ -164,7 +164,7 @@ class ReadOnlyBroadcastState(Subscriptable):
     def put(self, key: Any, value: Any) -> None:
         self._refuse("put")
 
-    def put_all(self, entries: dict) -> None:
+    def put_all(self, dict_value: dict) -> None:
         self._refuse("put_all")
 
     def remove(self, key: Any) -> None:

@@ -353,7 +353,7 @@ class RocksListState(_KeyedState):
             self.clear()
 
 
-class RocksMapState:
+class RocksMapState(api_state.MapProtocol):
     """One RocksDB entry per (key, user key); iteration is a prefix scan."""
 
     __slots__ = ("backend", "name", "table")

@@ -406,7 +406,7 @@ class TtlListState(_TtlState):
         return iter(self.get())
 
 
-class TtlMapState(_TtlState):
+class TtlMapState(api_state.MapProtocol, _TtlState):
     """MapState with TTL over the backend's map state of ``TtlValue`` values: every entry has its
     own timestamp and expires on its own."""
 

@@ -163,6 +163,9 @@ class KeyedAggregateOperator(StreamOperator):
         self._agg = RollingAggregator(self._how, backend.accumulators(f"{self._how}-numeric"))  # type: ignore[union-attr]
         # keys whose values are not numeric (min/max of str, Decimal...)
         self._objects = backend.raw_table(f"{self._how}-objects")  # type: ignore[union-attr]
+        # Each key's first record: its other fields are what every output of the key carries (Flink's
+        # and PyFlink's sum/min/max keep the first record's, only the aggregated field changes).
+        self._firsts = backend.raw_table(f"{self._how}-first")  # type: ignore[union-attr]
 
     def process(self, batch: Batch, input_index: int) -> None:
         keys = extract_keys(batch, self._key)
@@ -178,12 +181,21 @@ class KeyedAggregateOperator(StreamOperator):
                 raise ValueError(f"{self._how}({field!r}): a record has no value (null) in {field!r}")
             if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
                 result = self._agg.update(keys, col.to_numpy(zero_copy_only=False))
-                self._emit_rolling(batch.set_column(idx, field, pa.array(result)), keys)
+                firsts = self._first_batch(batch, keys, idx)
+                self._emit_rolling(firsts.set_column(idx, field, pa.array(result)), keys)
                 return
             batch = batch.to_pylist()
         rows = batch
+        if rows and not isinstance(rows[0], (dict, tuple, list, Row)):
+            # A basic value (a number, or an object): as PyFlink, position 0 is the value itself.
+            if field != 0:
+                raise TypeError(f"{self._how}({field!r}): the {field!r} field selected on a basic type "
+                                f"({type(rows[0]).__name__}); a field expression on a basic type can only "
+                                f"select the 0th field, the entire value (as PyFlink); map the records to "
+                                f"tuples or Rows first")
+            rows = list(rows)
         try:
-            values = [r[field] for r in rows]
+            values = [_field(r, field) for r in rows]
         except (KeyError, IndexError, TypeError) as e:
             raise KeyError(f"{self._how}({field!r}): cannot read {field!r} from a record: {type(e).__name__}: {e}") from e
         arr = np.asarray(values) if values else np.zeros(0, dtype=np.int64)
@@ -191,7 +203,61 @@ class KeyedAggregateOperator(StreamOperator):
             results = self._agg.update(keys, arr).tolist()
         else:
             results = self._object_update(keys, values)
-        self._emit_rolling([_replace(r, field, v) for r, v in zip(rows, results)], keys)
+        self._emit_rolling([_replace(r, field, v) for r, v in zip(self._first_rows(keys, rows), results)], keys)
+
+    def _first_rows(self, keys: list, rows: list) -> list:
+        """Each record's key's first record (stored when the key is new)."""
+        firsts, out = self._firsts, []
+        missing = object()
+        for k, r in zip(keys, rows):
+            first = firsts.get(k, missing)
+            if first is missing:
+                firsts.put(k, r)
+                first = r
+            out.append(first)
+        return out
+
+    def _first_batch(self, batch: pa.RecordBatch, keys: list, idx: int) -> pa.RecordBatch:
+        """``batch`` with each row's fields (but the aggregated one) taken from its key's first record,
+        with Python work per distinct key of the batch, not per record."""
+        names = batch.schema.names
+        if len(names) == 1 or (len(names) == 2 and self._key.column is not None and self._key.column in names
+                               and names.index(self._key.column) != idx):
+            return batch  # only the key and the field: nothing else a first record could differ in
+        column = self._key.column
+        key_col = batch.column(names.index(column)) if column is not None and column in names else None
+        if key_col is not None and not key_col.null_count and (
+                pa.types.is_integer(key_col.type) or pa.types.is_string(key_col.type)):
+            # factorize the key column itself (no Python per record): its ints and strs are the keys
+            codes, uniques = pd.factorize(key_col.to_numpy(zero_copy_only=False))
+        else:
+            codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
+        uniques = uniques.tolist()
+        firsts, missing = self._firsts, object()
+        stored = [firsts.get(k, missing) for k in uniques]
+        # the batch's first record of each unique key (scattered backwards: the first occurrence wins)
+        first_idx = np.empty(len(uniques), dtype=np.int64)
+        first_idx[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
+        new = np.fromiter((v is missing for v in stored), dtype=bool, count=len(stored))
+        if new.all():
+            source, at = batch, first_idx
+        else:
+            old = np.flatnonzero(~new)
+            try:
+                old_batch = pa.RecordBatch.from_pylist([stored[i] for i in old.tolist()], schema=batch.schema)
+            except (pa.ArrowException, TypeError, ValueError):  # the stored rows do not fit this batch's schema
+                old_batch = None
+            if old_batch is None:
+                rows = batch.to_pylist()
+                return pa.RecordBatch.from_pylist(self._first_rows(keys, rows))
+            source = pa.Table.from_batches([batch, old_batch]).combine_chunks().to_batches()[0]
+            at = first_idx.copy()
+            at[old] = len(batch) + np.arange(len(old))
+        if new.any():
+            new_u = np.flatnonzero(new)
+            for k, row in zip([uniques[i] for i in new_u.tolist()], batch.take(pa.array(first_idx[new_u])).to_pylist()):  # noqa: E501
+                firsts.put(k, row)
+        return source.take(pa.array(at[codes]))
 
     def _emit_rolling(self, out: Batch, keys: list) -> None:
         if not self.batch:
@@ -229,6 +295,12 @@ class KeyedAggregateOperator(StreamOperator):
         return out
 
 
+def _field(record: Any, field: Any) -> Any:
+    if isinstance(record, (dict, tuple, list, Row)):
+        return record[field]
+    return record  # a basic value: field 0 (checked) is the whole value
+
+
 def _replace(record: Any, field: Any, value: Any) -> Any:
     if type(record) is dict:
         out = dict(record)
@@ -250,7 +322,7 @@ def _replace(record: Any, field: Any, value: Any) -> Any:
         out = copy.copy(record)
         out[field] = value
         return out
-    raise TypeError(f"rolling aggregation needs dict, tuple, list or Row records, got {type(record).__name__}")
+    return value  # a basic value (position 0): the aggregate is the record
 
 def _keyed_rows(batch: Batch, key: Any) -> Any:
     keys = extract_keys(batch, key)

@@ -37,7 +37,7 @@ from ..checkpoint.storage import CheckpointStorage, SavepointTarget, StateLocati
 from ..state.snapshot import SnapshotFormatError, serialize
 from ..checkpoint.channel_state import CHANNEL_STATE_KEY, ChannelStateCollector
 from ..checkpoint import channel_rescale, channel_state
-from . import channel_recovery
+from . import channel_recovery, user_output
 from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
 from .base import OperatorFailure, OperatorSnapshot, StreamOperator
@@ -293,6 +293,7 @@ class SlotRuntime:
         self.parallelism = graph.parallelism
         self.attempt = attempt
         self.control = control
+        self._user_out: "user_output.SlotOutput | None" = None  # run() sets it
         conf = Configuration(graph.config)
         filesystems.configure(conf)  # s3:// settings of this job, in this task's process
         self.batch_size = conf.get_int(Options.BATCH_SIZE)
@@ -484,6 +485,9 @@ class SlotRuntime:
             raise RestoreError(f"cannot restore {where}: {e}", _transient(e)) from e
 
     def _print(self, lines: list[str]) -> None:
+        user_out = self._user_out
+        if user_out is not None and user_out.pending:
+            user_out.flush()  # what the functions printed before these lines comes before them
         control = self.control
         control.send({"type": "print", "slot": self.subtask, "lines": lines})
         if control.backlog() > (1 << 20):
@@ -496,6 +500,10 @@ class SlotRuntime:
 
     # -- running -----------------------------------------------------------------
     def run(self) -> None:
+        # print() in the functions goes to the job's stdout (through the job manager, as PrintSink's lines)
+        self._user_out = user_output.SlotOutput(self._print) if self.control is not None else None
+        if self._user_out is not None:
+            user_output.attach(self._user_out)
         try:
             for task in self.tasks:
                 for op in reversed(task.operators):
@@ -519,6 +527,7 @@ class SlotRuntime:
             for task in self.tasks:
                 for op in task.operators:
                     op.close()
+            self._end_user_output()
             self._report_metrics()
             if self.control is not None:
                 self.control.detach()
@@ -527,11 +536,18 @@ class SlotRuntime:
                 self.control.send({"type": "finished", "slot": self.subtask})
                 self.control.close()
         except BaseException as e:
+            try:
+                self._end_user_output()  # what the functions printed before the failure comes first
+            except Exception:  # noqa: BLE001 - the failure is what must be reported
+                pass
             self._report_failure(e)
             raise
         finally:
             if self._query_server is not None:
                 self._query_server.close()
+            if self._user_out is not None:
+                user_output.detach(self._user_out)
+                self._user_out = None
             if self.snapshots is not None:
                 self.snapshots.close()
             for op in self.operators.values():
@@ -544,8 +560,14 @@ class SlotRuntime:
             except Exception:
                 pass
 
+    def _end_user_output(self) -> None:
+        if self._user_out is not None:
+            out, self._user_out = self._user_out, None
+            user_output.detach(out)
+
     def _loop(self) -> None:
         tasks = self.tasks
+        user_out = self._user_out
         next_metrics = time.monotonic() + self.metrics_interval
         last = time.monotonic()
         while True:
@@ -575,6 +597,8 @@ class SlotRuntime:
                 self._settle_channel_state()
             if self.snapshots is not None and self.snapshots.results:
                 self._collect_snapshots()
+            if user_out is not None and user_out.pending:
+                user_out.flush()
             if now >= next_metrics:
                 self._report_metrics()
                 next_metrics = now + self.metrics_interval

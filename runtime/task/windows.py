@@ -30,6 +30,7 @@ from ..api.windowing import (
     TimestampedValue,
     TimeWindow,
     Window,
+    WindowAssigner,
     window_function,
 )
 from ..batch import NO_TIMESTAMP, Batch, extract_keys, to_rows
@@ -51,13 +52,15 @@ class WindowOperator(StreamOperator):
     def setup(self) -> None:
         p = self.node.params
         self.assigner = p["assigner"]
-        self.trigger = p["trigger"] if p.get("trigger") is not None else self.assigner.get_default_trigger()
+        # PyFlink passes the environment; a task has none (None): the built-in assigners do not use it
+        self.trigger = p["trigger"] if p.get("trigger") is not None else self.assigner.get_default_trigger(None)
         self.evictor = p.get("evictor")
         self.lateness = p.get("allowed_lateness", 0)
         self.late_tag: OutputTag | None = p.get("late_tag")
         self.mode = p["mode"]  # "reduce" | "aggregate" | "elements"
         self.keep_elements = self.mode == "elements" or self.evictor is not None
-        self.event_time = self.assigner.is_event_time
+        self.event_time = bool(self.assigner.is_event_time())
+        self._assigner_ctx = _AssignerContext(self.ctx)
         # The default triggers set exactly the timer the cleanup needs (with no lateness) and keep no
         # state: the operator can skip registering, deleting and clearing what they already do.
         self.plain_trigger = type(self.trigger) in (EventTimeTrigger, ProcessingTimeTrigger)
@@ -104,13 +107,15 @@ class WindowOperator(StreamOperator):
         late: list = []
         late_ts: list = []
         backend, assigner, trigger = self.keyed_backend, self.assigner, self.trigger
+        assigner_ctx = self._assigner_ctx
+        assigner_ctx.now = now
         for key, r, t in zip(keys, rows, stamps):
             if self.event_time and t == NO_TIMESTAMP:
                 raise NoTimestampError(f"window {assigner.describe()}: a record has no event timestamp: {r!r}")
             backend.current_key = key  # type: ignore[union-attr]
             state = self.contents.get(key) or {}
             if self.counts is None:
-                windows = assigner.assign_windows(r, t, now)
+                windows = assigner.assign_windows(r, t, assigner_ctx)
             else:
                 n = self.counts.get(key) or 0
                 self.counts.put(key, n + 1)
@@ -417,3 +422,19 @@ class _WindowContext:
 
 
 __all__ = ["WindowOperator", "NoTimestampError"]
+
+
+class _AssignerContext(WindowAssigner.WindowAssignerContext):
+    """``assign_windows``' context (PyFlink's WindowAssignerContext): the batch's processing time."""
+
+    __slots__ = ("now", "_runtime_context")
+
+    def __init__(self, runtime_context: Any):
+        self.now = 0
+        self._runtime_context = runtime_context
+
+    def get_current_processing_time(self) -> int:
+        return self.now
+
+    def get_runtime_context(self) -> Any:
+        return self._runtime_context
