@@ -201,6 +201,15 @@ def test_a_file_url_with_a_host_is_refused_naming_the_url(tmp_path):
     assert words in savepoint_target_problem("file://otherhost/tmp/x", {"file"})
 
 
+def test_checkpoint_storage_that_is_a_file_is_one_line_naming_it(tmp_path):
+    """execution.checkpointing.dir pointing at a regular file: not NotADirectoryError with fsspec's frames."""
+    (tmp_path / "x").write_text("")
+    r = run_cli("run", os.path.join(EXAMPLES, "word_count.py"), "--conf", f"execution.checkpointing.dir={tmp_path}/x",
+                "--conf", "execution.checkpointing.interval=1s", env=NO_JVM)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"checkpoint storage file://{tmp_path}/x: cannot write to it: NotADirectoryError" in r.stderr, r.stderr
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 

@@ -23,8 +23,8 @@ from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, 
 from ..checkpoint import channel_rescale, filesystems, recovery
 from ..checkpoint.lease import JobLease, LeaseHeld
 from ..checkpoint.metadata import CheckpointFormatError
-from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
-                                  normalize_url)
+from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, StorageWriteError, cannot_write,
+                                  find_checkpoints, load_checkpoint, normalize_url)
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
@@ -396,10 +396,14 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         except LeaseHeld as e:
             raise JobDefinitionError(f"checkpoint storage {storage.url}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the store itself: unreachable, no credentials, not a directory
-            raise JobDefinitionError(f"checkpoint storage {storage.url}: cannot write to it: "
-                                     f"{type(e).__name__}: {str(e).strip() or 'no detail'}") from None
+            raise JobDefinitionError(str(cannot_write("checkpoint storage", storage.base_url, e))) from None
     if settings.enabled:
-        storage.initialize()
+        try:
+            storage.initialize()
+        except StorageWriteError as e:  # names the storage and its URL: one line, no fsspec frames
+            if lease is not None:
+                lease.release()
+            raise JobDefinitionError(str(e)) from None
     # Without periodic checkpointing the coordinator still exists, to take the savepoints a user asks
     # for (as Flink's does): it triggers nothing on its own, and nothing is written to checkpoint storage.
     coordinator = CheckpointCoordinator(
