@@ -51,3 +51,63 @@ def test_the_task_declines_with_the_storage_line_not_a_bare_os_error(tmp_path):
     assert writer.wait_idle(5)
     writer.close()
     assert writer.results[0].error == f"checkpoint storage file://{tmp_path}: cannot write to it: NotADirectoryError: x"
+
+
+# -- librdkafka's log: each line at most once per 10 s, all of it with -v ------------------------------------
+
+def test_repeats_of_a_librdkafka_line_pass_once_per_period_and_the_next_says_how_many_were_held():
+    import logging
+
+    from streamjob.runtime.connectors.kafka.logs import RepeatFilter, repeat_key
+
+    now = [0.0]
+    f = RepeatFilter(every=10.0, clock=lambda: now[0], verbose=lambda: False)
+
+    def record(name: str, after: int) -> logging.LogRecord:
+        text = (f"[thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: "
+                f"Connection refused (after {after}ms in state CONNECT)")
+        return logging.LogRecord("k", logging.ERROR, "", 0, "%s [%s] %s", ("FAIL", name, text), None)
+
+    assert repeat_key(record("rdkafka#producer-1", 0).getMessage()) == \
+        repeat_key(record("rdkafka#producer-2", 17).getMessage())
+    passed = []
+    for i in range(300):  # a reconnect every 50 ms for 15 s, from two clients
+        now[0] = i * 0.05
+        r = record(f"rdkafka#producer-{1 + i % 2}", i % 3)
+        if f.filter(r):
+            passed.append(r.getMessage())
+    assert len(passed) == 2, passed
+    assert passed[1].endswith("(199 more like it not shown)"), passed[1]
+    other = logging.LogRecord("k", logging.ERROR, "", 0, "%s [%s] %s", ("FAIL", "x", "another error"), None)
+    assert f.filter(other)  # another line is news
+    assert RepeatFilter(verbose=lambda: True).filter(record("p", 0)) and \
+        RepeatFilter(verbose=lambda: True).filter(record("p", 0))
+
+
+def test_a_client_against_an_unreachable_address_logs_the_connection_error_once(caplog):
+    import logging
+    import socket
+
+    from confluent_kafka import KafkaException, Producer
+
+    from streamjob.runtime.connectors.kafka.logs import NAME, with_logger
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    logging.getLogger(NAME).addHandler(handler)
+    try:
+        producer = Producer(with_logger({"bootstrap.servers": bootstrap}))
+        with pytest.raises(KafkaException):
+            producer.list_topics(timeout=4)
+        for _ in range(20):  # librdkafka retries every 50-1000 ms meanwhile
+            producer.poll(0.1)
+        del producer
+    finally:
+        logging.getLogger(NAME).removeHandler(handler)
+    refused = [r.getMessage() for r in seen if "Connection refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 2, [r.getMessage() for r in seen]
+    assert bootstrap in refused[0]
