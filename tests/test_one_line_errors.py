@@ -111,3 +111,23 @@ def test_a_client_against_an_unreachable_address_logs_the_connection_error_once(
     refused = [r.getMessage() for r in seen if "Connection refused" in r.getMessage()]
     assert 1 <= len(refused) <= 2, [r.getMessage() for r in seen]
     assert bootstrap in refused[0]
+
+
+# -- malformed HTTP requests to the REST port ------------------------------------------------------------
+
+def test_a_malformed_request_is_one_debug_line_without_its_bytes(caplog):
+    import logging
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    from streamjob.runtime.cluster.rest import _ServerLog
+
+    log = _ServerLog(logging.getLogger("aiohttp.server"), {})
+    error = BadHttpMessage("Invalid character in chunk size:\n\n    b'" + "x" * 100_000 + "'\n     ^")
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        log.exception("Error handling request from %s", "10.0.0.7", exc_info=error)
+        log.exception("Unhandled exception", exc_info=RuntimeError("a bug of ours"))
+    first, second = caplog.records
+    assert (first.levelno, first.getMessage(), first.exc_info) == \
+        (logging.DEBUG, "malformed HTTP request from 10.0.0.7 answered 400: Invalid character in chunk size", None)
+    assert second.levelno == logging.ERROR and second.exc_info is not None  # anything else: as aiohttp logs it
