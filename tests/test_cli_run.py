@@ -210,6 +210,26 @@ def test_checkpoint_storage_that_is_a_file_is_one_line_naming_it(tmp_path):
     assert f"checkpoint storage file://{tmp_path}/x: cannot write to it: NotADirectoryError" in r.stderr, r.stderr
 
 
+@pytest.mark.spark
+def test_a_task_that_dies_before_registering_is_named_with_what_happened(tmp_path):
+    """Known only through Spark's stage failure: not `Attempt 1 failed: : org.apache.spark.SparkException: Job
+    aborted due to stage failure: ResultStage 0 (collect at .../spark.py:888) ...`."""
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import RestartStrategies, StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import DiscardingSink\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 100))\n"
+                   "env.from_collection([1, 2, 3]).map(lambda x: x).sink_to(DiscardingSink())\n"
+                   "env.execute('early-death')\n")
+    r = run_cli("run", str(job), "-p", "1", "--no-progress",
+                env={"STREAMJOB_TEST_FAULT": f"task-start:{tmp_path}/killed-{{subtask}}"})
+    assert r.returncode == 0 and (tmp_path / "killed-0").exists(), r.stderr[-3000:]
+    failed = [line for line in r.stderr.splitlines() if line.startswith("Attempt 1 failed")]
+    assert len(failed) == 1 and failed[0].startswith(
+        "Attempt 1 failed: subtask 1/1: its Python process died without reporting (killed"), r.stderr[-3000:]
+    assert "spark.py" not in r.stderr and "SparkException" not in r.stderr, r.stderr[-3000:]
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 

@@ -131,3 +131,50 @@ def test_a_malformed_request_is_one_debug_line_without_its_bytes(caplog):
     assert (first.levelno, first.getMessage(), first.exc_info) == \
         (logging.DEBUG, "malformed HTTP request from 10.0.0.7 answered 400: Invalid character in chunk size", None)
     assert second.levelno == logging.ERROR and second.exc_info is not None  # anything else: as aiohttp logs it
+
+
+# -- task deaths only Spark saw -----------------------------------------------------------------------------
+
+# Captured from a run whose task SIGKILLed itself before registering (STREAMJOB_TEST_FAULT=task-start:...):
+# str() of the exception of the barrier stage's collect (the JVM's frames shortened).
+CRASHED_BEFORE_REGISTERING = (
+    "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n: "
+    "org.apache.spark.SparkException: Job aborted due to stage failure: ResultStage 0 (collect at "
+    "/work/wt-msg/runtime/cluster/spark.py:888) has failed the maximum allowable number of times: 1. Most recent "
+    "failure reason: Stage failed because barrier task ResultTask(0, 1) finished unsuccessfully.\n"
+    "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting "
+    "'spark.sql.execution.pyspark.udf.faulthandler.enabled' or'spark.python.worker.faulthandler.enabled' "
+    "configuration to 'true' for the better Python traceback.\n"
+    "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator$$anonfun$1.applyOrElse(PythonRunner.scala:1136)\n"
+    "\tat java.base/java.lang.Thread.run(Thread.java:840)\nCaused by: java.io.EOFException\n"
+    "\tat java.base/java.io.DataInputStream.readInt(DataInputStream.java:386)\n\t... 22 more\n\n"
+    "\tat org.apache.spark.scheduler.DAGScheduler.$anonfun$abortStage$3(DAGScheduler.scala:4568)\n"
+    "\tat py4j.ClientServerConnection.run(ClientServerConnection.java:108)\n")
+# Spark's other form (a task that is not of a barrier stage, or a Python exception before the task's own code).
+LOST_TASK_WITH_PYTHON_ERROR = (
+    "An error occurred while calling o87.collectAndServe.\n: org.apache.spark.SparkException: Job aborted due to "
+    "stage failure: Task 2 in stage 1.0 failed 1 times, most recent failure: Lost task 2.0 in stage 1.0 (TID 5) "
+    "(10.0.0.3 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+    "  File \"/opt/venv/lib/python3.11/site-packages/pyspark/worker.py\", line 1899, in main\n"
+    "    func, profiler, deserializer, serializer = read_command(pickleSer, infile)\n"
+    "ModuleNotFoundError: No module named 'mylib'\n\n"
+    "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:615)\n")
+
+
+def test_a_task_death_only_spark_saw_names_the_subtask_and_what_happened():
+    from streamjob.runtime.cluster.spark_errors import describe
+
+    line = describe(Exception(CRASHED_BEFORE_REGISTERING), 2)
+    assert line.startswith("subtask 2/2: its Python process died without reporting (killed"), line
+    line = describe(Exception(LOST_TASK_WITH_PYTHON_ERROR), 4)
+    assert line == "subtask 3/4: ModuleNotFoundError: No module named 'mylib'", line
+    for text in (CRASHED_BEFORE_REGISTERING, LOST_TASK_WITH_PYTHON_ERROR,
+                 "An error occurred while calling o1.collectAndServe.\n: org.apache.spark.SparkException: Job aborted "
+                 "due to stage failure: ResultStage 1 (collect at /opt/venv/streamjob/runtime/cluster/spark.py:888) "
+                 "has failed the maximum allowable number of times: 4.\n\tat x.y(Z.java:1)\n", ""):
+        line = describe(Exception(text), 2)
+        assert line and not line.startswith(":") and "spark.py" not in line and "\n" not in line, line
+    assert describe(Exception("An error occurred while calling o1.collectAndServe.\n: org.apache.spark."
+                              "SparkException: Job aborted due to stage failure: ResultStage 1 (collect at "
+                              "/x/spark.py:888) has failed the maximum allowable number of times: 4.\n"), 2) == \
+        "ResultStage 1 has failed the maximum allowable number of times: 4"

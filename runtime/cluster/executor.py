@@ -32,7 +32,7 @@ from ..graph.slots import slot_needs
 from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
-from . import failover, pod
+from . import failover, pod, spark_errors
 from . import resume
 from .interrupts import NAMES, Interrupts, exit_code
 from .jobmanager import BindError, JobManager, TaskFailure
@@ -558,7 +558,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if deployment.local:
                     _kill_tasks(survivors)
                     jm.wait_disconnected(_ORPHAN_GRACE_S)
-            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            # Without a failure the job manager recorded (the task died before it registered), Spark's
+            # exception is all there is: which subtask, and what happened to it (spark_errors.py).
+            what = failure.summary(graph.parallelism) if failure else spark_errors.describe(error, graph.parallelism)
             if jm.all_finished() and (failure is None or failure.cause == "jvm"):
                 # Every task finished (its final checkpoint completed, its sinks committed) before the JVM went.
                 final_state, driver_lost = "FINISHED", False
@@ -889,7 +891,8 @@ def _raise_failure(graph: JobGraph, job_id: str, failure: Any, error: BaseExcept
             operator=failure.operator, python_traceback=failure.traceback)
     if isinstance(error, Exception) and type(error).__name__.endswith("SlotsError"):
         raise error
-    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark{why}: {_first_line(error)}") from error
+    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark{why}: "
+                            f"{spark_errors.describe(error, graph.parallelism)}") from error
 
 
 def _first_line(error: BaseException | None) -> str:
