@@ -178,3 +178,37 @@ def test_a_task_death_only_spark_saw_names_the_subtask_and_what_happened():
                               "SparkException: Job aborted due to stage failure: ResultStage 1 (collect at "
                               "/x/spark.py:888) has failed the maximum allowable number of times: 4.\n"), 2) == \
         "ResultStage 1 has failed the maximum allowable number of times: 4"
+
+
+def test_a_late_python_worker_that_finds_no_executor_leaves_no_traceback(tmp_path):
+    """A worker Spark started for a task it then canceled (the attempt is over) connects back to a closed
+    port: PySpark's CANNOT_OPEN_SOCKET traceback. Spark fails a live task whose worker does not connect
+    back itself ("Python worker failed to connect back"), so the worker's own traceback adds nothing;
+    with -v it is shown."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from streamjob.runtime.cluster.spark_errors import cause_of
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there any more
+    env = {**os.environ, "PYTHON_WORKER_FACTORY_PORT": str(port), "PYTHON_WORKER_FACTORY_SECRET": "x"}
+    env.pop("STREAMJOB_VERBOSE", None)
+    worker = [sys.executable, "-m", "streamjob.runtime.cluster.pyworker"]
+    r = subprocess.run(worker, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == "", r.stderr
+    r = subprocess.run(worker, capture_output=True, text=True, timeout=60, env={**env, "STREAMJOB_VERBOSE": "1"},
+                       cwd=tmp_path)
+    assert r.returncode == 1 and "CANNOT_OPEN_SOCKET" in r.stderr, r.stderr
+    assert cause_of("Job aborted due to stage failure: ResultStage 3 (collect at /x/spark.py:888) has failed the "
+                    "maximum allowable number of times: 1. Most recent failure reason: Stage failed because barrier "
+                    "task ResultTask(3, 0) finished unsuccessfully.\norg.apache.spark.SparkException: Python worker "
+                    "failed to connect back.\n\tat org.apache.spark.api.python.PythonWorkerFactory.createSimpleWorker"
+                    "(PythonWorkerFactory.scala:253)\n").startswith("its Python worker did not connect back")
+    assert cause_of("Job aborted due to stage failure: ResultStage 3 (collect at /x/spark.py:888) has failed the "
+                    "maximum allowable number of times: 1. Most recent failure reason: Stage failed because barrier "
+                    "task ResultTask(3, 0) finished unsuccessfully.\norg.apache.spark.SparkException: Something "
+                    "else went wrong.\n\tat a.b(C.scala:1)\n") == "Something else went wrong"

@@ -42,7 +42,38 @@ def main() -> None:
     for entry in spark_zips_to_drop(sys.path):
         sys.path.remove(entry)
     # Exactly as Spark runs its worker (``python -m pyspark.worker``), from cached bytecode.
-    runpy.run_module("pyspark.worker", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("pyspark.worker", run_name="__main__", alter_sys=True)
+    except Exception as e:  # noqa: BLE001 - only a late worker's is swallowed, see below
+        if not is_late_worker(e) or os.environ.get("STREAMJOB_VERBOSE"):
+            raise
+        sys.exit(1)
+
+
+def is_late_worker(error: BaseException) -> bool:
+    """The worker could not connect back to the executor that started it: PySpark's CANNOT_OPEN_SOCKET
+    from ``get_sock_file_to_executor``, before any task reached it. Spark gave up waiting for it: its
+    task was canceled (a worker Spark started for an attempt the job manager just ended) or Spark
+    failed that task itself, as "Python worker failed to connect back", which reaches the job as the
+    attempt's failure. Either way its own traceback on the console says nothing more (``-v`` shows it)."""
+    if "CANNOT_OPEN_SOCKET" not in str(getattr(error, "getCondition", lambda: "")() or error):
+        return False
+    tb, functions = error.__traceback__, set()
+    while tb is not None:
+        functions.add(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return "get_sock_file_to_executor" in functions and not _ran_a_task(error)
+
+
+def _ran_a_task(error: BaseException) -> bool:
+    """pyspark.worker's main() (a task's work) is on the traceback: the error is no late worker's."""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "main" and code.co_filename.endswith(os.path.join("pyspark", "worker.py")):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 if __name__ == "__main__":

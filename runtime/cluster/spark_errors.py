@@ -33,6 +33,8 @@ def cause_of(text: str) -> str:
     if _CRASHED in text:
         return ("its Python process died without reporting (killed: out of memory, a signal, or a crash in "
                 "native code)")
+    if "Python worker failed to connect back" in text:
+        return "its Python worker did not connect back to Spark's executor in time (an overloaded machine?)"
     python = _python_error(text)
     if python:
         return python
@@ -42,7 +44,7 @@ def cause_of(text: str) -> str:
     m = re.search(r"TaskKilled \(([^)]*)\)", text)
     if m:
         return f"it was killed ({m.group(1)})"
-    return _spark_reason(text)
+    return _task_reason(text) or _spark_reason(text)
 
 
 def describe(error: BaseException | str | None, parallelism: int) -> str:
@@ -69,6 +71,17 @@ def _python_error(text: str) -> str | None:
         if m:
             found = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}".rstrip(": ")
     return found[:500] if found else None
+
+
+def _task_reason(text: str) -> str | None:
+    """The barrier stage's form: "... barrier task ResultTask(0, 1) finished unsuccessfully." and, on the
+    next line, the task's own exception: its message."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if "finished unsuccessfully" in line and not _JVM_FRAME.match(lines[i + 1]):
+            reason = re.sub(r"^[\w.$]+(Exception|Error): ", "", lines[i + 1].strip()).rstrip(".")
+            return reason[:500] or None
+    return None
 
 
 def _spark_reason(text: str) -> str:
