@@ -230,6 +230,30 @@ def test_a_task_that_dies_before_registering_is_named_with_what_happened(tmp_pat
     assert "spark.py" not in r.stderr and "SparkException" not in r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.spark
+def test_an_unreachable_kafka_address_says_so_once_not_per_reconnect(tmp_path):
+    """librdkafka printed a FAIL line per reconnect (190-460 of them) before the job's one line."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import KafkaRecordSerializationSchema, KafkaSink, "
+                   "SimpleStringSchema\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection(['a']).sink_to(KafkaSink.builder().set_bootstrap_servers("
+                   f"{bootstrap!r}).set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic('t')"
+                   ".set_value_serialization_schema(SimpleStringSchema()).build()).build())\n"
+                   "env.execute('kafka-unreachable')\n")
+    r = run_cli("run", str(job), "-p", "1", "--no-progress")
+    assert r.returncode == 1, r.stderr[-3000:]
+    refused = [line for line in r.stderr.splitlines() if "Connection refused" in line and "Kafka client" in line]
+    assert 1 <= len(refused) <= 2 and "%3|" not in r.stderr, r.stderr[-5000:]
+    assert f"no Kafka broker of {bootstrap} answered within 10 s" in r.stderr, r.stderr[-3000:]
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 

@@ -898,6 +898,6 @@ def _raise_failure(graph: JobGraph, job_id: str, failure: Any, error: BaseExcept
 def _first_line(error: BaseException | None) -> str:
     text = str(error or "unknown error").strip()
     for line in text.splitlines():
-        if line.strip() and not line.startswith("An error occurred while calling"):
-            return line.strip()[:500]
+        if line.strip(": \t") and not line.startswith("An error occurred while calling"):
+            return line.strip().lstrip(": ")[:500]  # py4j's ": org.apache..." after its call line
     return text[:500]
