@@ -47,6 +47,11 @@ class StorageWriteError(OSError):
     message names the storage and its URL, as ``JobLease`` does, not only the OS error of a path."""
 
 
+def error_text(error: BaseException) -> str:
+    """An error of a storage write for a message: a ``StorageWriteError`` says it all itself."""
+    return str(error) if isinstance(error, StorageWriteError) else f"{type(error).__name__}: {error}"
+
+
 def cannot_write(what: str, url: str, error: BaseException) -> StorageWriteError:
     """``what`` ("checkpoint storage", "savepoint"): one line a user can act on."""
     if isinstance(error, StorageWriteError):
