@@ -254,6 +254,37 @@ def test_an_unreachable_kafka_address_says_so_once_not_per_reconnect(tmp_path):
     assert f"no Kafka broker of {bootstrap} answered within 10 s" in r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.spark
+def test_a_savepoint_into_a_file_is_one_line_naming_the_savepoint(tmp_path):
+    """`streamjob savepoint --target-dir` naming a regular file: the savepoint fails naming itself and its URL."""
+    (tmp_path / "x").write_text("")
+    env = {**os.environ, "STREAMJOB_STATE_DIR": str(tmp_path / "state"), "OUT": str(tmp_path / "out")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", os.path.join(EXAMPLES, "rolling_sum.py"),
+                             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the job is listed once its REST API serves
+            listed = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "list"], capture_output=True,
+                                    text=True, timeout=60, env=env)
+            if "rolling_sum" in listed.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "savepoint", "--target-dir",
+                            str(tmp_path / "x")], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("error: savepoint ") and f"file://{tmp_path}/x/savepoint-" in r.stderr \
+            and "NotADirectoryError" in r.stderr, r.stderr
+        subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel"], capture_output=True, timeout=120,
+                       env=env)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 
