@@ -212,3 +212,26 @@ def test_a_late_python_worker_that_finds_no_executor_leaves_no_traceback(tmp_pat
                     "maximum allowable number of times: 1. Most recent failure reason: Stage failed because barrier "
                     "task ResultTask(3, 0) finished unsuccessfully.\norg.apache.spark.SparkException: Something "
                     "else went wrong.\n\tat a.b(C.scala:1)\n") == "Something else went wrong"
+
+
+def test_checkpoint_storage_without_permission_names_it(tmp_path, monkeypatch):
+    """As root, a directory without write permission cannot be made here: the store's refusal is simulated."""
+    storage = CheckpointStorage(str(tmp_path / "ro"), "job1")
+
+    def refuse(path, exist_ok=False):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(storage.fs, "makedirs", refuse)
+    with pytest.raises(StorageWriteError, match=rf"^checkpoint storage file://{tmp_path}/ro: cannot write to it: "
+                                                r"PermissionError: \[Errno 13\] Permission denied"):
+        storage.initialize()
+
+
+def test_verbose_reaches_the_tasks_on_executors_of_their_own():
+    from streamjob.runtime.cluster.pod import Addresses, spark_conf
+    from streamjob.runtime.config import Configuration
+
+    loopback = Addresses("127.0.0.1", "127.0.0.1")
+    assert spark_conf(Configuration(), {"STREAMJOB_VERBOSE": "1"}, 1, loopback)[
+        "spark.executorEnv.STREAMJOB_VERBOSE"] == "1"
+    assert "spark.executorEnv.STREAMJOB_VERBOSE" not in spark_conf(Configuration(), {}, 1, loopback)
