@@ -80,6 +80,10 @@ def test_repeats_of_a_librdkafka_line_pass_once_per_period_and_the_next_says_how
     assert passed[1].endswith("(199 more like it not shown)"), passed[1]
     other = logging.LogRecord("k", logging.ERROR, "", 0, "%s [%s] %s", ("FAIL", "x", "another error"), None)
     assert f.filter(other)  # another line is news
+    retrying = logging.LogRecord("k", logging.WARNING, "", 0, "%s [%s] %s", ("GETPID", "x", "[thrd:main]: Failed to "
+                                 "acquire transactional PID from broker TxnCoordinator/1: Broker: Not coordinator: "
+                                 "retrying"), None)
+    assert not f.filter(retrying)  # the client's own retry of a transient answer: only with -v
     assert RepeatFilter(verbose=lambda: True).filter(record("p", 0)) and \
         RepeatFilter(verbose=lambda: True).filter(record("p", 0))
 

@@ -54,13 +54,21 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if self.verbose():
             return True
-        key = (record.levelno, repeat_key(record.getMessage()))
+        text = record.getMessage()
+        if record.levelno <= logging.WARNING and text.endswith(": retrying"):
+            # A transient answer the client retries by itself (a coordinator still loading after the broker's
+            # start: "Failed to acquire transactional PID ...: retrying"); one that never ends fails the call
+            # that waits for it, with its reason.
+            return False
+        key = (record.levelno, repeat_key(text))
         now = self.clock()
         with self._lock:
             last = self._passed.get(key)
             if last is not None and now - last < self.every:
                 self._held[key] = self._held.get(key, 0) + 1
                 return False
+            if len(self._passed) > 10_000:  # lines that vary in ways repeat_key does not know: bounded memory
+                self._passed.clear()
             self._passed[key] = now
             held = self._held.pop(key, 0)
         if held:  # (no "%" added: the message may still be formatted with its args)
