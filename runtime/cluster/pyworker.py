@@ -56,24 +56,16 @@ def is_late_worker(error: BaseException) -> bool:
     task was canceled (a worker Spark started for an attempt the job manager just ended) or Spark
     failed that task itself, as "Python worker failed to connect back", which reaches the job as the
     attempt's failure. Either way its own traceback on the console says nothing more (``-v`` shows it)."""
-    if "CANNOT_OPEN_SOCKET" not in str(getattr(error, "getCondition", lambda: "")() or error):
+    if "CANNOT_OPEN_SOCKET" not in str(error):
         return False
-    tb, functions = error.__traceback__, set()
-    while tb is not None:
-        functions.add(tb.tb_frame.f_code.co_name)
-        tb = tb.tb_next
-    return "get_sock_file_to_executor" in functions and not _ran_a_task(error)
-
-
-def _ran_a_task(error: BaseException) -> bool:
-    """pyspark.worker's main() (a task's work) is on the traceback: the error is no late worker's."""
+    frames = []
     tb = error.__traceback__
     while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == "main" and code.co_filename.endswith(os.path.join("pyspark", "worker.py")):
-            return True
+        frames.append((tb.tb_frame.f_code.co_name, tb.tb_frame.f_code.co_filename))
         tb = tb.tb_next
-    return False
+    # pyspark.worker's main() on the traceback: a task's own work raised it, no late worker's.
+    ran_a_task = any(name == "main" and file.endswith(os.path.join("pyspark", "worker.py")) for name, file in frames)
+    return any(name == "get_sock_file_to_executor" for name, _ in frames) and not ran_a_task
 
 
 if __name__ == "__main__":
