@@ -88,6 +88,7 @@ async def run_operator(*, namespaces: list[str] = (), clusterwide: bool = False,
     finally:
         if probe is not None:
             probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)  # its finally closes its HTTP session
         if health is not None:
             await health.cleanup()
         await asyncio.sleep(0)

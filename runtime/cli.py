@@ -399,7 +399,9 @@ def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    from .connectors.kafka.logs import with_logger
+
+    admin = AdminClient(with_logger({"bootstrap.servers": bootstrap}))
     try:
         admin.create_topics([NewTopic(name, partitions)])[name].result(30)
         click.echo(f"created topic {name} ({partitions} partitions)")

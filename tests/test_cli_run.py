@@ -201,6 +201,90 @@ def test_a_file_url_with_a_host_is_refused_naming_the_url(tmp_path):
     assert words in savepoint_target_problem("file://otherhost/tmp/x", {"file"})
 
 
+def test_checkpoint_storage_that_is_a_file_is_one_line_naming_it(tmp_path):
+    """execution.checkpointing.dir pointing at a regular file: not NotADirectoryError with fsspec's frames."""
+    (tmp_path / "x").write_text("")
+    r = run_cli("run", os.path.join(EXAMPLES, "word_count.py"), "--conf", f"execution.checkpointing.dir={tmp_path}/x",
+                "--conf", "execution.checkpointing.interval=1s", env=NO_JVM)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"checkpoint storage file://{tmp_path}/x: cannot write to it: NotADirectoryError" in r.stderr, r.stderr
+
+
+@pytest.mark.spark
+def test_a_task_that_dies_before_registering_is_named_with_what_happened(tmp_path):
+    """Known only through Spark's stage failure: not `Attempt 1 failed: : org.apache.spark.SparkException: Job
+    aborted due to stage failure: ResultStage 0 (collect at .../spark.py:888) ...`."""
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import RestartStrategies, StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import DiscardingSink\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.set_restart_strategy(RestartStrategies.fixed_delay_restart(1, 100))\n"
+                   "env.from_collection([1, 2, 3]).map(lambda x: x).sink_to(DiscardingSink())\n"
+                   "env.execute('early-death')\n")
+    r = run_cli("run", str(job), "-p", "1", "--no-progress",
+                env={"STREAMJOB_TEST_FAULT": f"task-start:{tmp_path}/killed-{{subtask}}"})
+    assert r.returncode == 0 and (tmp_path / "killed-0").exists(), r.stderr[-3000:]
+    failed = [line for line in r.stderr.splitlines() if line.startswith("Attempt 1 failed")]
+    assert len(failed) == 1 and failed[0].startswith(
+        "Attempt 1 failed: subtask 1/1: its Python process died without reporting (killed"), r.stderr[-3000:]
+    assert "spark.py" not in r.stderr and "SparkException" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.spark
+def test_an_unreachable_kafka_address_says_so_once_not_per_reconnect(tmp_path):
+    """librdkafka printed a FAIL line per reconnect (190-460 of them) before the job's one line."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there
+    job = tmp_path / "job.py"
+    job.write_text("from streamjob.runtime import StreamExecutionEnvironment\n"
+                   "from streamjob.runtime.connectors import KafkaRecordSerializationSchema, KafkaSink, "
+                   "SimpleStringSchema\n"
+                   "env = StreamExecutionEnvironment.get_execution_environment()\n"
+                   "env.from_collection(['a']).sink_to(KafkaSink.builder().set_bootstrap_servers("
+                   f"{bootstrap!r}).set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic('t')"
+                   ".set_value_serialization_schema(SimpleStringSchema()).build()).build())\n"
+                   "env.execute('kafka-unreachable')\n")
+    r = run_cli("run", str(job), "-p", "1", "--no-progress")
+    assert r.returncode == 1, r.stderr[-3000:]
+    refused = [line for line in r.stderr.splitlines() if "Connection refused" in line and "Kafka client" in line]
+    assert 1 <= len(refused) <= 2 and "%3|" not in r.stderr, r.stderr[-5000:]
+    assert f"no Kafka broker of {bootstrap} answered within 10 s" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.spark
+def test_a_savepoint_into_a_file_is_one_line_naming_the_savepoint(tmp_path):
+    """`streamjob savepoint --target-dir` naming a regular file: the savepoint fails naming itself and its URL."""
+    (tmp_path / "x").write_text("")
+    env = {**os.environ, "STREAMJOB_STATE_DIR": str(tmp_path / "state"), "OUT": str(tmp_path / "out")}
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", os.path.join(EXAMPLES, "rolling_sum.py"),
+                             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the job is listed once its REST API serves
+            listed = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "list"], capture_output=True,
+                                    text=True, timeout=60, env=env)
+            if "rolling_sum" in listed.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        r = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "savepoint", "--target-dir",
+                            str(tmp_path / "x")], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("error: savepoint ") and f"file://{tmp_path}/x/savepoint-" in r.stderr \
+            and "NotADirectoryError" in r.stderr, r.stderr
+        subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel"], capture_output=True, timeout=120,
+                       env=env)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+
+
 # -- Ctrl-C / SIGTERM while Spark starts ------------------------------------------------------------------
 WORD_COUNT = os.path.join(EXAMPLES, "word_count.py")
 

@@ -161,3 +161,32 @@ def test_healthz_is_ok_when_the_api_server_answers(kube_api, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_the_operator_stops_without_an_error_line(kube_api, tmp_path):
+    """SIGTERM (a pod's stop): kopf's cleanup closes the HTTP sessions the operator opened (its calls to the
+    API server and to the job managers); no `ERROR asyncio: Unclosed client session` / `Unclosed connector`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    port = _free_port()
+    log = tmp_path / "operator.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "operator", "-A",
+                                 "--health-address", f"127.0.0.1:{port}"],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": kube_api.kubeconfig})
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (_healthz(port) or (0,))[0] != 200:
+                time.sleep(0.2)
+            time.sleep(2)  # its watches run, its status writes go out
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert "Unclosed" not in text and "ERROR" not in text and "Traceback" not in text, text[-5000:]

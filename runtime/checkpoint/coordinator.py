@@ -39,7 +39,7 @@ from .background import InlineDisposer
 from .channel_state import CHANNEL_STATE_KEY
 from .metadata import CheckpointMetadata, shared_files
 from .shared import SharedStateRegistry, uploaded_for
-from .storage import CheckpointStorage, SavepointTarget, savepoint_url
+from .storage import CheckpointStorage, SavepointTarget, error_text, savepoint_url
 
 IN_PROGRESS, COMPLETED, FAILED = "IN_PROGRESS", "COMPLETED", "FAILED"
 
@@ -305,7 +305,7 @@ class CheckpointCoordinator:
         try:
             self.write_metadata(write)
         except Exception as e:  # noqa: BLE001 - any storage error fails this checkpoint only
-            error = f"{type(e).__name__}: {e}"
+            error = error_text(e)
         return self.metadata_written(write, error, now)
 
     def record_ack(self, checkpoint_id: int, task: int, subtask: int, handles: dict[str, Any],

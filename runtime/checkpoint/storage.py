@@ -43,6 +43,24 @@ class StateTooLargeError(RuntimeError):
     pass
 
 
+class StorageWriteError(OSError):
+    """The store refused a write (not a directory, no permission, unreachable, no credentials): the
+    message names the storage and its URL, as ``JobLease`` does, not only the OS error of a path."""
+
+
+def error_text(error: BaseException) -> str:
+    """An error of a storage write for a message: a ``StorageWriteError`` says it all itself."""
+    return str(error) if isinstance(error, StorageWriteError) else f"{type(error).__name__}: {error}"
+
+
+def cannot_write(what: str, url: str, error: BaseException) -> StorageWriteError:
+    """``what`` ("checkpoint storage", "savepoint"): one line a user can act on."""
+    if isinstance(error, StorageWriteError):
+        return error
+    detail = str(error).strip() or "no detail"
+    return StorageWriteError(f"{what} {url}: cannot write to it: {type(error).__name__}: {detail}")
+
+
 def normalize_url(url: str) -> str:
     if not isinstance(url, str) or not url.strip():
         raise ValueError(f"checkpoint storage must be a URL such as file:///tmp/checkpoints or s3://bucket/dir, got {url!r}")
@@ -240,6 +258,16 @@ class CheckpointStorage(StateLocation):
     def upload_shared(self, checkpoint_id: int, local_path: str) -> dict:
         """Copy a local file (an SST) into ``shared/``; the name starts with the checkpoint that uploaded it.
         Returns its reference: {"file": relative path, "size", "crc32c": checksum of what was uploaded}."""
+        try:
+            return self._upload_shared(checkpoint_id, local_path)
+        except FileNotFoundError as e:
+            if e.filename == local_path:
+                raise  # the local SST, not the store
+            raise cannot_write("checkpoint storage", self.base_url, e) from None
+        except Exception as e:  # noqa: BLE001 - the store: named, with its URL
+            raise cannot_write("checkpoint storage", self.base_url, e) from None
+
+    def _upload_shared(self, checkpoint_id: int, local_path: str) -> dict:
         relative = f"{SHARED}/{checkpoint_id}-{uuid.uuid4().hex}.sst"
         path = self.path(relative)
         if _is_local(self.fs):
@@ -261,8 +289,11 @@ class CheckpointStorage(StateLocation):
 
     # -- job manager side --------------------------------------------------------------
     def initialize(self) -> None:
-        for sub in ("shared", "taskowned"):
-            self.fs.makedirs(self.path(sub), exist_ok=True)
+        try:
+            for sub in ("shared", "taskowned"):
+                self.fs.makedirs(self.path(sub), exist_ok=True)
+        except Exception as e:  # noqa: BLE001 - the store: named, with its URL
+            raise cannot_write("checkpoint storage", self.base_url, e) from None
 
     def checkpoint_path(self, checkpoint_id: int) -> str:
         return self.path(f"chk-{checkpoint_id}")
@@ -277,7 +308,14 @@ class CheckpointStorage(StateLocation):
         self._write(posixpath.join(directory, METADATA), metadata.to_json(), exclusive=True)
 
     def _write(self, path: str, data: bytes, exclusive: bool) -> None:
-        write_file(self.fs, path, data, exclusive)
+        try:
+            write_file(self.fs, path, data, exclusive)
+        except FileExistsError as e:
+            if exclusive and path in (e.filename, e.filename2, *e.args):
+                raise  # put-if-absent said no: the caller's to handle
+            raise cannot_write("checkpoint storage", self.base_url, e) from None  # a file where a directory goes
+        except Exception as e:  # noqa: BLE001 - the store: named, with its URL
+            raise cannot_write("checkpoint storage", self.base_url, e) from None
 
     # Deletes are best effort: when the store is unreachable, what stays behind is an orphan the
     # sweep after the next completed checkpoint removes; a failed delete never fails the job.
@@ -346,7 +384,10 @@ class SavepointTarget(StateLocation):
         if len(data) <= self.inline_threshold:
             return inline_handle(data, index)
         relative = f"{name}-{uuid.uuid4().hex[:8]}"
-        write_file(self.fs, self.path(relative), data, exclusive=False)
+        try:
+            write_file(self.fs, self.path(relative), data, exclusive=False)
+        except Exception as e:  # noqa: BLE001 - the store: named, with its URL
+            raise cannot_write("savepoint", self.url, e) from None
         return file_handle(relative, data, index)
 
     def write_metadata(self, metadata: CheckpointMetadata) -> None:

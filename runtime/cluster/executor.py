@@ -23,8 +23,8 @@ from ..checkpoint.coordinator import CheckpointCoordinator, CheckpointSettings, 
 from ..checkpoint import channel_rescale, filesystems, recovery
 from ..checkpoint.lease import JobLease, LeaseHeld
 from ..checkpoint.metadata import CheckpointFormatError
-from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, find_checkpoints, load_checkpoint,
-                                  normalize_url)
+from ..checkpoint.storage import (METADATA, CheckpointStorage, StateLocation, StorageWriteError, cannot_write,
+                                  find_checkpoints, load_checkpoint, normalize_url)
 from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
@@ -32,7 +32,7 @@ from ..graph.slots import slot_needs
 from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
-from . import failover, pod
+from . import failover, pod, spark_errors
 from . import resume
 from .interrupts import NAMES, Interrupts, exit_code
 from .queryable_state import keyed_operators
@@ -404,10 +404,14 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         except LeaseHeld as e:
             raise JobDefinitionError(f"checkpoint storage {storage.url}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the store itself: unreachable, no credentials, not a directory
-            raise JobDefinitionError(f"checkpoint storage {storage.url}: cannot write to it: "
-                                     f"{type(e).__name__}: {str(e).strip() or 'no detail'}") from None
+            raise JobDefinitionError(str(cannot_write("checkpoint storage", storage.base_url, e))) from None
     if settings.enabled:
-        storage.initialize()
+        try:
+            storage.initialize()
+        except StorageWriteError as e:  # names the storage and its URL: one line, no fsspec frames
+            if lease is not None:
+                lease.release()
+            raise JobDefinitionError(str(e)) from None
     # Without periodic checkpointing the coordinator still exists, to take the savepoints a user asks
     # for (as Flink's does): it triggers nothing on its own, and nothing is written to checkpoint storage.
     coordinator = CheckpointCoordinator(
@@ -563,7 +567,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if deployment.local:
                     _kill_tasks(survivors)
                     jm.wait_disconnected(_ORPHAN_GRACE_S)
-            what = failure.summary(graph.parallelism) if failure else _first_line(error)
+            # Without a failure the job manager recorded (the task died before it registered), Spark's
+            # exception is all there is: which subtask, and what happened to it (spark_errors.py).
+            what = failure.summary(graph.parallelism) if failure else spark_errors.describe(error, graph.parallelism)
             if jm.all_finished() and (failure is None or failure.cause == "jvm"):
                 # Every task finished (its final checkpoint completed, its sinks committed) before the JVM went.
                 final_state, driver_lost = "FINISHED", False
@@ -930,12 +936,13 @@ def _raise_failure(graph: JobGraph, job_id: str, failure: Any, error: BaseExcept
             operator=failure.operator, python_traceback=failure.traceback)
     if isinstance(error, Exception) and type(error).__name__.endswith("SlotsError"):
         raise error
-    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark{why}: {_first_line(error)}") from error
+    raise JobExecutionError(f"Job {graph.job_name!r} ({job_id}) failed on Spark{why}: "
+                            f"{spark_errors.describe(error, graph.parallelism)}") from error
 
 
 def _first_line(error: BaseException | None) -> str:
     text = str(error or "unknown error").strip()
     for line in text.splitlines():
-        if line.strip() and not line.startswith("An error occurred while calling"):
-            return line.strip()[:500]
+        if line.strip(": \t") and not line.startswith("An error occurred while calling"):
+            return line.strip().lstrip(": ")[:500]  # py4j's ": org.apache..." after its call line
     return text[:500]

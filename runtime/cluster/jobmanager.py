@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from ..checkpoint.background import Disposer, SerialWorker
 from ..checkpoint.coordinator import (COMPLETED, CheckpointCoordinator, CompletedCheckpoint, MetadataWrite,
                                       SavepointConflict, SavepointRequest, TaskCheckpointStats)
-from ..checkpoint.storage import normalize_url, savepoint_target_problem, url_scheme
+from ..checkpoint.storage import error_text, normalize_url, savepoint_target_problem, url_scheme
 from .. import registry
 from ..config import Options
 from . import control as C
@@ -686,7 +686,7 @@ class JobManager:
         cc = self.coordinator
         assert cc is not None
         e = future.exception()
-        error = None if e is None else f"{type(e).__name__}: {e}"
+        error = None if e is None else error_text(e)
         with self._lock:
             now = time.monotonic()
             if self.fenced:  # the attempt is over: nothing of it completes (see ``fenced``)

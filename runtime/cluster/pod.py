@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..config import ConfigError, Configuration, Options
+from .spark_log import VERBOSE_ENV
 
 POD_IP = "POD_IP"  # the downward API's status.podIP, set by the operator's pod spec
 POD_NAME = "POD_NAME"
@@ -106,6 +107,10 @@ def spark_conf(config: Configuration, environ: Mapping[str, str], slots: int, dr
                           "slot for its whole life, and Spark refuses dynamic allocation in barrier mode; "
                           "size the executors with parallelism and kubernetes.executor.cores instead")
     derived = driver_spark_conf(environ, driver)
+    if environ.get(VERBOSE_ENV):
+        # `streamjob run -v` in the tasks too, on executors that do not inherit the driver's environment
+        # (librdkafka's every line, a late worker's traceback).
+        derived["spark.executorEnv." + VERBOSE_ENV] = "1"
     if spark_master(config).startswith("k8s://"):
         derived.update(kubernetes_spark_conf(config, environ, slots, namespace_file))
     return {**derived, **user}

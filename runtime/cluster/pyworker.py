@@ -42,7 +42,30 @@ def main() -> None:
     for entry in spark_zips_to_drop(sys.path):
         sys.path.remove(entry)
     # Exactly as Spark runs its worker (``python -m pyspark.worker``), from cached bytecode.
-    runpy.run_module("pyspark.worker", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("pyspark.worker", run_name="__main__", alter_sys=True)
+    except Exception as e:  # noqa: BLE001 - only a late worker's is swallowed, see below
+        if not is_late_worker(e) or os.environ.get("STREAMJOB_VERBOSE"):
+            raise
+        sys.exit(1)
+
+
+def is_late_worker(error: BaseException) -> bool:
+    """The worker could not connect back to the executor that started it: PySpark's CANNOT_OPEN_SOCKET
+    from ``get_sock_file_to_executor``, before any task reached it. Spark gave up waiting for it: its
+    task was canceled (a worker Spark started for an attempt the job manager just ended) or Spark
+    failed that task itself, as "Python worker failed to connect back", which reaches the job as the
+    attempt's failure. Either way its own traceback on the console says nothing more (``-v`` shows it)."""
+    if "CANNOT_OPEN_SOCKET" not in str(error):
+        return False
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_name, tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    # pyspark.worker's main() on the traceback: a task's own work raised it, no late worker's.
+    ran_a_task = any(name == "main" and file.endswith(os.path.join("pyspark", "worker.py")) for name, file in frames)
+    return any(name == "get_sock_file_to_executor" for name, _ in frames) and not ran_a_task
 
 
 if __name__ == "__main__":

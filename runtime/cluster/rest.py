@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import re
+import sys
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .metrics import AGGREGATIONS, JobMetrics, subtask_aggregates, vertex_metrics
@@ -38,6 +41,22 @@ DASHBOARD_HEADERS = {
     "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+
+
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's ``aiohttp.server`` logger, but a malformed request (a port scan, TLS sent to plain HTTP, a
+    broken chunked body) is one line at DEBUG: aiohttp logs it as an ERROR with a traceback that quotes
+    the request's bytes (100 KB of them for a 10 MB chunked body). Answering 400 is all there is to do
+    about it; everything else aiohttp logs stays as it is."""
+
+    def log(self, level: int, msg: Any, *args: Any, exc_info: Any = None, **kwargs: Any) -> None:
+        error = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1] if exc_info is True else None
+        if isinstance(error, HttpProcessingError):
+            what = (error.message or "").strip().splitlines()[:1] or [type(error).__name__]
+            remote = f" from {args[0]}" if args and "%s" in str(msg) else ""
+            self.logger.debug("malformed HTTP request%s answered %s: %s", remote, error.code, what[0].rstrip(":")[:200])
+            return
+        self.logger.log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -82,7 +101,7 @@ class RestServer:
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/", self.dashboard)
         app.router.add_get("/dashboard/{name}", self.dashboard)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, logger=_ServerLog(logging.getLogger("aiohttp.server"), {}))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

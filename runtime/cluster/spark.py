@@ -987,6 +987,10 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool, 
     mark("task imports")
     ctx = BarrierTaskContext.get()
     subtask = ctx.partitionId()
+    if os.environ.get("STREAMJOB_TEST_FAULT"):  # tests only: a task that dies before it registers
+        from ..task.faults import maybe_kill_early
+
+        maybe_kill_early("task-start", subtask)
     control = ControlClient(tuple(jm_address), subtask, attempt)
     deployment: dict = {}
     try:

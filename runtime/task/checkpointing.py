@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..checkpoint.storage import error_text
 from ..network.channels import InputGate
 from ..network.events import CheckpointBarrier
 
@@ -145,7 +146,7 @@ class SnapshotWriter:
                     size += n
                     uploaded += written
             except Exception as e:  # noqa: BLE001 - declines the checkpoint, not the job
-                error = f"{type(e).__name__}: {e}"
+                error = error_text(e)  # a storage error names the storage and its URL itself
             self.results.append(SnapshotResult(job, None if error else handles,
                                                (time.perf_counter() - started) * 1000.0, size, uploaded, error))
             with self._idle:

@@ -17,6 +17,12 @@ The marker file holds the JSON ``detail`` of the point (for the sink points: the
   the background (FileSink): its commits end in another thread.
 
 Nothing happens when the key is unset; jobs never set it.
+
+The environment variable ``STREAMJOB_TEST_FAULT`` (same form) names points before the task knows its
+job's configuration (``maybe_kill_early``):
+
+- ``task-start``: the task process has just started, before it registered with the job manager (a
+  worker that dies there, as one killed for its memory, is known to the job only through Spark).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import signal
 from typing import Any
 
 FAULT = "streamjob.test.fault"
+FAULT_ENV = "STREAMJOB_TEST_FAULT"
 
 
 def maybe_kill(ctx: Any, point: str, detail: Any = None) -> None:
@@ -34,10 +41,21 @@ def maybe_kill(ctx: Any, point: str, detail: Any = None) -> None:
     spec = ctx.get_job_parameter(FAULT)
     if not spec:
         return
-    where, _, marker = str(spec).partition(":")
+    _kill_once(str(spec), point, ctx.get_index_of_this_subtask(), detail)
+
+
+def maybe_kill_early(point: str, subtask: int) -> None:
+    """A point before the job's configuration is known: the fault comes from the environment."""
+    spec = os.environ.get(FAULT_ENV)
+    if spec:
+        _kill_once(spec, point, subtask, None)
+
+
+def _kill_once(spec: str, point: str, subtask: int, detail: Any) -> None:
+    where, _, marker = spec.partition(":")
     if where != point or not marker:
         return
-    marker = marker.replace("{subtask}", str(ctx.get_index_of_this_subtask()))
+    marker = marker.replace("{subtask}", str(subtask))
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:

@@ -70,6 +70,7 @@ from ..delivery import DeliveryGuarantee
 from . import hanging
 from . import transactions as txn
 from .protocol import KafkaProtocolError, TransactionClient
+from .logs import with_logger
 from .serialization import JsonRowSerializationSchema, KafkaRecordSerializationSchema, SimpleStringSchema
 
 log = logging.getLogger("streamjob.kafka")
@@ -182,11 +183,12 @@ class KafkaSink(Sink):
 
         conf = {k: v for k, v in self.producer_config().items()
                 if k not in ("transaction.timeout.ms", "enable.idempotence", "partitioner", "delivery.report.only.error")}
-        producer = Producer(conf)
+        producer = Producer(with_logger(conf))
         topic = self.record_serializer.topic
         try:
             metadata = producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S)
         except KafkaException as e:
+            producer.poll(0)  # librdkafka's log of why (connection refused...): once, through librdkafka_logger
             raise KafkaSinkError(f"KafkaSink: no Kafka broker of {self.bootstrap_servers} answered within "
                                  f"{CONNECT_TIMEOUT_S:.0f} s ({e.args[0].str() if e.args else e})") from None
         if topic is not None:
@@ -380,7 +382,7 @@ class KafkaSinkWriter(_Producing, SinkWriter):
 
         self.sink = sink
         self._init_producing(ctx)
-        self.producer = Producer({**sink.producer_config(), "on_delivery": self._on_delivery})
+        self.producer = Producer(with_logger({**sink.producer_config(), "on_delivery": self._on_delivery}))
 
     def start(self) -> None:
         self.sink.check_cluster()
@@ -505,7 +507,7 @@ class TransactionalKafkaSinkWriter(_Producing, SinkWriter):
         conf = self.sink.producer_config()
         conf["transactional.id"] = txn.transactional_id(self.prefix, self.subtask, n)
         conf["on_delivery"] = self._on_delivery
-        producer = Producer(conf)
+        producer = Producer(with_logger(conf))
         try:
             producer.init_transactions(self.sink.max_block_s)
         except KafkaException as e:

@@ -44,6 +44,7 @@ from .offsets import (
     split_owner,
 )
 from .records import KafkaRecordDeserializationSchema
+from .logs import librdkafka_logger
 
 log = logging.getLogger("streamjob.kafka")
 
@@ -325,7 +326,7 @@ class KafkaSourceReader(SourceReader):
             "client.id": f"{src.properties.get(CLIENT_ID_PREFIX, 'streamjob-kafka-source')}-{self.subtask}",
             "error_cb": self._on_error,
             "on_commit": self._on_commit,
-            "logger": log,
+            "logger": librdkafka_logger(),  # librdkafka's lines, each at most once per 10 s (logs.py)
         }
         if self.statistics:
             conf["statistics.interval.ms"] = DEFAULT_STATISTICS_MS
