@@ -387,6 +387,7 @@ def _ended_job_manager(state: str = "FAILED", error: str | None = "boom") -> Job
     jm = JobManager("job-3", "linger", 1, rest=("127.0.0.1", 0, ""))
     jm.start()
     jm.finish(state, error)
+    jm.settle(None)
     return jm
 
 
@@ -396,6 +397,9 @@ def test_linger_ends_when_the_result_was_read():
     try:
         assert request(jm.rest.url + "/v1/job")[1]["state"] == "RUNNING"  # a read before the end does not count
         jm.finish("FAILED", "boom")
+        # the final state is recorded, but the end is public only once what stays to resume is known
+        assert request(jm.rest.url + "/v1/job?peek=true")[1]["end_time"] is None
+        jm.settle("Nothing to resume from: no checkpoint had completed")
         assert not jm.result_was_read()
         # a watcher (the dashboard) peeks: the final word stays for the client that waits for it
         status, peeked = request(jm.rest.url + "/v1/job?peek=true")
@@ -411,6 +415,7 @@ def test_linger_ends_when_the_result_was_read():
         status, job = seen[0]
         conforms(job, "Job")
         assert (status, job["state"], job["error"], job["final_savepoint"]) == (200, "FAILED", "boom", None)
+        assert job["resume"] == "Nothing to resume from: no checkpoint had completed"
         assert job["end_time"] == jm.final_result()["end_time"] and job["end_time"] is not None
     finally:
         jm.shutdown()
