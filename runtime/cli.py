@@ -417,5 +417,15 @@ def _operator_commands() -> None:
 
 _operator_commands()
 
+
+def _state_commands() -> None:
+    """``streamjob state``: the State Processor API's commands (package streamjob.state)."""
+    from streamjob.state.cli import state
+
+    main.add_command(state)
+
+
+_state_commands()
+
 if __name__ == "__main__":  # pragma: no cover
     main()

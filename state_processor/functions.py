@@ -231,8 +231,8 @@ def run_split(fn: KeyedStateReaderFunction, split: Split, drops: dict[str, tuple
 
 
 def _fields(record: Any) -> list[str]:
-    if isinstance(record, Row) and record.field_names is not None:
-        return list(record.field_names)
+    if isinstance(record, Row) and record.field_names() is not None:
+        return record.field_names()
     if isinstance(record, dict):
         return [str(k) for k in record]
     if isinstance(record, (tuple, Row)):
@@ -241,8 +241,8 @@ def _fields(record: Any) -> list[str]:
 
 
 def _as_tuple(record: Any, names: list[str]) -> tuple:
-    if isinstance(record, Row) and record.field_names is not None:
-        d = dict(zip(record.field_names, record))
+    if isinstance(record, Row) and record.field_names() is not None:
+        d = dict(zip(record.field_names(), record))
         return tuple(d.get(n) for n in names)
     if isinstance(record, dict):
         return tuple(record.get(n) for n in names)

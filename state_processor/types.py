@@ -56,7 +56,7 @@ def as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, Row):
-        value = value.as_dict(recursive=True) if value.field_names is not None else list(value)
+        value = value.as_dict(recursive=True) if value.field_names() is not None else list(value)
     try:
         return json.dumps(value, sort_keys=False, allow_nan=True)
     except (TypeError, ValueError):
@@ -103,7 +103,7 @@ def type_of(value: Any) -> pa.DataType | None:
     if t is bytes:
         return pa.binary()
     if isinstance(value, Row):
-        names = value.field_names or [f"f{i}" for i in range(len(value))]
+        names = value.field_names() or [f"f{i}" for i in range(len(value))]
         return _struct(names, list(value))
     if t is tuple:
         return _struct([f"f{i}" for i in range(len(value))], list(value))
@@ -198,8 +198,8 @@ def _preparer(t: pa.DataType) -> Callable[[Any], Any] | None:
         def struct(v: Any) -> Any:
             if isinstance(v, dict):
                 values = [v.get(n) for n in names]
-            elif isinstance(v, Row) and v.field_names is not None:
-                values = [v[n] if n in v.field_names else None for n in names]
+            elif isinstance(v, Row) and v.field_names() is not None:
+                values = [v[n] if n in v.field_names() else None for n in names]
             else:
                 values = list(v)
             return {n: (x if p is None or x is None else p(x)) for n, x, p in zip(names, values, inner)}
