@@ -21,26 +21,35 @@ class ColumnMismatch(TypeError):
     """A value does not fit the column chosen for it (an inferred type met another one)."""
 
 
-def record_batches(parts: Iterable[decode.Columns | list[tuple]], schema: pa.Schema, columns: list[Column],
-                   what: str) -> Iterator[pa.RecordBatch]:
-    """``parts`` as batches of ``schema``; ``columns[i]`` makes field i from Python values."""
-    pending: list[tuple] = []
+def record_batches(parts: Iterable[decode.Columns | decode.ColumnLists | list[tuple]], schema: pa.Schema,
+                   columns: list[Column], what: str) -> Iterator[pa.RecordBatch]:
+    """``parts`` as batches of ``schema``; ``columns[i]`` makes field i from Python values. Small
+    parts (a key group of a few rows) are gathered up to ``BATCH_ROWS``; large ones go as they are."""
+    pending: list[list] = [[] for _ in columns]
+    count = 0
     for part in parts:
         if isinstance(part, decode.Columns):
             yield from _columnar(part, schema, columns, what)
             continue
-        pending.extend(part)
-        if len(pending) >= BATCH_ROWS:
+        lists = part.columns if isinstance(part, decode.ColumnLists) else [list(c) for c in zip(*part)]
+        if not lists or not lists[0]:
+            continue
+        if not count and len(lists[0]) >= BATCH_ROWS:
+            yield _rows(lists, schema, columns, what)
+            continue
+        for into, values in zip(pending, lists):
+            into.extend(values)
+        count += len(lists[0])
+        if count >= BATCH_ROWS:
             yield _rows(pending, schema, columns, what)
-            pending = []
-    if pending:
+            pending, count = [[] for _ in columns], 0
+    if count:
         yield _rows(pending, schema, columns, what)
 
 
-def _rows(rows: list[tuple], schema: pa.Schema, columns: list[Column], what: str) -> pa.RecordBatch:
+def _rows(lists: list[list], schema: pa.Schema, columns: list[Column], what: str) -> pa.RecordBatch:
     arrays = []
-    for i, (field, column) in enumerate(zip(schema, columns)):
-        values = [r[i] for r in rows]
+    for field, column, values in zip(schema, columns, lists):
         try:
             arrays.append(column.array(values))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:

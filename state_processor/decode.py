@@ -40,6 +40,20 @@ class Columns:
     values: np.ndarray
 
 
+@dataclass
+class ColumnLists:
+    """Rows of a pickled chunk, column by column (one Python list per column, equal lengths): built
+    straight from the chunk's dicts (``list(d.keys())`` runs in C), never as a tuple per row."""
+
+    columns: list[list]
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    def rows(self) -> list[tuple]:
+        return list(zip(*self.columns))
+
+
 def shape(kind: str) -> str:
     """``single``, ``list`` or ``map``: the rows a state of this kind gives."""
     base = ttl.base_kind(kind)
@@ -51,10 +65,10 @@ def shape(kind: str) -> str:
 
 
 def state_parts(data: Any, index: dict, name: str, key_groups: range, where: str,
-                drop: tuple[int, int] | None = None) -> Iterator[Columns | list[tuple]]:
+                drop: tuple[int, int] | None = None) -> Iterator[Columns | ColumnLists]:
     """The rows of state ``name`` in a state file's bytes (``data``, with its handle's ``index``),
-    key groups ``key_groups`` only: ``Columns`` for a columnar table, else lists of row tuples
-    (one list per key group). Chunk checksums are checked as a restore checks them."""
+    key groups ``key_groups`` only: ``Columns`` for a columnar table, else ``ColumnLists`` (one per
+    key group). Chunk checksums are checked as a restore checks them."""
     table = (index.get("keyed") or {}).get(name)
     if table is None:
         return
@@ -68,31 +82,34 @@ def state_parts(data: Any, index: dict, name: str, key_groups: range, where: str
     for kg, span in (table.get("groups") or {}).items():
         if int(kg) in key_groups:
             chunk = _load_keyed(data, span, kind, f"{where}, key group {kg}")
-            yield chunk_rows(kind, chunk, drop)
+            yield chunk_columns(kind, chunk, drop)
 
 
-def chunk_rows(kind: str, chunk: Any, drop: tuple[int, int] | None = None) -> list[tuple]:
-    """One chunk (key -> entry, or an accumulator table's (keys, values)) as row tuples."""
+def chunk_columns(kind: str, chunk: Any, drop: tuple[int, int] | None = None) -> ColumnLists:
+    """One chunk (key -> entry, or an accumulator table's (keys, values)) as columns: key, [map key,]
+    value[, TTL timestamp]."""
     base = ttl.base_kind(kind)
     timed = ttl.is_ttl_kind(kind)
     if base == "accumulators":
         keys, values = chunk
-        return list(zip(keys, np.asarray(values).tolist()))
+        return ColumnLists([list(keys), np.asarray(values).tolist()])
     if timed and drop is not None:
         chunk = ttl.drop_expired(kind, chunk, *drop)
     if base == "list":
-        if timed:
-            return [(k, v, t) for k, elements in chunk.items() for v, t in elements]
-        return [(k, v) for k, elements in chunk.items() for v in elements]
+        rows = [(k, *(e if timed else (e,))) for k, elements in chunk.items() for e in elements]
+        return _transposed(rows, 3 if timed else 2)
     if base == "map":
-        if timed:
-            return [(k, uk, v, t) for k, entries in chunk.items() for uk, (v, t) in entries.items()]
-        return [(k, uk, v) for k, entries in chunk.items() for uk, v in entries.items()]
+        rows = [(k, uk, *(v if timed else (v,))) for k, entries in chunk.items() for uk, v in entries.items()]
+        return _transposed(rows, 4 if timed else 3)
     if base in SINGLE:
         if timed:
-            return [(k, v, t) for k, (v, t) in chunk.items()]
-        return list(chunk.items())
+            return _transposed([(k, v, t) for k, (v, t) in chunk.items()], 3)
+        return ColumnLists([list(chunk.keys()), list(chunk.values())])  # the common case: no Python per key
     raise SnapshotFormatError(f"unknown state kind {kind!r}")
+
+
+def _transposed(rows: list[tuple], width: int) -> ColumnLists:
+    return ColumnLists([list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)])
 
 
 def table_kind(index: dict, name: str) -> str | None:

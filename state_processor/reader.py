@@ -246,7 +246,7 @@ def _keyed_rows(split: Split, name: str, drop: tuple[int, int] | None) -> Iterat
         if isinstance(part, decode.Columns):
             yield from zip(part.keys.tolist(), part.values.tolist())
         else:
-            yield from part
+            yield from part.rows()
 
 
 def _list_reader(name: str, mode: str, uid: str) -> Callable[[Split], Iterator[list[tuple]]]:
@@ -295,7 +295,7 @@ def _split_stats(split: Split) -> tuple[str, list[tuple[str, int, int]], list[tu
             if isinstance(part, decode.Columns):
                 keys, rows = keys + len(part.keys), rows + len(part.keys)
             else:
-                keys += len({r[0] for r in part})
+                keys += len(set(part.columns[0]))
                 rows += len(part)
         keyed.append((name, keys, rows))
     operator = [(n, mode, len(items)) for n, (mode, items) in source.operator_state(split).items()]

@@ -46,7 +46,7 @@ def _errors(what: str, split: Split) -> Iterator[None]:
 
 
 def keyed_parts(split: Split, name: str, drop: tuple[int, int] | None = None,
-                ) -> Iterator[decode.Columns | list[tuple]]:
+                ) -> Iterator[decode.Columns | decode.ColumnLists]:
     """The rows of keyed state ``name`` in this split (see ``decode.state_parts``)."""
     with _errors(f"keyed state {name!r}", split):
         if split.native:
@@ -109,9 +109,9 @@ def _native_chunks(split: Split, states: dict[str, str]) -> Iterator[tuple[str, 
 
 
 def _native_parts(split: Split, states: dict[str, str | None], drop: tuple[int, int] | None,
-                  ) -> Iterator[list[tuple]]:
+                  ) -> Iterator[decode.ColumnLists]:
     for _, kind, _, chunk in _native_chunks(split, {n: k for n, k in states.items() if k is not None}):
-        yield decode.chunk_rows(kind, chunk, drop)
+        yield decode.chunk_columns(kind, chunk, drop)
 
 
 def operator_state(split: Split) -> dict[str, tuple[str, Any]]:
