@@ -128,6 +128,11 @@ class SavepointReader:
             raise ValueError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}")
         kind = plan.state_kind(self.metadata, uid, name)
         shape = decode.shape(kind)
+        base = kind.removesuffix("+ttl")
+        if descriptor is not None and getattr(descriptor, "kind", base) not in (base, "value" if base == "accumulators"
+                                                                                 else base):
+            raise TypeError(f"state {name!r} of operator {uid!r} is {base} state, not {descriptor.kind} "
+                            f"({type(descriptor).__name__})")
         timed = kind.endswith("+ttl")
         drop = _ttl_drop(descriptor)
         if value_type_info is None and descriptor is not None:
@@ -285,6 +290,13 @@ def _split_stats(split: Split) -> tuple[str, list[tuple[str, int, int]], list[tu
     keyed: list[tuple[str, int, int]] = []
     kinds = {n: str(t.get("kind")) for n, t in (index.get("keyed") or {}).items()}
     kinds.update({n: str(k) for n, k in ((index.get(plan.NATIVE) or {}).get("states") or {}).items()})
+    if split.native:  # one download of the database for all its states
+        counted: dict[str, list[int]] = {n: [0, 0] for n in kinds}
+        for name, part in source.native_parts(split, kinds):
+            counted[name][0] += len(set(part.columns[0]))
+            counted[name][1] += len(part)
+        kinds = {}
+        keyed = [(n, k, r) for n, (k, r) in counted.items()]
     for name in kinds:
         n = plan.columnar_keys(index, name)
         if n is not None:

@@ -114,6 +114,13 @@ def _native_parts(split: Split, states: dict[str, str | None], drop: tuple[int, 
         yield decode.chunk_columns(kind, chunk, drop)
 
 
+def native_parts(split: Split, states: dict[str, str]) -> Iterator[tuple[str, decode.ColumnLists]]:
+    """(state, rows) of several states of a native RocksDB handle, from one download."""
+    with _errors(f"keyed states {', '.join(map(repr, states))}", split):
+        for name, kind, _, chunk in _native_chunks(split, states):
+            yield name, decode.chunk_columns(kind, chunk)
+
+
 def operator_state(split: Split) -> dict[str, tuple[str, Any]]:
     """This subtask's operator state: name -> (mode, items); broadcast state's items are a dict."""
     index = split.handle.get("index") or {}

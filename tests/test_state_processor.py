@@ -309,3 +309,47 @@ def test_the_command_line_lists_and_dumps(spark, savepoints, tmp_path):
     assert table.column_names == ["key", "map_key", "value"] and table.num_rows == counting.KEYS
     bad = runner.invoke(main, ["state", "dump", path, "--uid", "count", "--state", "nope"])
     assert bad.exit_code == 1 and "operator 'count' has no state 'nope'; its states: ballast, by-parity" in bad.output
+
+
+def test_broadcast_state_and_timers_of_a_keyed_broadcast_job(spark, spark_slots, tmp_path):
+    from jobs import broadcast_rules
+
+    from streamjob.runtime import MapStateDescriptor
+    from streamjob.runtime.api.types import Row
+    from streamjob.state import KeyedStateReaderFunction, SavepointReader
+
+    env = broadcast_rules.build(str(tmp_path / "out"), str(tmp_path / "chk"), 200_000, 2000, parallelism=2,
+                                interval_ms=200)
+    client = env.execute_async("rules")
+    assert client.wait_until_running(60)
+    deadline = time.monotonic() + 60
+    while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    path = client.stop_with_savepoint(False, str(tmp_path / "sp"), timeout=120)
+    client.get_job_execution_result(120)
+    reader = SavepointReader.read(spark, path)
+
+    factors = reader.read_broadcast_state("apply-rules", "factors")
+    assert factors.columns == ["key", "value"]
+    rules = {r.key: r.value for r in factors.collect()}
+    assert rules and all(rules[1000 + broadcast_rules.EVERY * j] == j % 7 + 1
+                         for j in range(len(rules)))  # one copy: each rule once, as it arrived
+    with pytest.raises(Exception, match="broadcast state, not split|is broadcast state"):
+        reader.read_list_state("apply-rules", "factors").collect()
+
+    class Pending(KeyedStateReaderFunction):
+        def open(self, ctx):
+            self.pending = ctx.get_map_state(MapStateDescriptor("pending"))
+
+        def read_key(self, key, ctx, out):
+            out.collect(Row(key=key, waiting=sorted(self.pending.keys()),
+                            timers=sorted(ctx.registered_event_time_timers())))
+
+    rows = reader.read_keyed_state("apply-rules", Pending()).collect()
+    assert rows, "rows wait for their timers in the savepoint"
+    assert all(r.waiting == r.timers for r in rows)  # a timer for each waiting timestamp, as the job keeps them
+    pending = reader.read_keyed_state("apply-rules", "pending")  # map of timestamp -> list of row numbers
+    assert pending.schema.simpleString() == "struct<key:bigint,map_key:bigint,value:array<bigint>>"
+    for r in pending.collect():
+        assert all(broadcast_rules.row(i)["ts"] == r.map_key and i % broadcast_rules.KEYS == r.key for i in r.value)
