@@ -353,3 +353,43 @@ def test_broadcast_state_and_timers_of_a_keyed_broadcast_job(spark, spark_slots,
     assert pending.schema.simpleString() == "struct<key:bigint,map_key:bigint,value:array<bigint>>"
     for r in pending.collect():
         assert all(broadcast_rules.row(i)["ts"] == r.map_key and i % broadcast_rules.KEYS == r.key for i in r.value)
+
+
+def test_state_with_a_ttl_is_unwrapped_and_its_descriptor_leaves_expired_values_out(spark, tmp_path):
+    from streamjob.runtime import ListStateDescriptor, StateTtlConfig, Time, ValueStateDescriptor
+    from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
+    from streamjob.runtime.checkpoint.storage import SavepointTarget
+    from streamjob.runtime.state.heap import HashMapKeyedStateBackend
+    from streamjob.runtime.state.snapshot import serialize
+    from streamjob.state import SavepointReader
+
+    def with_ttl(descriptor):
+        descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.hours(1)).build())
+        return descriptor
+
+    now = int(time.time() * 1000)
+    backend = HashMapKeyedStateBackend("op", 128, range(128))  # the state a job's subtask holds
+    value = backend.get_state(with_ttl(ValueStateDescriptor("last")))
+    items = backend.get_list_state(with_ttl(ListStateDescriptor("items")))
+    for key, written in (("old", now - 2 * 3600_000), ("new", now)):
+        backend.ttl_clock = lambda written=written: written
+        backend.current_key = key
+        value.update(f"{key}-value")
+        items.add(1)
+        items.add(2)
+    data, index = serialize(backend.snapshot(1, full=True), 128, None)
+    target = SavepointTarget(str(tmp_path / "sp"), inline_threshold=0)
+    target.write_metadata(CheckpointMetadata(1, "0" * 32, "ttl", now, 1, 128, kind="savepoint", operators={
+        "op": {"name": "KeyedProcess", "subtasks": [target.write_state(1, "op", data, index)]}}))
+
+    reader = SavepointReader.read(spark, str(tmp_path / "sp"))
+    assert {s.name: s.kind for s in reader.operators(count=False)[0].keyed_states} == {"last": "value+ttl",
+                                                                                      "items": "list+ttl"}
+    by_name = reader.read_keyed_state("op", "last")
+    assert by_name.columns == ["key", "value", "last_access_ms"]
+    assert sorted(tuple(r) for r in by_name.collect()) == [("new", "new-value", now),
+                                                           ("old", "old-value", now - 2 * 3600_000)]
+    live = reader.read_keyed_state("op", with_ttl(ValueStateDescriptor("last")))
+    assert [(r.key, r.value) for r in live.collect()] == [("new", "new-value")]
+    elements = reader.read_keyed_state("op", with_ttl(ListStateDescriptor("items")))
+    assert sorted((r.key, r.value) for r in elements.collect()) == [("new", 1), ("new", 2)]
