@@ -269,7 +269,7 @@ def read_with_function(reader: Any, uid: str, fn: KeyedStateReaderFunction, key_
     from .reader import _ttl_drop
 
     drops = {n: _ttl_drop(d) for n, d in ctx.descriptors.items()}
-    splits = reader._splits(uid)
+    splits = reader._keyed_splits(uid)
     if output_type is not None and hasattr(output_type, "get_field_names"):
         names = output_type.get_field_names()
         columns = [types.of_type_info(t) for t in output_type.get_field_types()]

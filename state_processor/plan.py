@@ -8,7 +8,7 @@ One ``Split`` is one subtask's handle: one Spark task reads it. Nothing here rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
@@ -35,10 +35,13 @@ class Split:
     max_parallelism: int
     handle: dict
     storage_options: dict | None = None
+    groups: tuple[int, int] | None = None  # a part of the handle's key groups (``keyed_splits``); None: all
 
     @property
     def key_groups(self) -> range:
-        """The key groups this subtask owned (and so wrote)."""
+        """The key groups this split reads: the subtask's (those it wrote), or the part given."""
+        if self.groups is not None:
+            return range(*self.groups)
         native = (self.handle.get("index") or {}).get(NATIVE)
         if native and isinstance(native.get("key_groups"), list):
             lo, hi = native["key_groups"]
@@ -51,7 +54,8 @@ class Split:
 
     @property
     def owner(self) -> str:
-        return f"operator {self.uid!r} (subtask {self.subtask + 1}/{self.parallelism})"
+        part = "" if self.groups is None else f", key groups {self.groups[0]}-{self.groups[1] - 1}"
+        return f"operator {self.uid!r} (subtask {self.subtask + 1}/{self.parallelism}{part})"
 
 
 @dataclass
@@ -95,6 +99,28 @@ def splits(meta: CheckpointMetadata, root: str, uid: str, storage_options: dict 
     n = len(op["subtasks"])
     maxp = meta.operator_max_parallelism(uid)
     return [Split(root, uid, i, n, maxp, h, storage_options) for i, h in enumerate(op["subtasks"]) if h]
+
+
+def keyed_splits(meta: CheckpointMetadata, root: str, uid: str, tasks: int,
+                 storage_options: dict | None = None) -> list[Split]:
+    """Splits for reading keyed state with about ``tasks`` Spark tasks: a heap-format handle is cut
+    into ranges of its key groups (each task fetches only its ranges' bytes), so a savepoint taken
+    at parallelism 2 still reads on 32 cores. A native RocksDB handle stays whole: every part would
+    download the whole database. Operator state is never cut (each handle's list is read once)."""
+    whole = splits(meta, root, uid, storage_options)
+    if not whole:
+        return whole
+    pieces = max(1, -(-tasks // len(whole)))
+    out = []
+    for split in whole:
+        groups = split.key_groups
+        if split.native or pieces == 1 or len(groups) < 2:
+            out.append(split)
+            continue
+        n = min(pieces, len(groups))
+        bounds = [groups.start + len(groups) * i // n for i in range(n + 1)]
+        out += [replace(split, groups=(lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+    return out
 
 
 def operator(meta: CheckpointMetadata, uid: str) -> dict:

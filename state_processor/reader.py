@@ -45,6 +45,7 @@ class SavepointReader:
         self.root = root
         self.metadata = metadata
         self.storage_options = storage_options
+        self.tasks: int | None = None  # Spark tasks a keyed state read aims for; None: defaultParallelism
 
     @classmethod
     def read(cls, spark: Any, path: str, state_backend: Any = None, storage_options: dict | None = None,
@@ -60,6 +61,11 @@ class SavepointReader:
     # -- what is there --------------------------------------------------------------------------
     def _splits(self, uid: str) -> list[Split]:
         return plan.splits(self.metadata, self.root, uid, self.storage_options)
+
+    def _keyed_splits(self, uid: str) -> list[Split]:
+        """At least as many tasks as the Spark the reader runs on has slots (``defaultParallelism``)."""
+        tasks = self.tasks or int(self.spark.sparkContext.defaultParallelism)
+        return plan.keyed_splits(self.metadata, self.root, uid, tasks, self.storage_options)
 
     def operators(self, count: bool = True) -> list[OperatorInfo]:
         """Every operator with its keyed and operator states, their kinds, sizes and (``count``:
@@ -137,7 +143,7 @@ class SavepointReader:
         drop = _ttl_drop(descriptor)
         if value_type_info is None and descriptor is not None:
             value_type_info = descriptor.type_info
-        splits = self._splits(uid)
+        splits = self._keyed_splits(uid)
         names = [KEY] + ([MAP_KEY] if shape == "map" else []) + [VALUE] + ([LAST_ACCESS] if timed else [])
         map_key_info = value_info = value_type_info
         if shape == "map" and isinstance(value_type_info, tuple):  # MapStateDescriptor: (key info, value info)
