@@ -25,12 +25,10 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterator
 
-import pyarrow as pa
-
 from streamjob.runtime.api.types import Row
 from streamjob.runtime.state import ttl
 
-from . import decode, plan, source, types
+from . import plan, source, types
 from .plan import Split, StateNotFoundError
 
 TIMER_TABLES = {"event": "_timers-event-time", "processing": "_timers-processing-time"}

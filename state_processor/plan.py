@@ -9,7 +9,6 @@ One ``Split`` is one subtask's handle: one Spark task reads it. Nothing here rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
 from streamjob.runtime.keygroups import key_group_range
