@@ -329,9 +329,6 @@ def _prestart_jvm(conf: Configuration) -> None:
 
 # -- commands against running jobs (list, status, checkpoints, savepoint, stop, cancel) -----------------
 from .cli_control import add_commands as _add_control_commands  # noqa: E402 - after main exists
-from .cli_state import state as _state_commands  # noqa: E402
-
-main.add_command(_state_commands)
 
 _add_control_commands(main)
 
@@ -421,6 +418,20 @@ def _operator_commands() -> None:
 
 
 _operator_commands()
+
+
+def _state_commands() -> None:
+    """``streamjob state``: the State Processor API's commands (package streamjob.state: ``ls``, ``dump``)
+    and ``query`` (a running job's queryable state)."""
+    from streamjob.state.cli import state
+
+    from .cli_state import query
+
+    state.add_command(query)
+    main.add_command(state)
+
+
+_state_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,5 +1,5 @@
-"""``streamjob state``: a job's state from outside it. ``query`` looks keys up in a running job's
-queryable state (its REST API, as ``QueryableStateClient`` does)."""
+"""``streamjob state query``: keys looked up in a running job's queryable state (its REST API, as
+``QueryableStateClient`` does). The ``state`` group and its offline commands are streamjob.state's."""
 
 from __future__ import annotations
 
@@ -10,12 +10,7 @@ import click
 from .cli_control import JOB_HELP, _address, _json_flag, _token, echo, fail, print_json, target
 
 
-@click.group()
-def state() -> None:
-    """A job's state from outside it: look keys up in a running job's queryable state."""
-
-
-@state.command(epilog=JOB_HELP.replace(" (no JOB: the only running job)", "") + " With --address, JOB is "
+@click.command(epilog=JOB_HELP.replace(" (no JOB: the only running job)", "") + " With --address, JOB is "
                                   "the job's id or name all the same (checked). A KEY is JSON (42, \"a b\", [1, \"x\"], {\"user\": 7}); a bare word is a "
                                   "string. Keys are converted with the job's key type (key_by(..., key_type=)).")
 @click.argument("job")

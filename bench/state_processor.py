@@ -1,0 +1,194 @@
+"""State Processor API read benchmark: a savepoint's ValueState of N keys into a Spark DataFrame.
+
+    python bench/state_processor.py [--keys 10000000] [--backends hashmap,rocksdb,columnar] [--runs 3]
+
+For each state backend, a savepoint of an operator at parallelism 2 whose ValueState holds an
+int for each of ``--keys`` int keys (value = 3 * key) is written by the runtime's own snapshot
+code, as a stop-with-savepoint writes it: each subtask's backend is filled with the keys of its
+key groups, snapshotted with ``full=True`` and written to a ``SavepointTarget``: on both backends a
+table of that size is pickled chunks (a dict per key group), read with one ``pickle.loads`` per key
+group. ``columnar`` is the heap format's columnar table (int64 keys and values, what a heap
+savepoint holds for tables of up to 131,072 keys) for all keys: the reader's path without pickle.
+Building the state through a running job would take minutes and measure the job.
+
+Measured, best of ``--runs``, in the same run and on the same local[2] Spark:
+
+- reader: ``SavepointReader.read(spark, path).read_keyed_state(uid, "v")`` written to Spark's
+  ``noop`` sink (every row materialised in the JVM, nothing stored): 2 Spark tasks, one per
+  subtask handle;
+- baseline: ``pyarrow.parquet.read_table`` of the same rows (key, value int64) from the two
+  Parquet files a 2-task Spark job would have written (one process, pyarrow's own threads);
+- for reference: Spark reading those Parquet files into the same ``noop`` sink, and the same rows
+  made by numpy in 2 Python tasks through ``mapInArrow`` (no state read: the ceiling of a reader
+  whose tasks are Python workers).
+
+Floor (issue 31): reader >= 0.5x the pyarrow baseline. Printed and written to
+bench/results/state_processor.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAXP = 128
+PARALLELISM = 2
+UID, STATE = "remember", "v"
+
+
+def subtask_keys(keys: int, subtask: int) -> np.ndarray:
+    from streamjob.runtime.keygroups import assign_key_groups, key_group_range
+
+    all_keys = np.arange(keys, dtype=np.int64)
+    groups = key_group_range(MAXP, PARALLELISM, subtask)
+    kg = assign_key_groups(all_keys, MAXP)
+    return all_keys[(kg >= groups.start) & (kg < groups.stop)]
+
+
+def write_savepoint(backend: str, keys: int, url: str) -> float:
+    """The savepoint a job at parallelism 2 would write; returns the seconds it took (informative)."""
+    from streamjob.runtime.checkpoint.metadata import CheckpointMetadata
+    from streamjob.runtime.checkpoint.storage import SavepointTarget
+    from streamjob.runtime.keygroups import key_group_range
+    from streamjob.runtime.state.heap import HashMapKeyedStateBackend
+    from streamjob.runtime.state.snapshot import serialize
+
+    target = SavepointTarget(url)
+    started = time.perf_counter()
+    handles = []
+    for i in range(PARALLELISM):
+        ks = subtask_keys(keys, i)
+        chunk = dict(zip(ks.tolist(), (ks * 3).tolist()))
+        groups = key_group_range(MAXP, PARALLELISM, i)
+        name = f"{UID}-{i}"
+        if backend == "hashmap":
+            b = HashMapKeyedStateBackend(UID, MAXP, groups)
+            b.restore_chunk(STATE, "value", chunk)
+            data, index = serialize(b.snapshot(1, full=True), MAXP, None)
+            handles.append(target.write_state(1, name, data, index))
+        elif backend == "columnar":
+            from streamjob.runtime.state.tables import FrozenDict, KeyOrder
+
+            # the heap format's columnar table (what a heap savepoint holds for up to 131,072 int keys
+            # per table, tables.COPY_MAX_ENTRIES), here for all keys: what the reader does without pickle
+            data, index = serialize({STATE: ("value", FrozenDict(chunk, KeyOrder()))}, MAXP, None)
+            assert "columnar" in index["keyed"][STATE]
+            handles.append(target.write_state(1, name, data, index))
+        else:
+            from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend
+            from streamjob.runtime.state.rocksdb_snapshot import write_snapshot
+
+            local = tempfile.mkdtemp(prefix="bench-sp-rocks-")
+            b = RocksDBKeyedStateBackend(UID, MAXP, groups, local)
+            b.restore_chunk(STATE, "value", chunk)
+            handle, _, _ = write_snapshot(b.snapshot(1, full=True), target, name, None)
+            handles.append(handle)
+            b.dispose()
+            shutil.rmtree(local, ignore_errors=True)
+        del chunk
+    meta = CheckpointMetadata(checkpoint_id=1, job_id="0" * 32, job_name="bench", timestamp_ms=int(time.time() * 1000),
+                              parallelism=PARALLELISM, max_parallelism=MAXP,
+                              operators={UID: {"name": "KeyedProcess", "subtasks": handles}}, kind="savepoint")
+    target.write_metadata(meta)
+    return time.perf_counter() - started
+
+
+def write_parquet(keys: int, directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for i in range(PARALLELISM):
+        ks = subtask_keys(keys, i)
+        pq.write_table(pa.table({"key": ks, "value": ks * 3}), os.path.join(directory, f"part-{i}.parquet"))
+
+
+def best(runs: int, fn) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def synthetic(spark, keys: int):
+    """The same rows made by numpy in 2 Python tasks, through mapInArrow as the reader hands them to
+    Spark: the ceiling of any reader that decodes in Python workers (task start, Arrow into the JVM)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    def rows(ids):
+        for batch in ids:
+            for i in batch.column(0).to_pylist():
+                ks = subtask_keys(keys, i)
+                for start in range(0, len(ks), 1 << 20):
+                    k = ks[start : start + (1 << 20)]
+                    yield pa.RecordBatch.from_arrays([pa.array(k), pa.array(k * 3)], names=["key", "value"])
+
+    schema = StructType([StructField("key", LongType()), StructField("value", LongType())])
+    return spark.range(0, PARALLELISM, 1, PARALLELISM).mapInArrow(rows, schema)
+
+
+def spark_session():
+    from streamjob.state.cli import local_spark
+
+    return local_spark(PARALLELISM)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=10_000_000)
+    parser.add_argument("--backends", default="hashmap,rocksdb,columnar")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    from streamjob.state import SavepointReader
+
+    work = tempfile.mkdtemp(prefix="bench-state-processor-")
+    results: dict = {"keys": args.keys, "spark_tasks": PARALLELISM, "runs": args.runs}
+    try:
+        spark = spark_session()
+        parquet_dir = os.path.join(work, "parquet")
+        write_parquet(args.keys, parquet_dir)
+        baseline = best(args.runs, lambda: pq.read_table(parquet_dir))
+        spark_parquet = best(args.runs, lambda: spark.read.parquet(parquet_dir).write.format("noop")
+                             .mode("overwrite").save())
+        ceiling = best(args.runs, lambda: synthetic(spark, args.keys).write.format("noop").mode("overwrite").save())
+        results["pyarrow_parquet_rows_per_s"] = round(args.keys / baseline)
+        results["spark_parquet_rows_per_s"] = round(args.keys / spark_parquet)
+        results["spark_map_in_arrow_ceiling_rows_per_s"] = round(args.keys / ceiling)
+        print(f"baseline: pyarrow.parquet.read_table {args.keys / baseline / 1e6:.1f} M rows/s "
+              f"({baseline:.2f} s); Spark reading the Parquet files {args.keys / spark_parquet / 1e6:.1f} M rows/s; "
+              f"Spark mapInArrow of numpy ranges (no state read) {args.keys / ceiling / 1e6:.1f} M rows/s", flush=True)
+        for backend in args.backends.split(","):
+            url = os.path.join(work, f"savepoint-{backend}")
+            wrote = write_savepoint(backend, args.keys, url)
+            reader = SavepointReader.read(spark, url)
+            df = reader.read_keyed_state(UID, STATE)
+            check = df.selectExpr("count(*) AS n", "sum(value - 3 * key) AS wrong").collect()[0]
+            assert (check.n, check.wrong) == (args.keys, 0), check
+            seconds = best(args.runs, lambda: reader.read_keyed_state(UID, STATE).write.format("noop")
+                           .mode("overwrite").save())
+            rate = args.keys / seconds
+            results[backend] = {"keys_per_s": round(rate), "seconds": round(seconds, 3),
+                                "ratio_to_pyarrow": round(rate * baseline / args.keys, 3),
+                                "savepoint_bytes": sum(os.path.getsize(os.path.join(url, f)) for f in os.listdir(url)),
+                                "savepoint_written_s": round(wrote, 1)}
+            print(f"{backend}: read {args.keys / 1e6:.0f}M keys of ValueState into Spark at {rate / 1e6:.2f} M keys/s "
+                  f"({seconds:.2f} s) = {rate * baseline / args.keys:.2f}x pyarrow's Parquet (floor 0.5x)", flush=True)
+            shutil.rmtree(url, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "state_processor.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
