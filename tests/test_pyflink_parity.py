@@ -51,7 +51,7 @@ def test_print_formats_by_streamjob_run(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["count_windows", "keyed_co_functions", "names_and_arguments", "collect",
-                                  "operator_parallelism"])
+                                  "operator_parallelism", "semantics"])
 def test_pyflink_program_prints_what_pyflink_prints(name, tmp_path, spark_slots, capfd):
     runpy.run_path(str(ported(name, tmp_path)), run_name="__main__")
     out = capfd.readouterr().out
