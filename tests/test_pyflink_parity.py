@@ -50,6 +50,15 @@ def test_print_formats_by_streamjob_run(tmp_path):
     assert sorted(line for line in r.stdout.splitlines() if "> " in line) == expected("print_formats")
 
 
+def test_semantics_by_streamjob_run(tmp_path):
+    """The same program as one `streamjob run`: its first jobs run at parallelism 1, the later ones at 2,
+    so the embedded local Spark the first started (no --master) is started again with 2 slots, as
+    PyFlink's local mini cluster runs them; user functions' print() reaches the run's stdout."""
+    r = run_cli("run", str(ported("semantics", tmp_path)), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == expected("semantics")
+
+
 @pytest.mark.parametrize("name", ["count_windows", "keyed_co_functions", "names_and_arguments", "collect",
                                   "operator_parallelism", "semantics"])
 def test_pyflink_program_prints_what_pyflink_prints(name, tmp_path, spark_slots, capfd):

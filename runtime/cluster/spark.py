@@ -771,13 +771,23 @@ class SparkDeployment:
 
         # A context already running in this process (a SparkSession the user made, a notebook) is reused.
         active = SparkContext._active_spark_context
-        if active is not None and "spark.master" not in conf:
+        defaulted = "spark.master" not in conf
+        if (active is not None and defaulted and getattr(active, "_streamjob_default_local", False)
+                and (_local_slots(active.master) or parallelism) < parallelism):
+            # The embedded local[N] Spark an earlier job of this program started (no master chosen) has
+            # fewer slots than this job needs: it is started again with as many (as PyFlink's local
+            # mini cluster runs a later job at a higher parallelism).
+            active.stop()
+            active = None
+        if active is not None and defaulted:
             self._spark = active
             self.master = active.master
         else:
             self.master = conf.pop("spark.master", None) or f"local[{parallelism}]"
         self._conf = conf  # what a new JVM is started with after this one died
         self.local = is_local(self.master)
+        self._default_local = defaulted and self.local and (  # ours to grow (above)
+            self._spark is None or getattr(self._spark, "_streamjob_default_local", False))
         slots = _local_slots(self.master)
         if slots is not None and slots < parallelism:
             raise NotEnoughSlotsError(
@@ -840,6 +850,8 @@ class SparkDeployment:
         level = spark_log.level()
         if self.local or level:
             sc.setLogLevel(level or spark_log.DEFAULT_LOCAL_LEVEL)
+        if self._default_local:
+            sc._streamjob_default_local = True
         return sc
 
     @property
