@@ -30,7 +30,7 @@ HASH_LABEL=io.streamjob.source-hash
 # Everything the Dockerfile copies (its build context, see .dockerignore) and the build's own
 # recipe: a change to any of these makes the image stale.
 IMAGE_INPUTS=(Dockerfile .dockerignore docker/build-image.sh docker/entrypoint.sh pyproject.toml README.md
-              runtime operator examples/*.py e2e/jobs/*.py)
+              runtime operator state_processor examples/*.py e2e/jobs/*.py)
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build-image.sh: %s\n' "$*" >&2; exit 1; }

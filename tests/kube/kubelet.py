@@ -419,9 +419,29 @@ class FakeKubelet:
     def _kill(pod: _Pod, sig: int) -> None:
         for c in pod.containers:
             if c.proc is not None and c.proc.poll() is None:
-                try:
-                    os.killpg(c.proc.pid, sig)  # the whole group: e.g. a JVM started by the job
-                except ProcessLookupError:
-                    pass
+                # The whole container: its session (it was started in a session of its own), as a pod's
+                # cgroup goes whole. The job's Spark JVM runs in a process group of its own (so a signal to
+                # the driver's group is one graceful stop), but in the container's session.
+                for pid in [c.proc.pid] + _session_members(c.proc.pid):
+                    try:
+                        os.killpg(pid, sig) if pid == c.proc.pid else os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
                 if sig == signal.SIGKILL:
                     c.proc.wait()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes of session ``sid`` (from /proc), the session leader excluded."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == sid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(b")") + 2:].split()[3]) == sid:
+                found.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
