@@ -120,3 +120,32 @@ def test_a_fenced_attempt_completes_no_checkpoint_and_registers_no_task(jm):
     late.close()
     time.sleep(0.2)
     assert not jm.failures  # the fenced attempt's tasks going is no news
+
+
+def test_the_end_of_input_of_a_failed_attempt_never_makes_a_checkpoint_of_the_next_one_final(jm):
+    """A task that failed late in an attempt: the others of that attempt may report the end of their
+    input after the executor gave the attempt up. Counted, it would make the next attempt's first
+    checkpoint "final": the slots would then stop waiting for a final checkpoint, and a KafkaSink's
+    last transaction (prepared at the end of input, committed by the final checkpoint) would stay
+    open for ever, its rows lost (seen in CI: ``test_a_kill_between_the_final_checkpoint_and_its_commit_loses_nothing``)."""
+    jm.begin_attempt(0, None)
+    tasks = [Task(jm.address, slot, 0) for slot in (0, 1)]
+    for t in tasks:
+        assert t.receive()["type"] == C.DEPLOY
+        t.send({"type": C.RUNNING, "slot": t.slot, "attempt": 0})
+    assert [t.receive()["type"] for t in tasks] == [C.TRIGGER, C.TRIGGER]
+    cc = jm.coordinator
+    tasks[0].send({"type": C.END_OF_DATA, "slot": 0, "attempt": 0})
+    until(lambda: jm.end_of_data == {0})
+    jm.fence()  # slot 2 failed; the executor ends attempt 1 and aborts its checkpoints
+    cc.abort_all("restarting", time.monotonic())
+    tasks[1].send({"type": C.END_OF_DATA, "slot": 1, "attempt": 0})  # the straggler
+    time.sleep(0.3)
+    assert jm.end_of_data == {0}
+    assert not cc.should_trigger(time.monotonic())  # no final checkpoint asked for (the interval is 1 h)
+    for t in tasks:
+        t.close()
+    jm.begin_attempt(1, None)
+    assert not cc.pending and cc.should_trigger(time.monotonic() + 3600)
+    nxt = cc.trigger(time.monotonic() + 3600)
+    assert not nxt.stats.final, "the new attempt's first checkpoint was taken as its final one"

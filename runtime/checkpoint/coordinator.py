@@ -240,6 +240,10 @@ class CheckpointCoordinator:
         """Every task reached the end of its input: take one last checkpoint now, so sinks can commit."""
         self._final_requested = True
 
+    def withdraw_final(self) -> None:
+        """A new attempt starts: its tasks report the end of their input anew."""
+        self._final_requested = False
+
     def request_savepoint(self, target_dir: str, stop: bool = False, drain: bool = False,
                           inline_threshold: int = 20 << 10, trigger_id: str | None = None) -> SavepointRequest:
         """Queue a savepoint into a new directory under ``target_dir``; triggered when nothing is in flight.

@@ -310,6 +310,8 @@ class JobManager:
             self.addresses.clear()
             self.running.clear()
             self.end_of_data.clear()
+            if self.coordinator is not None:  # the final checkpoint waits for this attempt's end of input
+                self.coordinator.withdraw_final()
             self.finished.clear()
             self.pids.clear()
             self.metrics.clear()
@@ -881,6 +883,10 @@ class JobManager:
                         self.collected.attempt_running(attempt or 0)
                 elif kind == C.END_OF_DATA:
                     with self._lock:
+                        # A fenced attempt's end of input is no news: counted after the executor's
+                        # abort_all, it would make the next attempt's first checkpoint its "final" one.
+                        if self.fenced:
+                            continue
                         self.end_of_data.add(int(msg["slot"]))
                         if len(self.end_of_data) >= self.parallelism and self.coordinator is not None:
                             self.coordinator.request_final()
