@@ -4,8 +4,9 @@
 
 Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, 1 s checkpoints, KEYS keys, a
 ValueState count per key queryable as "counts") on the embedded local Spark. Once every key has a
-count, a client process (aiohttp, its own process: it does not share the job's GIL) looks up random
-keys (GET /v1/state/counts?key=K):
+count, a client process looks up random keys (GET /v1/state/counts?key=K): bench/loadgen (Go, built on
+first use), as wrk or hey would be, since on 2 cores every bit of CPU the client takes is taken from the
+job (``--client python``: aiohttp, in a process of its own):
 
 * closed loop at 1, 8 and 32 concurrent requests: lookups/s, p50 and p99 latency;
 * open loop at --rate lookups/s (default 1,000, the issue's floor: p99 <= 10 ms): p50, p99;
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,7 +60,7 @@ async def _closed(url: str, keys: int, concurrency: int, seconds: float) -> tupl
             while time.perf_counter() < stop:
                 k = random.randrange(keys)
                 t0 = time.perf_counter()
-                async with session.get(f"{url}/v1/state/counts?key={k}") as r:
+                async with session.get(url.replace("{key}", str(k))) as r:
                     doc = await r.json()
                 latencies.append(time.perf_counter() - t0)
                 if r.status != 200 or not doc.get("found"):
@@ -75,7 +78,7 @@ async def _open(url: str, keys: int, rate: float, seconds: float) -> tuple[list[
         async def one(k: int) -> None:
             nonlocal errors
             t0 = time.perf_counter()
-            async with session.get(f"{url}/v1/state/counts?key={k}") as r:
+            async with session.get(url.replace("{key}", str(k))) as r:
                 doc = await r.json()
             latencies.append(time.perf_counter() - t0)
             if r.status != 200 or not doc.get("found"):
@@ -93,25 +96,48 @@ async def _open(url: str, keys: int, rate: float, seconds: float) -> tuple[list[
 
 
 def client_main(argv: list[str]) -> None:
-    """In its own process: one load phase; prints JSON (latencies in ms, errors)."""
+    """In its own process, the Python client (``--client python``: aiohttp): one load phase, the
+    loadgen's arguments; prints JSON (latencies in ms, errors). Its open loop counts from the send."""
     mode, url, keys, arg, seconds = argv[0], argv[1], int(argv[2]), float(argv[3]), float(argv[4])
     run = _closed(url, keys, int(arg), seconds) if mode == "closed" else _open(url, keys, arg, seconds)
     latencies, errors = asyncio.run(run)
     print(json.dumps({"ms": [round(x * 1000, 3) for x in latencies], "errors": errors}))
 
 
-def load(mode: str, url: str, keys: int, arg: float, seconds: float) -> dict:
-    r = subprocess.run([sys.executable, __file__, "--client", mode, url, str(keys), str(arg), str(seconds)],
+LOADGEN = os.path.join(ROOT, "bench", "loadgen", "main.go")
+
+
+def loadgen_binary() -> str | None:
+    """bench/loadgen (Go, as wrk and hey: the client takes little of the 2 cores the job needs), built
+    once per source version into ~/.cache/streamjob; None without a Go toolchain."""
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    if go is None:
+        return None
+    with open(LOADGEN, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    out = os.path.join(os.path.expanduser("~/.cache/streamjob"), f"loadgen-{digest}")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        print("building bench/loadgen (Go)...", flush=True)
+        subprocess.run([go, "build", "-o", out + ".tmp", LOADGEN], check=True, cwd=os.path.dirname(LOADGEN))
+        os.replace(out + ".tmp", out)
+    return out
+
+
+def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float) -> dict:
+    r = subprocess.run(client + [mode, url + "/v1/state/counts?key={key}", str(keys), str(arg), str(seconds)],
                        capture_output=True, text=True, timeout=seconds * 4 + 120)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
     doc = json.loads(r.stdout)
+    if doc.get("first_error"):
+        print(f"  first error ({mode} {arg:g}): {doc['first_error'][:300]}", flush=True)
     ms = sorted(doc["ms"])
     return {"n": len(ms), "per_s": len(ms) / seconds, "p50": statistics.median(ms) if ms else None,
             "p99": ms[int(len(ms) * 0.99) - 1] if ms else None, "errors": doc["errors"]}
 
 
-def bench_backend(backend: str, keys: int, seconds: float, rate: float) -> dict:
+def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
                                  backend, str(keys), str(10**10), os.path.join(tmp, "ck")],
@@ -136,13 +162,13 @@ def bench_backend(backend: str, keys: int, seconds: float, rate: float) -> dict:
                 return (records_in(url) - a) / (time.perf_counter() - t0)
             quiet1 = rate_over(seconds)
             a, t0 = records_in(url), time.perf_counter()
-            out["open"] = load("open", url, keys, rate, seconds)
+            out["open"] = load(client, "open", url, keys, rate, seconds)
             loaded = (records_in(url) - a) / (time.perf_counter() - t0)
             quiet2 = rate_over(seconds)
             out["job_quiet"] = (quiet1 + quiet2) / 2
             out["job_loaded"] = loaded
             for c in (1, 8, 32):
-                out[f"closed{c}"] = load("closed", url, keys, c, seconds)
+                out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds)
             return out
         finally:
             subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
@@ -160,9 +186,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--backends", default="hashmap,rocksdb")
+    parser.add_argument("--client", choices=("go", "python"), default="go",
+                        help="the load generator: bench/loadgen (Go; the default) or aiohttp")
     args = parser.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.1f}")
-    rows = [bench_backend(b, args.keys, args.seconds, args.rate) for b in args.backends.split(",")]
+    binary = loadgen_binary() if args.client == "go" else None
+    if args.client == "go" and binary is None:
+        print("no Go toolchain: the Python client (aiohttp) generates the load, and takes more of the CPU")
+    client = [binary] if binary else [sys.executable, __file__, "--client"]
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}")
+    rows = [bench_backend(client, b, args.keys, args.seconds, args.rate) for b in args.backends.split(",")]
     print(f"\n| backend | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -99,9 +99,15 @@ def test_a_job_restored_while_another_writes_into_the_same_folder_deletes_none_o
     the job fails over to that checkpoint: its restore deletes what it wrote after the checkpoint, and
     nothing of the other job's, whose in-progress files bear the same subtask indices and numbers."""
     marker, out = tmp_path / "killed", tmp_path / "out" / "counts"
-    # 10 s of events each: the kill (at the faulty job's first checkpoint) falls within the other's run.
-    procs = [start(tmp_path, 1600), start(tmp_path, 1600, f"{FAULT}=sink-before-commit:{marker}")]
+    # The other job first, with 16 s of events; the faulty one once the other writes (on a loaded machine
+    # a job takes 5-15 s to start): the kill, at the faulty job's first checkpoint, falls within the
+    # other's run, its in-progress files there.
+    procs = [start(tmp_path, 1000)]
     deadline = time.monotonic() + 120
+    while not (out.exists() and any(p.name.startswith(".") for p in out.iterdir())) and time.monotonic() < deadline:
+        assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
+        time.sleep(0.05)
+    procs.append(start(tmp_path, 1600, f"{FAULT}=sink-before-commit:{marker}"))
     while not marker.exists() and procs[1].poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     hidden_at_kill = [p.name for p in out.iterdir() if p.name.startswith(".")] if out.exists() else []
