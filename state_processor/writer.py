@@ -157,18 +157,31 @@ class SavepointWriter:
         subtask_of = {r: i for i, r in enumerate(routes)}
         route_array = np.asarray(routes, dtype=np.int64)
 
-        def add_route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            getter = bootstrap.key_getter(names, key.column, key.position, key.fn)
-            for batch in batches:
-                if batch.num_rows:
-                    keys = _keys(batch, names, key.column, getter)
-                    subtasks = subtasks_for_keys(keys, maxp, p)
-                    yield batch.append_column(ROUTE, pa.array(route_array[subtasks], pa.int64()))
+        def route_of(keys: Any) -> np.ndarray:
+            return route_array[subtasks_for_keys(keys, maxp, p)]
 
+        from pyspark.sql import functions as F
         from pyspark.sql.types import LongType, StructField, StructType
 
-        routed_schema = StructType(list(df.schema.fields) + [StructField(ROUTE, LongType(), False)])
-        routed = df.mapInArrow(add_route, routed_schema).repartition(p, ROUTE)
+        if key.column is not None and hasattr(F, "arrow_udf"):
+            # only the key column goes through Python (Spark >= 4.1), the rest stays in the JVM
+            @F.arrow_udf(LongType())  # type: ignore[misc]
+            def route(keys: pa.Array) -> pa.Array:
+                return pa.array(route_of(_values(keys)), pa.int64())
+
+            with_route = df.withColumn(ROUTE, route(df[key.column]))
+        else:
+            def add_route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                getter = bootstrap.key_getter(names, key.column, key.position, key.fn)
+                for batch in batches:
+                    if batch.num_rows:
+                        keys = _values(batch.column(names.index(key.column))) if key.column is not None else \
+                            [k for k, _ in bootstrap.elements([batch], getter)]
+                        yield batch.append_column(ROUTE, pa.array(route_of(keys), pa.int64()))
+
+            with_route = df.mapInArrow(add_route, StructType(list(df.schema.fields)
+                                                             + [StructField(ROUTE, LongType(), False)]))
+        routed = with_route.repartition(p, ROUTE)
         fn, backend, options = t.function, self.backend, self.storage_options
 
         def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -210,15 +223,12 @@ def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa
     yield from rest
 
 
-def _keys(batch: pa.RecordBatch, names: list[str], column: str | None, getter: Any) -> Any:
-    """The keys of a batch's rows: an int column without nulls as a numpy array (hashed vectorised, the
-    same hash as each Python int gets), else Python values as the bootstrap function sees them."""
-    if column is not None:
-        values = batch.column(names.index(column))
-        if pa.types.is_integer(values.type) and not values.null_count:
-            return values.to_numpy()
-        return values.to_pylist()
-    return [k for k, _ in bootstrap.elements([batch], getter)]
+def _values(keys: Any) -> Any:
+    """A key column's values: ints without nulls as a numpy array (hashed vectorised, the same hash
+    each Python int gets), else the Python values the bootstrap function sees as keys."""
+    if pa.types.is_integer(keys.type) and not keys.null_count:
+        return keys.to_numpy()
+    return keys.to_pylist()
 
 
 def _route_values(spark: Any, p: int) -> list[int]:
