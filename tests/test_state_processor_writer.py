@@ -50,11 +50,12 @@ def counting_savepoint(spark_slots, tmp_path_factory):
     rows = 6000
     execution_context.reset()
     execution_context.show_progress = False
-    env = counting.build(str(base / "out"), str(base / "chk"), rows, 2000, interval_ms=200, parallelism=2)
+    env = counting.build(str(base / "out"), str(base / "chk"), rows, 2000, interval_ms=200, parallelism=2,
+                         ballast=2048)  # bytes of state per row: the count operator's state is files, not inline
     client = env.execute_async("counting")
     assert client.wait_until_running(60)
     deadline = time.monotonic() + 60
-    while client.job_manager.coordinator.counts["COMPLETED"] < 1 and time.monotonic() < deadline:
+    while client.job_manager.coordinator.counts["COMPLETED"] < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     path = client.stop_with_savepoint(False, str(base / "sp"), timeout=120)
     client.get_job_execution_result(120)
