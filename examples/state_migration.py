@@ -29,12 +29,12 @@ import time
 
 from streamjob.runtime import (CheckpointingMode, KeyedProcessFunction, StreamExecutionEnvironment,
                                ValueStateDescriptor)
-from streamjob.runtime.api.types import Row
+from streamjob.runtime.api.types import Row, Types
 from streamjob.runtime.connectors import DataGenSource, FileSink
 from streamjob.state import KeyedStateBootstrapFunction, OperatorTransformation, SavepointReader, SavepointWriter
 
 USERS = 50
-EVENTS = 20_000
+EVENTS = 12_000
 
 
 def event(i: int) -> dict:
@@ -93,7 +93,7 @@ def job(version: int, workdir: str, rate: float | None, restore: str | None = No
 
 
 def run_v1_until_savepoint(workdir: str) -> str:
-    client = job(1, workdir, rate=4000).execute_async("counts v1")
+    client = job(1, workdir, rate=3000).execute_async("counts v1")
     client.wait_until_running(120)
     deadline = time.monotonic() + 120
     while len(committed(workdir)) < EVENTS // 3 and time.monotonic() < deadline:
@@ -103,8 +103,10 @@ def run_v1_until_savepoint(workdir: str) -> str:
 
 def migrate(spark, savepoint: str, target: str) -> str:
     reader = SavepointReader.read(spark, savepoint)
-    counts = reader.read_keyed_state("count", "count")  # key, value (an int)
-    last = reader.read_keyed_state("count", "last-seen").withColumnRenamed("value", "last_seen")
+    # key, value: both bigint (declared: else a sample of the values is read first to infer them)
+    counts = reader.read_keyed_state("count", "count", Types.LONG(), Types.LONG())
+    last = reader.read_keyed_state("count", "last-seen", Types.LONG(), Types.LONG()) \
+        .withColumnRenamed("value", "last_seen")
     migrated = counts.withColumnRenamed("value", "count").join(last, "key")  # key, count, last_seen
     return (SavepointWriter.from_existing_savepoint(spark, savepoint)
             .remove_operator("count")

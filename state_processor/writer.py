@@ -32,6 +32,7 @@ from . import bootstrap, rewrite
 from .transformation import BootstrapTransformation, uid_of
 
 ROUTE = "__streamjob_subtask"  # the column a row's subtask travels in through the shuffle
+DRIVER_COPY_BYTES = 64 << 20  # kept operators' files up to this much in all are copied by the driver itself
 
 
 def backend_name(state_backend: Any) -> str:
@@ -140,6 +141,10 @@ class SavepointWriter:
         from .files import copy_file
 
         source, options = self.source_root, self.storage_options
+        if sum(c.size or 0 for c in copies) <= DRIVER_COPY_BYTES:  # a Spark job would cost more than it saves
+            for c in copies:
+                copy_file(c, source, url, options)
+            return
         tasks = min(len(copies), 4 * int(self.spark.sparkContext.defaultParallelism))
         self.spark.sparkContext.parallelize(copies, tasks).foreach(lambda c: copy_file(c, source, url, options))
 
@@ -153,7 +158,7 @@ class SavepointWriter:
             raise ValueError(f"operator {uid!r}: the DataFrame has a column named {ROUTE!r}, which the writer uses")
         key = t.key
         bootstrap.key_getter(names, key.column, key.position, key.fn)  # an unknown column: here, not on Spark
-        routes = _route_values(self.spark, p)
+        routes = _route_values(p)
         subtask_of = {r: i for i, r in enumerate(routes)}
         route_array = np.asarray(routes, dtype=np.int64)
 
@@ -231,18 +236,45 @@ def _values(keys: Any) -> Any:
     return keys.to_pylist()
 
 
-def _route_values(spark: Any, p: int) -> list[int]:
+def _route_values(p: int) -> list[int]:
     """For each subtask i, a value whose Spark hash partition among p is i: ``repartition(p, ROUTE)``
-    then puts every row of subtask i, and only those, into partition i. Computed with Spark's own
-    ``pmod(hash(x), p)``, which is the partition id ``repartition`` gives (Murmur3, seed 42)."""
-    n = max(256, 32 * p)
-    while True:
-        found = spark.range(0, n).selectExpr("id", f"pmod(hash(id), {p}) AS part") \
-            .groupBy("part").min("id").collect()
-        if len(found) == p:
-            by_part = {int(r[0]): int(r[1]) for r in found}
-            return [by_part[i] for i in range(p)]
-        n *= 4
+    then puts every row of subtask i, and only those, into one partition (the write task checks it).
+    Spark's partition of a bigint is ``pmod(murmur3_x86_32(value, seed 42), p)`` (HashPartitioning);
+    computed here rather than by a Spark job (tests/test_state_processor_writer.py compares them)."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < p:
+        found.setdefault(spark_partition(value, p), value)
+        value += 1
+    return [found[i] for i in range(p)]
+
+
+def spark_partition(value: int, p: int) -> int:
+    """``pmod(hash(value), p)`` of Spark SQL for a bigint ``value``: Murmur3_x86_32.hashLong, seed 42."""
+    h = _mix_h1(_mix_h1(42, _mix_k1(value & _M32)), _mix_k1((value >> 32) & _M32))
+    h ^= 8  # the input's length in bytes
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M32
+    h ^= h >> 16
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return signed % p  # Python's % of a positive p is pmod
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k: int) -> int:
+    return (_rotl((k * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h: int, k: int) -> int:
+    return (_rotl(h ^ k, 13) * 5 + 0xE6546B64) & _M32
 
 
 __all__ = ["SavepointWriter", "backend_name"]
