@@ -1,6 +1,15 @@
-"""State Processor API read benchmark: a savepoint's ValueState of N keys into a Spark DataFrame.
+"""State Processor API benchmark: a savepoint's ValueState of N keys into a Spark DataFrame (read),
+and from one (write).
 
     python bench/state_processor.py [--keys 10000000] [--backends hashmap,rocksdb,columnar] [--runs 3]
+                                    [--direction read,write]
+
+Write (``--direction write``): ``SavepointWriter.new_savepoint(spark, backend, 128).with_operator(uid,
+OperatorTransformation.bootstrap_with(df).set_parallelism(2).key_by("key").transform(fn))`` where
+``df`` holds (key, value = 3 * key) for ``--keys`` int keys in 2 partitions and ``fn`` writes
+ValueState "v" per row; backends hashmap and rocksdb (the bootstrap tasks' working state; the savepoint
+is the same canonical format either way), 2 Spark tasks. Baseline: pyarrow writing the same rows to
+Parquet (two files, as 2 Spark tasks would). The savepoint is read back and checked.
 
 For each state backend, a savepoint of an operator at parallelism 2 whose ValueState holds an
 int for each of ``--keys`` int keys (value = 3 * key) is written by the runtime's own snapshot
@@ -146,7 +155,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--backends", default="hashmap,rocksdb,columnar")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--direction", default="read", help="read, write, or read,write")
     args = parser.parse_args()
+    directions = args.direction.split(",")
+    results_file = os.path.join(HERE, "results", "state_processor.json")
+    if "write" in directions:
+        write_bench(args, results_file)
+    if "read" not in directions:
+        return
 
     from streamjob.state import SavepointReader
 
@@ -186,8 +202,74 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "state_processor.json"), "w") as f:
+    if os.path.exists(results_file):  # a write run's figures stay beside the read's
+        with open(results_file) as f:
+            written = json.load(f).get("write")
+        if written:
+            results["write"] = written
+    with open(results_file, "w") as f:
         json.dump(results, f, indent=2)
+
+
+def bootstrap_function():
+    from streamjob.runtime import ValueStateDescriptor
+    from streamjob.state import KeyedStateBootstrapFunction
+
+    class WriteValue(KeyedStateBootstrapFunction):
+        def open(self, ctx):
+            self.v = ctx.get_state(ValueStateDescriptor(STATE))
+
+        def process_element(self, row, ctx):
+            self.v.update(row["value"])
+
+    return WriteValue()
+
+
+def write_bench(args, results_file: str) -> None:
+    from streamjob.state import OperatorTransformation, SavepointReader, SavepointWriter
+
+    work = tempfile.mkdtemp(prefix="bench-state-writer-")
+    results: dict = {"keys": args.keys, "spark_tasks": PARALLELISM, "runs": args.runs}
+    try:
+        spark = spark_session()
+        parquet_dir = os.path.join(work, "parquet")
+        os.makedirs(parquet_dir, exist_ok=True)
+        tables = [pa.table({"key": ks, "value": ks * 3}) for ks in np.array_split(np.arange(args.keys), PARALLELISM)]
+        baseline = best(args.runs, lambda: [pq.write_table(t, os.path.join(parquet_dir, f"part-{i}.parquet"))
+                                            for i, t in enumerate(tables)])
+        results["pyarrow_parquet_write_rows_per_s"] = round(args.keys / baseline)
+        print(f"baseline: pyarrow.parquet.write_table {args.keys / baseline / 1e6:.1f} M rows/s ({baseline:.2f} s)",
+              flush=True)
+        df = spark.range(0, args.keys, 1, PARALLELISM).selectExpr("id AS key", "id * 3 AS value")
+        for backend in [b for b in args.backends.split(",") if b in ("hashmap", "rocksdb")]:
+            url = os.path.join(work, f"written-{backend}")
+
+            def write() -> None:
+                shutil.rmtree(url, ignore_errors=True)
+                (SavepointWriter.new_savepoint(spark, backend, MAXP)
+                 .with_operator(UID, OperatorTransformation.bootstrap_with(df).set_parallelism(PARALLELISM)
+                                .key_by("key").transform(bootstrap_function()))
+                 .write(url))
+
+            seconds = best(args.runs, write)
+            check = SavepointReader.read(spark, url).read_keyed_state(UID, STATE) \
+                .selectExpr("count(*) AS n", "sum(value - 3 * key) AS wrong").collect()[0]
+            assert (check.n, check.wrong) == (args.keys, 0), check
+            rate = args.keys / seconds
+            results[f"write_{backend}"] = {"keys_per_s": round(rate), "seconds": round(seconds, 3),
+                                           "ratio_to_pyarrow": round(rate * baseline / args.keys, 4)}
+            print(f"{backend}: wrote {args.keys / 1e6:g}M keys of ValueState from a DataFrame at {rate / 1e6:.3f} M "
+                  f"keys/s ({seconds:.2f} s) = {rate * baseline / args.keys:.3f}x pyarrow writing Parquet", flush=True)
+            shutil.rmtree(url, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.dirname(results_file), exist_ok=True)
+    previous = {}
+    if os.path.exists(results_file):
+        with open(results_file) as f:
+            previous = json.load(f)
+    with open(results_file, "w") as f:
+        json.dump({**previous, "write": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,19 @@
-"""streamjob.state: savepoints and retained checkpoints as Spark DataFrames (Flink's State Processor API).
+"""streamjob.state: savepoints and retained checkpoints as Spark DataFrames, and new savepoints written
+from DataFrames (Flink's State Processor API).
 
-    from streamjob.state import SavepointReader
+    from streamjob.state import OperatorTransformation, SavepointReader, SavepointWriter
 
     reader = SavepointReader.read(spark, "s3://bucket/savepoints/savepoint-1a2b3c-...")
     reader.read_keyed_state("count", "count").show()
+
+    (SavepointWriter.from_existing_savepoint(spark, "s3://bucket/savepoints/savepoint-1a2b3c-...")
+        .remove_operator("count")
+        .with_operator("count", OperatorTransformation.bootstrap_with(df).key_by("key").transform(Fn()))
+        .write("s3://bucket/savepoints/migrated"))
+
+Writing: ``transformation`` (what to bootstrap), ``rewrite`` (the new ``_metadata``: pure),
+``bootstrap`` (one subtask's state through the runtime's own backend and writer), ``files`` (kept
+operators' files copied, checked), ``writer`` (the Spark jobs).
 
 Besides ``runtime/cluster`` this is the only package that imports pyspark (``reader``, and only
 when a DataFrame is made): it runs offline, on the Spark the user has. The decoding (``decode``,
@@ -22,6 +32,11 @@ _WHERE = {
     "ReaderRuntimeContext": "functions",
     "OperatorInfo": "plan", "OperatorStateInfo": "plan", "StateInfo": "plan", "StateNotFoundError": "plan",
     "StateReadError": "source",
+    "SavepointWriter": "writer",
+    "OperatorTransformation": "transformation", "OperatorIdentifier": "transformation",
+    "BootstrapTransformation": "transformation",
+    "KeyedStateBootstrapFunction": "bootstrap", "BootstrapContext": "bootstrap", "BootstrapError": "bootstrap",
+    "OperatorExistsError": "rewrite",
 }
 
 __all__ = sorted(_WHERE)
