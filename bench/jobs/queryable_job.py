@@ -1,6 +1,6 @@
 """The queryable state bench's job: a keyed count over KEYS keys at full speed, queryable as "counts".
 
-    streamjob run bench/jobs/queryable_job.py BACKEND KEYS RECORDS CHECKPOINT_DIR
+    streamjob run bench/jobs/queryable_job.py BACKEND KEYS RECORDS CHECKPOINT_DIR [PARALLELISM]
 
 A DataGenSource of RECORDS records {"k": i % KEYS}; per key a ValueState count (queryable "counts",
 a LONG key); checkpoints every second into CHECKPOINT_DIR; the output is discarded.
@@ -27,7 +27,7 @@ class Count(KeyedProcessFunction):
 def main() -> None:
     backend, keys, records, checkpoints = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(2)
+    env.set_parallelism(int(sys.argv[5]) if len(sys.argv) > 5 else 2)
     env.configure({"state.backend.type": backend})
     env.enable_checkpointing(1000)
     env.get_checkpoint_config().set_checkpoint_storage_dir("file://" + os.path.abspath(checkpoints))

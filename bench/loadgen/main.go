@@ -14,13 +14,13 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +46,7 @@ func (r *result) add(ms float64, err string) {
 	}
 }
 
-var found = []byte(`"found":true`)
+var found = regexp.MustCompile(`"found":\s*true`)
 
 func lookup(client *http.Client, url string) string {
 	resp, err := client.Get(url)
@@ -58,7 +58,7 @@ func lookup(client *http.Client, url string) string {
 	if err != nil {
 		return err.Error()
 	}
-	if resp.StatusCode != 200 || !bytes.Contains(body, found) {
+	if resp.StatusCode != 200 || !found.Match(body) {
 		return fmt.Sprintf("%d %s", resp.StatusCode, body)
 	}
 	return ""
