@@ -239,3 +239,32 @@ def test_verbose_reaches_the_tasks_on_executors_of_their_own():
     assert spark_conf(Configuration(), {"STREAMJOB_VERBOSE": "1"}, 1, loopback)[
         "spark.executorEnv.STREAMJOB_VERBOSE"] == "1"
     assert "spark.executorEnv.STREAMJOB_VERBOSE" not in spark_conf(Configuration(), {}, 1, loopback)
+
+
+def test_py4j_s_traceback_of_a_call_to_a_dead_jvm_stays_off_the_terminal(spark_slots, caplog):
+    """py4j logs a call to a JVM that died through the root logger (``logging.exception``), which with
+    no handler printed its traceback to stderr (seen in a run of test_jvm_failover.py's SIGTERM case).
+    Once a Spark JVM was launched, such records are dropped before any handler sees them; the root
+    logger's other records still pass."""
+    import logging
+    import sys
+
+    import py4j.java_gateway
+
+    from streamjob.runtime.cluster import spark
+
+    root = logging.getLogger()
+    assert spark._PY4J_ROOT_RECORDS in root.filters  # installed by the session's real JVM launch
+
+    def record(pathname: str) -> logging.LogRecord:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            return root.makeRecord("root", logging.ERROR, pathname, 1060, "Exception while sending command.",
+                                   (), sys.exc_info())
+
+    with caplog.at_level(logging.INFO):
+        root.handle(record(py4j.java_gateway.__file__))
+        assert not caplog.records
+        root.handle(record(__file__))
+        assert [r.getMessage() for r in caplog.records] == ["Exception while sending command."]

@@ -8,7 +8,9 @@ On Spark (tests/jobs/queryable_counts.py, both backends): at quiescence every us
 and per-parity map equal what the input says, live and from the latest checkpoint; the REST API's
 errors (unknown name 404 listing the names, a key of the wrong type 400 naming it); a task killed
 mid-run: lookups answer 200 or 503 with Retry-After while the job restarts, and the same values after;
-`streamjob state query` and QueryableStateClient give the same answers."""
+`streamjob state query` and QueryableStateClient give the same answers. Ten random task kills while
+input arrives and a client looks up without pause: only 200s and 503s (Retry-After), checkpoint-consistent
+values never go back, and at quiescence both modes equal the input."""
 
 from __future__ import annotations
 
@@ -358,3 +360,99 @@ def test_lookups_after_a_rescale_through_a_savepoint_equal_the_input(tmp_path):
         if second.poll() is None:
             second.kill()
         second.wait(60)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_lookups_under_ten_random_task_kills_answer_200_or_503_and_checkpoint_values_never_go_back(
+        spark_slots, tmp_path):
+    """Ten task kills at random moments while input arrives and a client looks the counts up without
+    pause, live and from the latest checkpoint. Every answer is a 200 or a 503 with Retry-After (the
+    job restarting); a checkpoint-consistent value never goes back (a completed checkpoint is never
+    rolled back: a value of a dead attempt's working state would, once the restored attempt's
+    checkpoints answer); once the input is all processed the live and checkpoint values equal it."""
+    import random
+    import threading
+
+    from jobs import queryable_counts
+    from test_checkpointing import kill_tasks_at_random
+
+    in_dir, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    in_dir.mkdir()
+    rows = [{"user": f"u{i % 40}", "n": i} for i in range(6000)]
+    users = sorted({r["user"] for r in rows})
+
+    def add_file(k: int, part: list[dict]) -> None:  # whole: written hidden, then renamed into view
+        tmp = in_dir / f".f{k:03d}.jsonl"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in part))
+        tmp.rename(in_dir / f"f{k:03d}.jsonl")
+
+    env = queryable_counts.build(str(in_dir), str(out), str(ck), "hashmap", str(tmp_path / "no-marker"),
+                                 parallelism=3, restarts=40)
+    client = env.execute_async("queryable kills")
+    assert client.wait_until_running(120)  # the job manager is there; its REST API and tasks follow
+    deadline = time.monotonic() + 120
+    while not (client.job_manager.rest is not None and client.job_manager.all_running()):
+        assert time.monotonic() < deadline and not client._finished.is_set()
+        time.sleep(0.05)
+    url = client.job_manager.rest.url
+    stop = threading.Event()
+    seen: Counter = Counter()
+    problems: list[str] = []
+    high: dict[str, tuple[int, int]] = {}  # user -> (checkpoint, value) of the newest checkpoint answer
+
+    def look() -> None:
+        consistency = "live"
+        while not stop.is_set():
+            consistency = "checkpoint" if consistency == "live" else "live"
+            status, doc, headers = _get(url, "/v1/state/counts", {"keys": users, "consistency": consistency})
+            seen[(status, consistency)] += 1
+            if status == 503 and not headers.get("Retry-After"):
+                problems.append(f"503 without Retry-After: {doc}")
+            elif status not in (200, 503):
+                problems.append(f"{status} ({consistency}): {doc}")
+            elif status == 200 and consistency == "checkpoint":
+                for r in doc["results"]:
+                    value = r["value"] if r["found"] else 0
+                    before = high.get(r["key"], (0, 0))
+                    if r["checkpoint"] < before[0] or value < before[1]:
+                        problems.append(f"{r['key']}: {value} at checkpoint {r['checkpoint']} after "
+                                        f"{before[1]} at checkpoint {before[0]}")
+                    high[r["key"]] = (r["checkpoint"], value)
+            time.sleep(0.05)
+
+    looker = threading.Thread(target=look, daemon=True)
+    try:
+        looker.start()
+        # The input arrives in 20 files while the kills go on (each kill once the job runs again).
+        chunks = [rows[i:i + 300] for i in range(0, len(rows), 300)]
+        feeder = threading.Thread(target=lambda: [add_file(k, c) or time.sleep(1.0) for k, c in enumerate(chunks)],
+                                  daemon=True)
+        feeder.start()
+        killed = kill_tasks_at_random(client, 10, random.Random(int(time.time())), pause=(0.3, 1.5), within=300)
+        assert len(killed) == 10
+        feeder.join(60)
+        deadline = time.monotonic() + 180
+        while _committed(out) < len(rows):
+            assert not client._finished.is_set() and time.monotonic() < deadline, f"{_committed(out)} rows committed"
+            time.sleep(0.2)
+        counts = _expected(rows)[0]
+        while (answer := _get(url, "/v1/state/counts", {"keys": users}))[0] == 503:  # the last kill's restart
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.2)
+        status, doc, _ = answer
+        assert status == 200 and {r["key"]: r["value"] for r in doc["results"]} == counts
+        assert _committed(out) == len(rows)  # and none twice
+        newest = _get(url, "/v1/job")[1]["latest_checkpoint"]["id"]
+        while _get(url, "/v1/job")[1]["latest_checkpoint"]["id"] <= newest:  # one taken after quiescence
+            time.sleep(0.1)
+        status, doc, _ = _get(url, "/v1/state/counts", {"keys": users, "consistency": "checkpoint"})
+        assert status == 200 and {r["key"]: r["value"] for r in doc["results"]} == counts
+    finally:
+        stop.set()
+        looker.join(30) if looker.is_alive() else None
+        client.cancel()
+    assert not problems, problems[:10]
+    assert client.job_manager.restarts >= 10
+    # Lookups were answered throughout, and some during restarts.
+    assert seen[(200, "live")] and seen[(200, "checkpoint")] and sum(n for (s, _), n in seen.items() if s == 503), seen

@@ -15,6 +15,7 @@ driver's interpreter.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -502,9 +503,23 @@ def _take_prestarted(launch: dict[str, str]) -> Any:
     return prestarted.take(launch) if prestarted is not None else None
 
 
+class _Py4JRootRecords(logging.Filter):
+    """py4j logs a call to a JVM that died (``logging.exception("Exception while sending command.")``)
+    through the root logger: with no handler configured, Python's last-resort handler printed its whole
+    traceback to the user's terminal. The job's own one line says what happened (the JVM exited, and
+    what the job does about it); py4j's own loggers (``py4j.*``) are left as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+_PY4J_ROOT_RECORDS = _Py4JRootRecords()
+
+
 def _launch_gateway(launch: dict[str, str], launched: Any = None) -> Any:
     """A JVM with Spark's gateway; ``launched(process)`` is told its process as soon as it exists (the
     prestart's, so an interrupted run can kill it). In a start of ``start_deployment``, that start adopts it."""
+    logging.getLogger().addFilter(_PY4J_ROOT_RECORDS)  # once: a filter is kept in a list only once
     start = _current_start()
     if start is not None:
         start.check()

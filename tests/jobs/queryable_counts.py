@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from streamjob.runtime import StreamExecutionEnvironment, Types
+from streamjob.runtime import RestartStrategies, StreamExecutionEnvironment, Types
 from streamjob.runtime.api.functions import KeyedProcessFunction
 from streamjob.runtime.api.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from streamjob.runtime.connectors import FileSink, FileSource
@@ -46,18 +46,26 @@ class Counts(KeyedProcessFunction):
         yield {"user": value["user"], "count": count}
 
 
-def main() -> None:
-    in_dir, out, checkpoints, backend, kill_marker = sys.argv[1:6]
+def build(in_dir: str, out: str, checkpoints: str, backend: str, kill_marker: str,
+          parallelism: int = 2, restarts: int | None = None) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
-    env.set_parallelism(int(os.environ.get("PARALLELISM", "2")))
+    env.set_parallelism(parallelism)
     env.configure({"state.backend.type": backend, "execution.batch-size": "200"})
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage_dir("file://" + os.path.abspath(checkpoints))
+    if restarts is not None:
+        env.set_restart_strategy(RestartStrategies.fixed_delay_restart(restarts, 100))
     records = env.from_source(FileSource.jsonl(in_dir, monitor_interval=0.2), name="clicks").uid("clicks")
     (records.key_by(lambda r: r["user"], key_type=Types.STRING()).process(Counts(kill_marker)).uid("counts")
      .name("counts").sink_to(FileSink.jsonl(out)).uid("out"))
     records.key_by(lambda r: r["n"] % 5, key_type=Types.INT()).as_queryable_state("latest")
-    env.execute("queryable counts")
+    return env
+
+
+def main() -> None:
+    in_dir, out, checkpoints, backend, kill_marker = sys.argv[1:6]
+    build(in_dir, out, checkpoints, backend, kill_marker, int(os.environ.get("PARALLELISM", "2"))) \
+        .execute("queryable counts")
 
 
 if __name__ == "__main__":
