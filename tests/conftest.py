@@ -33,9 +33,10 @@ if os.environ.get("PYTEST_XDIST_WORKER") and \
 
 # The run's longest files, longest first. pytest-xdist (-n 2 --dist loadfile) hands whole files to its
 # workers in collection order (--no-loadscope-reorder: its default order is by test count, which put
-# the 5-minute e2e suite, one test, last and alone); the longest first, the many short ones filling in
-# at the end, leaves no worker idle for minutes at the end (longest-processing-time-first scheduling).
-# Figures: a whole run's --junitxml, summed per file; a file missing here only runs later.
+# the 4-minute e2e suite, three tests, among the last); the longest first and the many short ones
+# filling in at the end keep one worker from finishing minutes before the other
+# (longest-processing-time-first scheduling). Figures: a whole run's --junitxml, summed per file; a
+# file missing here only runs later.
 LONGEST_FIRST = (
     "test_e2e_suite.py", "test_checkpointing.py", "test_state_processor.py", "test_state_processor_writer.py",
     "test_kafka_sink.py", "test_jvm_failover.py", "test_operator_e2e.py", "test_kafka_source.py",
