@@ -803,6 +803,14 @@ class SlotRuntime:
         and what it overtook becomes channel state; the snapshot is acknowledged once the channel
         state is complete (its inputs are filled in by the UnalignedBarrierHandler)."""
         n = barrier.checkpoint_id
+        if task.loop is not None:
+            # Snapshots of a loop need the head to log its feedback (a later version): a savepoint taken
+            # without would silently lose the records circulating. (Checkpoints are refused at build.)
+            task.last_checkpoint = n
+            self._decline(task, n, f"{task.loop.name}: savepoints of jobs with iterations come in a later version "
+                                   "(the records in flight around the loop would be lost); stop without a savepoint "
+                                   "(streamjob stop drains the input and lets the loop empty)")
+            return None
         self._drop_parked(task, n - 1, decline=True)
         if any(op.snapshot_in_flight for op in task.operators):
             # The previous snapshot of these tables is still being written (only with
