@@ -315,7 +315,7 @@ class Stamp(KeyedProcessFunction):
 def test_fed_back_records_keep_their_timestamps(spark_slots, tmp_path):
     env = env_at(2)
     source = env.from_collection([(i, 3) for i in range(20)]).assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r, ts: 1000 + r[0]))
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda r: 1000 + r[0]))
     loop = source.iterate()
     body = loop.map(lambda r: (r[0], r[1] - 1))
     loop.close_with(body.filter(lambda r: r[1] > 0))
