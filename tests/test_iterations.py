@@ -246,7 +246,7 @@ def test_keyed_state_in_the_loop_and_a_keyed_feedback_edge(spark_slots, tmp_path
     # keyed feedback: routed by key group to the head subtask that owns the key group
     loop.close_with(body.filter(lambda r: r[1] >= 0).map(lambda r: (r[0], r[1])).key_by(lambda r: r[0]))
     body.filter(lambda r: r[1] < 0).map(lambda r: {"key": r[0], "visits": r[2]}).sink_to(FileSink.jsonl(str(tmp_path)))
-    g = graph_of(env)
+    g = graph_so_far(env)
     (back,) = [g.edges[e] for e in g.iterations[0].back_edges]
     assert back.partitioner == "hash"
     env.execute("keyed loop")
@@ -278,17 +278,16 @@ def test_two_loops_in_one_job_each_end_by_detection(spark_slots, tmp_path):
     down = second.map(lambda r: (r[0], r[1], r[2] - 1) if r[2] > 0 else r)
     second.close_with(down.filter(lambda r: r[2] > 0))
     down.filter(lambda r: r[2] <= 0).map(lambda r: {"start": r[0], "steps": r[1]}).sink_to(FileSink.jsonl(str(tmp_path)))
-    assert len(graph_of_copy(first)) == 2
+    assert len(graph_so_far(env).iterations) == 2
     env.execute("two loops")
     assert sorted((r["start"], r["steps"]) for r in read_rows(tmp_path)) == [(n, collatz(n)) for n in range(1, 50)]
 
 
-def graph_of_copy(stream):
-    """The loops of the job defined so far, without consuming its definition."""
-    env = stream._env
+def graph_so_far(env):
+    """The graph of the job defined so far, leaving its definition for execute()."""
     from streamjob.runtime.api.environment import _with_inputs
 
-    return build_job_graph(_with_inputs(env._transformations), env._config, "plan").iterations
+    return build_job_graph(_with_inputs(env._transformations), env._config, "plan")
 
 
 @pytest.mark.spark
