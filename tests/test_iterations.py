@@ -203,6 +203,41 @@ def test_a_loop_in_one_slot_without_a_job_manager_ends_by_itself(tmp_path):
     assert 50 < head.loop.rounds <= max(collatz(n) for n in range(1, 40)) + 1
 
 
+def test_max_wait_time_ms_is_an_extra_the_loop_still_ends_when_it_is_empty(tmp_path):
+    env = env_at(1)
+    loop = env.from_collection([(n, n, 0) for n in range(1, 40)]).iterate(max_wait_time_ms=60_000)
+    stepped = loop.map(step)
+    loop.close_with(stepped.filter(lambda r: r[1] != 1))
+    stepped.filter(lambda r: r[1] == 1).map(lambda r: {"start": r[0], "steps": r[2]}).sink_to(FileSink.jsonl(str(tmp_path)))
+    slot = SlotRuntime(graph_of(env), 0)
+    slot.connect([slot.address])
+    started = time.monotonic()
+    slot.run()
+    assert time.monotonic() - started < 20  # detected, long before the minute of max_wait_time_ms
+    assert sorted((r["start"], r["steps"]) for r in read_rows(tmp_path)) == [(n, collatz(n)) for n in range(1, 40)]
+
+
+def test_max_wait_time_ms_ends_a_head_whose_feedback_stopped_coming():
+    """Flink's meaning: after the input ended, a head that got no feedback for that long ends."""
+    from streamjob.runtime.graph.iterations import Iteration
+    from streamjob.runtime.task.iteration import HeadLoop
+
+    sent = []
+    head = HeadLoop(Iteration(7, "Iteration 1", 1, [], max_wait_time_ms=200), 0, 1, {1}, [], sent.append)
+    assert not head.wait_expired(time.monotonic() + 10)  # the input still runs: no waiting yet
+    head.on_input_ended()
+    assert sent[-1]["round"] == 0
+    now = time.monotonic()
+    assert not head.wait_expired(now) and head.wait_deadline() == pytest.approx(now + 0.2, abs=0.05)
+    head.on_feedback(3)  # feedback restarts the wait
+    assert not head.wait_expired(time.monotonic() + 0.15)
+    assert head.wait_expired(time.monotonic() + 0.25)
+    head.end(timed_out=True)
+    assert sent[-1] == {"type": "iteration", "iteration": 7, "subtask": 0, "heads": 1, "round": -1, "clean": True,
+                        "ended": True}
+    assert head.wait_deadline() is None
+
+
 class Tagged(CoProcessFunction):
     def process_element1(self, value, ctx):
         yield value, 0
