@@ -22,8 +22,16 @@ would have come back ahead of the probe too. Then every head ends, and the end f
 as usual. Otherwise the next round starts at once: one event per loop channel per lap.
 
 Not seen by the check (documented): processing-time timers of the body that would emit later.
-Exactly-once snapshots of loops (the head logging back-edge records between forwarding a barrier and
-seeing it return) come in a later version; a job with a loop and checkpointing is refused at build.
+
+Exactly-once snapshots of loops come in a later version (a job with a loop and checkpointing is
+refused at build; a savepoint is declined by the head). Where they fit: the head's ``BarrierHandler``
+already aligns on regular channels only (``InputChannel.feedback``), and the tails already forward
+barriers into the back-edges as any writer does; ``Task._on_feedback_event`` drops them today. The
+next step: from the moment ``checkpoint_task`` forwards barrier n at the head until barrier n has come
+back on every back-edge channel (there, instead of dropping it), log each fed-back batch the head
+takes (``Task.step``, where ``HeadLoop.on_feedback`` counts them) into the head's snapshot of n; on
+restore, put the log at the front of the back-edge channels (``InputChannel.prepend_recovered``). The
+back-edge queue (credit on arrival, unbounded) is where a bounded buffer spilling to disk would go.
 """
 
 from __future__ import annotations
