@@ -273,18 +273,21 @@ class CountVisits(KeyedProcessFunction):
 
 
 @pytest.mark.spark
-def test_keyed_state_in_the_loop_and_a_keyed_feedback_edge(spark_slots, tmp_path):
+@pytest.mark.parametrize("backend", ["hashmap", "rocksdb"])
+def test_keyed_state_in_the_loop_and_a_keyed_feedback_edge(spark_slots, tmp_path, backend):
     env = env_at(2)
+    env.get_config().set("state.backend.type", backend).set("state.backend.rocksdb.localdir", str(tmp_path / "db"))
     loop = env.from_collection([(f"k{i}", i % 7) for i in range(40)]).iterate()
     body = loop.key_by(lambda r: r[0]).process(CountVisits())
     # keyed feedback: routed by key group to the head subtask that owns the key group
     loop.close_with(body.filter(lambda r: r[1] >= 0).map(lambda r: (r[0], r[1])).key_by(lambda r: r[0]))
-    body.filter(lambda r: r[1] < 0).map(lambda r: {"key": r[0], "visits": r[2]}).sink_to(FileSink.jsonl(str(tmp_path)))
+    body.filter(lambda r: r[1] < 0).map(lambda r: {"key": r[0], "visits": r[2]}).sink_to(
+        FileSink.jsonl(str(tmp_path / "out")))
     g = graph_so_far(env)
     (back,) = [g.edges[e] for e in g.iterations[0].back_edges]
     assert back.partitioner == "hash"
     env.execute("keyed loop")
-    rows = read_rows(tmp_path)
+    rows = read_rows(tmp_path / "out")
     assert sorted((r["key"], r["visits"]) for r in rows) == sorted((f"k{i}", i % 7 + 1) for i in range(40))
 
 
