@@ -199,6 +199,8 @@ def test_a_loop_in_one_slot_without_a_job_manager_ends_by_itself(tmp_path):
     (head,) = [t for t in slot.tasks if t.loop is not None]
     # about one round per lap (27 takes 111 steps, 110 of them fed back), the last one clean
     assert 50 < head.loop.rounds <= max(collatz(n) for n in range(1, 40)) + 1
+    (backlog,) = [e for e in head.head.ctx._metrics.report() if e[4] == "feedbackBacklog"]
+    assert backlog[0] is True and backlog[-1] == 0  # a connector-style (system) gauge: nothing left queued
 
 
 def test_max_wait_time_ms_is_an_extra_the_loop_still_ends_when_it_is_empty(tmp_path):

@@ -290,6 +290,11 @@ class Task:
             ch.discarding = True
         self.finish()
 
+    def feedback_backlog(self) -> int:
+        """Records queued on the back-edges, not yet taken by the head."""
+        return sum(num_rows(item.batch if type(item) is Stamped else item) for ch in self.feedback_channels
+                   for item in ch.queue if not isinstance(item, RuntimeEvent))
+
     def feedback_ended(self) -> bool:
         """Every back-edge into this task delivered its end: the slot stays until then, returning their
         credit, so that a tail in another slot never waits for credit from a slot that left."""
@@ -483,6 +488,8 @@ class SlotRuntime:
                 loop_writers = [w for w in channel_writers if w.edge in loop.loop_edges]
                 if vertex.head == loop.head:
                     task.loop = HeadLoop(loop, i, vertex.parallelism, task.back, loop_writers, self._iteration_report)
+                    # streamjob_feedback_backlog: fed-back records waiting at the head (the loop's back pressure)
+                    task.head.ctx._metric_registry().group(system=True).gauge("feedbackBacklog", task.feedback_backlog)
                 elif gate is not None:
                     inside = {k for k, ch in enumerate(gate.channels) if ch.edge in loop.loop_edges}
                     task.probes = ProbeForwarder(loop.id, inside, set(range(len(gate.channels))) - inside,
