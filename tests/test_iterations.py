@@ -108,12 +108,16 @@ def test_checkpointing_a_job_with_a_loop_is_refused_for_now():
         graph_of(env)
 
 
-def test_a_loop_in_batch_mode_with_a_checkpoint_interval_runs_without_checkpoints():
+def test_a_loop_runs_in_streaming_mode_batch_is_refused_and_automatic_becomes_streaming():
     env = env_at(2)
-    env.enable_checkpointing(1000)
-    env.set_runtime_mode(RuntimeExecutionMode.BATCH)  # BATCH mode takes no checkpoints
+    env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     collatz_job(env, range(1, 5), "/tmp/unused")
-    assert graph_of(env).iterations
+    with pytest.raises(JobDefinitionError, match=r"Iteration 1: a job with iterations runs in STREAMING mode"):
+        graph_of(env)
+    env = env_at(2)
+    env.set_runtime_mode(RuntimeExecutionMode.AUTOMATIC)  # bounded sources only: BATCH, were it not for the loop
+    collatz_job(env, range(1, 5), "/tmp/unused")
+    assert graph_of(env).config["execution.runtime-mode"] == "STREAMING"
 
 
 def test_nested_loops_are_refused_naming_both():

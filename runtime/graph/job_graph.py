@@ -199,7 +199,8 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
         raise JobDefinitionError("the job has no source: add one with env.from_source(...)")
     if not any(t.kind == T.SINK for t in real):
         raise JobDefinitionError("the job has no sink: add one with stream.sink_to(...) or stream.print()")
-    mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE])
+    loops = [t.name for t in transformations if t.kind == T.FEEDBACK]
+    mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE], loops)
     names = _display_names(real)
     operators = {
         t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos,
@@ -363,11 +364,20 @@ def assign_slots(tasks: list[TaskVertex]) -> int:
     return total
 
 
-def _runtime_mode(config: Configuration, sources: list[Transformation]) -> str:
-    """STREAMING or BATCH; AUTOMATIC is BATCH when every source is bounded, as in Flink."""
+def _runtime_mode(config: Configuration, sources: list[Transformation], loops: list[str] | None = None) -> str:
+    """STREAMING or BATCH; AUTOMATIC is BATCH when every source is bounded, as in Flink. A job with a
+    loop runs in STREAMING mode (Flink's BATCH mode has no iterations either: there, operators emit at
+    the end of input, which in a loop comes only once the loop has emptied, so what they emit would
+    find the loop closed)."""
     mode = str(config.get(Options.RUNTIME_MODE)).strip().upper()
     if mode not in ("STREAMING", "BATCH", "AUTOMATIC"):
         raise JobDefinitionError(f"{Options.RUNTIME_MODE} must be STREAMING, BATCH or AUTOMATIC, got {mode!r}")
+    if loops and mode == "BATCH":
+        raise JobDefinitionError(f"{loops[0]}: a job with iterations runs in STREAMING mode (BATCH mode emits rolling "
+                                 "aggregations and processing-time timers at the end of input, after the loop has "
+                                 f"ended); set {Options.RUNTIME_MODE} to STREAMING or AUTOMATIC")
+    if loops:
+        return "STREAMING"
     unbounded = [t.name for t in sources if not getattr(t.fn, "is_bounded", lambda: True)()]
     if mode == "BATCH" and unbounded:
         raise JobDefinitionError(f"BATCH mode needs bounded sources, but {', '.join(map(repr, unbounded))} never ends "
