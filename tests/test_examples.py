@@ -53,6 +53,26 @@ def test_event_time_windows_count_each_page_per_window(tmp_path):
     assert got == example.expected(example.views())
 
 
+def test_collatz_steps_loop_until_each_number_reaches_1_and_the_job_ends_by_itself(tmp_path):
+    proc = streamjob("run", str(EXAMPLES / "collatz_steps.py"), "-p", "2", "--no-progress", "--", "--up-to", "100",
+                     cwd=tmp_path)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    got = {}
+    for line in out.splitlines():
+        text = line.split("> ", 1)[-1]  # PrintSink: "<subtask>> <record>"
+        start, steps = text.split(" reaches 1 in ")
+        got[int(start)] = int(steps.split()[0])
+
+    def steps_of(n):
+        k = 0
+        while n != 1:
+            n, k = (n // 2 if n % 2 == 0 else 3 * n + 1), k + 1
+        return k
+
+    assert got == {n: steps_of(n) for n in range(1, 101)}
+
+
 def _newest_checkpoint(root: Path) -> Path | None:
     done = [Path(p).parent for p in glob.glob(str(root / "*" / "chk-*" / "_metadata"))]
     return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)

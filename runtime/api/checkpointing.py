@@ -179,8 +179,9 @@ class CheckpointConfig:
     get_alignment_timeout = get_aligned_checkpoint_timeout
 
     def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> "CheckpointConfig":
-        """Flink needs this for iterative jobs, where unaligned checkpoints are otherwise refused; this
-        runtime has no such restriction, so it is recorded and changes nothing."""
+        """Flink needs this for iterative jobs, where unaligned checkpoints are otherwise refused; here it
+        is recorded and changes nothing (a job with a loop and checkpoints is refused in this version:
+        docs/api/iterations.md)."""
         self._config.set(Options.CHECKPOINTING_UNALIGNED_FORCED, bool(force_unaligned_checkpoints))
         return self
 
@@ -202,7 +203,8 @@ class CheckpointConfig:
         return False
 
     def set_force_checkpointing(self, force: bool) -> "CheckpointConfig":
-        """Flink 1.x, for iterative jobs: there are none here, so checkpointing needs no forcing."""
+        """Flink 1.x, for iterative jobs (checkpointed without guarantees there): forcing changes nothing
+        here, where a job with a loop and checkpoints is refused in this version (docs/api/iterations.md)."""
         return self
 
     def is_force_checkpointing(self) -> bool:

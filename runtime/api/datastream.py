@@ -315,6 +315,14 @@ class DataStream:
                 "stream.sink_to(sink) or stream.add_sink(sink)")
         return self.sink_to(sink_func)
 
+    def iterate(self, max_wait_time_ms: int | None = None) -> "IterativeStream":
+        """Start a loop (Flink's DataStream.iterate): the ``IterativeStream`` returned carries this
+        stream's records and every record fed back with ``iteration.close_with(feedback)``. A bounded
+        job ends once its input has ended and no record is left in the loop (detected, not guessed);
+        ``max_wait_time_ms``, as in Flink, also ends the loop's head after that long without a fed-back
+        record once its input has ended (records fed back later are dropped)."""
+        return IterativeStream(self, max_wait_time_ms)
+
     def get_execution_environment(self) -> "StreamExecutionEnvironment":
         return self._env
 
@@ -734,6 +742,75 @@ class ConnectedStreams:
         return self._two_input(T.CO_FLAT_MAP, "CoFlatMap", func, output_type)
 
     __getattr__ = unsupported.lookup("ConnectedStreams", unsupported.CONNECTED_STREAMS)
+
+
+class ConnectedIterativeStreams(ConnectedStreams):
+    """``iteration.with_feedback_type(type_info)``: the loop's input (input 1) connected with its
+    feedback (input 2), so that the feedback can have a type of its own. The two-input operator made
+    on it (``map``/``flat_map``/``process``, keyed after ``key_by(key1, key2)``) is the loop's head."""
+
+    def __init__(self, input_stream: DataStream, feedback: DataStream):
+        super().__init__(input_stream, feedback)
+        self._feedback = feedback._t if feedback._t.kind == T.FEEDBACK else feedback._t.inputs[0]
+
+    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None,
+               key_type_info: Any = None) -> "ConnectedIterativeStreams":
+        keyed = ConnectedIterativeStreams(self._first.key_by(key_selector1), self._second.key_by(key_selector2))
+        keyed._feedback = self._feedback
+        return keyed
+
+    def close_with(self, feedback_stream: DataStream) -> DataStream:
+        """Feed ``feedback_stream`` back as input 2 of the head, closing the loop; returns it."""
+        return _close(self._feedback, self._env, feedback_stream)
+
+
+class IterativeStream(DataStream):
+    """The head of a loop (``stream.iterate()``): its records are the input's and the fed-back ones.
+
+    The body is what is built on it; ``close_with(feedback_stream)`` closes the loop, and what leaves
+    the loop is an ordinary stream (a ``filter`` or a side output of the body). Event time: the head's
+    output watermark is its input's; fed-back records keep their timestamps (see docs/iterations.md).
+    """
+
+    def __init__(self, input_stream: DataStream, max_wait_time_ms: int | None = None):
+        if max_wait_time_ms is not None and (isinstance(max_wait_time_ms, bool) or not isinstance(max_wait_time_ms, int)
+                                             or max_wait_time_ms < 0):
+            raise ValueError(f"iterate(max_wait_time_ms=...) needs None or a non-negative int, got {max_wait_time_ms!r}")
+        env = input_stream._env
+        number = 1 + sum(1 for t in env._transformations if t.kind == T.FEEDBACK)
+        name = f"Iteration {number}"
+        self._input = input_stream
+        self._feedback = env._add(Transformation(T.FEEDBACK, name, [], params={
+            "name": name, "max_wait_time_ms": max_wait_time_ms}))
+        head = env._add(Transformation(T.ITERATION_HEAD, name, [input_stream._t, self._feedback],
+                                       params={"iteration": self._feedback.id}))
+        super().__init__(env, head, input_stream._type)
+
+    def close_with(self, feedback_stream: DataStream) -> DataStream:
+        """Feed ``feedback_stream`` back to the head, closing the loop; returns ``feedback_stream``.
+        Its parallelism must be the head's; a keyed ``feedback_stream`` (``key_by``) is routed by key
+        group, as any keyed edge."""
+        return _close(self._feedback, self._env, feedback_stream)
+
+    def with_feedback_type(self, feedback_type_info: Any) -> "ConnectedIterativeStreams":
+        """A loop whose feedback has a type of its own (Flink's withFeedbackType): a ``CoMapFunction`` /
+        ``CoProcessFunction`` on the returned ``ConnectedIterativeStreams`` reads the input as input 1
+        and the feedback as input 2, and ``close_with`` on it closes the loop."""
+        env = self._env
+        if any(self._t in t.inputs for t in env._transformations):
+            raise ValueError(f"{self._feedback.name}: with_feedback_type(...) makes a new loop head, but this "
+                             "IterativeStream is already read by an operator; use one or the other")
+        env._transformations.remove(self._t)  # the connected streams' operator is the head instead
+        return ConnectedIterativeStreams(self._input, DataStream(env, self._feedback, feedback_type_info))
+
+
+def _close(feedback: Transformation, env: "StreamExecutionEnvironment", feedback_stream: Any) -> Any:
+    if not isinstance(feedback_stream, DataStream):
+        raise TypeError(f"{feedback.name}: close_with needs a DataStream, got {feedback_stream!r}")
+    if feedback_stream._env is not env:
+        raise ValueError(f"{feedback.name}: close_with needs a stream of the same StreamExecutionEnvironment")
+    feedback.inputs.append(feedback_stream._t)
+    return feedback_stream
 
 
 class BroadcastStream:

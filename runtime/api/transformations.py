@@ -38,8 +38,13 @@ SINK = "sink"
 PARTITION = "partition"
 UNION = "union"
 SIDE_OUTPUT = "side_output"  # params["tag"]: the name of one side output of its input
+# Iterations (``stream.iterate()``): the head passes its input and the fed-back records on; FEEDBACK is the
+# loop's back-edge, a virtual node whose inputs are the streams given to ``close_with``. Its consumer (the
+# head, or the two-input operator of ``with_feedback_type``) reads them over back-edges (graph/iterations.py).
+ITERATION_HEAD = "iteration_head"  # inputs: [the regular input, its FEEDBACK]; params["iteration"]: FEEDBACK's id
+FEEDBACK = "feedback"  # params: name (of the iteration), max_wait_time_ms, closed (close_with was called)
 
-VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT)
+VIRTUAL_KINDS = (PARTITION, UNION, SIDE_OUTPUT, FEEDBACK)
 # Operators whose user function can emit to side outputs.
 SIDE_OUTPUT_KINDS = (PROCESS, KEYED_PROCESS, CO_PROCESS, KEYED_CO_PROCESS, WINDOW, WINDOW_AGGREGATE, BROADCAST_PROCESS,
                      KEYED_BROADCAST_PROCESS)

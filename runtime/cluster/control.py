@@ -5,10 +5,12 @@ for (answered by ``deploy``: what to restore; or by ``refused`` when that attemp
 the slot is taken, and the task ends without touching anything), ``address`` (where its data server listens; once every task of the attempt
 sent one, the job manager answers each with ``peers``, all addresses by slot), ``running``, ``metrics``, ``print``,
 ``collect`` / ``collect_commit`` (execute_and_collect's records), ``ack`` / ``decline`` (checkpoint n,
-with state handles and timings), ``end_of_data``, ``failed``, ``finished``.
+with state handles and timings), ``end_of_data``, ``iteration`` (a loop head's termination round report),
+``failed``, ``finished``.
 Job manager -> task: ``deploy``, ``trigger`` (checkpoint n), ``complete`` (n is
 durable: sinks may commit), ``abort`` (n is given up), ``stop`` (graceful: sources
-end, everything drains, sinks finish), ``collect_ack``.
+end, everything drains, sinks finish), ``collect_ack``, ``iteration_round`` / ``iteration_end`` (the
+next round of a loop's termination check, or its end: task/iteration_rounds.py).
 
 JSON, not pickle: the job manager never unpickles what arrives on its port.
 """

@@ -33,6 +33,7 @@ from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefu
 from .queryable_state import QueryError, QueryRouter
 from .rates import CounterRates
 from .tracebacks import map_user_frames
+from ..task.iteration_rounds import REPORT as ITERATION_REPORT, IterationRounds
 
 # The JVM's death first: every other failure of that attempt (lost tasks, peers) follows from it.
 CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
@@ -144,6 +145,7 @@ class JobManager:
         self.addresses: dict[int, list] = {}  # slot -> its data address, this attempt
         self.running: set[int] = set()
         self.end_of_data: set[int] = set()
+        self.iteration_rounds = IterationRounds()  # loops' termination rounds, this attempt (task/iteration.py)
         self.finished: set[int] = set()
         self.pids: dict[int, int] = {}
         self.failures: list[TaskFailure] = []
@@ -310,6 +312,7 @@ class JobManager:
             self.addresses.clear()
             self.running.clear()
             self.end_of_data.clear()
+            self.iteration_rounds = IterationRounds()
             if self.coordinator is not None:  # the final checkpoint waits for this attempt's end of input
                 self.coordinator.withdraw_final()
             self.finished.clear()
@@ -890,6 +893,9 @@ class JobManager:
                         self.end_of_data.add(int(msg["slot"]))
                         if len(self.end_of_data) >= self.parallelism and self.coordinator is not None:
                             self.coordinator.request_final()
+                elif kind == ITERATION_REPORT:  # a loop head's round report: the next round, or the loop's end
+                    for out in self.iteration_rounds.on_report(msg):
+                        self._broadcast(out)
                 elif kind == C.FAILED:
                     self._fail(TaskFailure(int(msg["slot"]), msg.get("operator"), msg.get("error_type", "Error"),
                                            msg.get("error", ""), map_user_frames(msg.get("traceback", "")),

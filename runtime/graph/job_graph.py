@@ -35,6 +35,7 @@ from ..api import transformations as T
 from ..api.transformations import KeySpec, Transformation
 from ..config import Configuration, Options
 from ..keygroups import check_max_parallelism
+from .iterations import Iteration, check_closed, find_iterations
 
 
 DEFAULT_GROUP = "default"  # Flink's name of the slot sharing group of operators that name none
@@ -54,6 +55,7 @@ class Edge:
     input_index: int = 0  # 0 or 1 for two-input operators
     tag: str | None = None  # a side output of the source operator (OutputTag name); None: its main output
     explicit: bool = False  # the program named the partitioning (forward() cannot change parallelism)
+    feedback: int | None = None  # a loop's back-edge: the id of its iteration (graph/iterations.py)
 
 
 @dataclass
@@ -124,6 +126,7 @@ class JobGraph:
     config: dict[str, Any]
 
     default_parallelism: int | None = None  # the job's (env.set_parallelism); None: same as ``parallelism``
+    iterations: list[Iteration] = field(default_factory=list)  # the job's loops (stream.iterate())
 
     def operator_order(self) -> list[int]:
         return [o for t in self.tasks for o in t.operators]
@@ -147,7 +150,8 @@ class JobGraph:
             "edges": [{"source": str(e.source), "target": str(e.target), "source_vertex": vertex_of[e.source],
                        "target_vertex": vertex_of[e.target], "partitioner": e.partitioner.upper(),
                        "key": e.key.describe() if e.key is not None else None, "side_output": e.tag,
-                       "input": e.input_index, "chained": e.target in self.operators[e.source].chained_outputs}
+                       "input": e.input_index, "chained": e.target in self.operators[e.source].chained_outputs,
+                       **({"feedback": True} if e.feedback is not None else {})}
                       for e in self.edges.values()],
         }
 
@@ -157,7 +161,8 @@ class JobGraph:
         lines = [f"Job {self.job_name!r}: parallelism {default}{slots}, max parallelism {self.max_parallelism}"]
         for task in self.tasks:
             ins = ", ".join(
-                f"{self.operators[self.edges[e].source].name} ={self.edges[e].partitioner}=>" for e in task.input_edges
+                f"{self.operators[self.edges[e].source].name} ={self.edges[e].partitioner}"
+                f"{' feedback' if self.edges[e].feedback is not None else ''}=>" for e in task.input_edges
             )
             own = f" [parallelism {task.parallelism}]" if task.parallelism != default else ""
             if task.slot_sharing_group != DEFAULT_GROUP:
@@ -188,12 +193,14 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     except ValueError as e:
         raise JobDefinitionError(str(e)) from None
 
+    check_closed(transformations, JobDefinitionError)
     real = [t for t in transformations if t.kind not in T.VIRTUAL_KINDS]
     if not any(t.kind == T.SOURCE for t in real):
         raise JobDefinitionError("the job has no source: add one with env.from_source(...)")
     if not any(t.kind == T.SINK for t in real):
         raise JobDefinitionError("the job has no sink: add one with stream.sink_to(...) or stream.print()")
-    mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE])
+    loops = [t.name for t in transformations if t.kind == T.FEEDBACK]
+    mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE], loops)
     names = _display_names(real)
     operators = {
         t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos,
@@ -211,24 +218,34 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
 
     # Resolve virtual nodes into (upstream operator, partitioner, key, side output) tuples.
     def upstreams(t: Transformation, partitioner: str, key: KeySpec | None, tag: str | None = None,
-                  explicit: bool = False) -> list[tuple[int, str, KeySpec | None, str | None, bool]]:
+                  explicit: bool = False, feedback: int | None = None
+                  ) -> list[tuple[int, str, KeySpec | None, str | None, bool, int | None]]:
         if t.kind == T.UNION:
-            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag, explicit)]
+            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag, explicit, feedback)]
+        if t.kind == T.FEEDBACK:  # a loop's back-edges: from each stream given to close_with
+            return [u for i in t.inputs for u in upstreams(i, partitioner, key, tag, explicit, t.id)]
         if t.kind == T.PARTITION:
             # The partitioning nearest to the consumer wins, as in Flink.
             if partitioner == T.FORWARD and not explicit:
                 # rescale() is forward where the parallelism stays, round-robin where it changes (as Flink's)
                 partitioner, key = t.params["partitioner"], t.params.get("key")
                 explicit = "rescale" if t.params.get("rescale") else True
-            return upstreams(t.inputs[0], partitioner, key, tag, explicit)
+            return upstreams(t.inputs[0], partitioner, key, tag, explicit, feedback)
         if t.kind == T.SIDE_OUTPUT:  # its input is the process operator itself (the API checks)
-            return upstreams(t.inputs[0], partitioner, key, t.params["tag"], explicit)
-        return [(t.id, partitioner, key, tag, explicit)]
+            return upstreams(t.inputs[0], partitioner, key, t.params["tag"], explicit, feedback)
+        return [(t.id, partitioner, key, tag, explicit, feedback)]
 
     edges: dict[int, Edge] = {}
+    feedback_names = {t.id: t.name for t in transformations if t.kind == T.FEEDBACK}
     for t in real:
         for input_index, inp in enumerate(t.inputs):
-            for src, partitioner, key, tag, explicit in upstreams(inp, T.FORWARD, None):
+            for src, partitioner, key, tag, explicit, feedback in upstreams(inp, T.FORWARD, None):
+                if feedback is not None and operators[src].parallelism != operators[t.id].parallelism:
+                    raise JobDefinitionError(
+                        f"{feedback_names[feedback]}: the feedback comes from {operators[src].name!r} at parallelism "
+                        f"{operators[src].parallelism}, but the loop's head {operators[t.id].name!r} runs at "
+                        f"parallelism {operators[t.id].parallelism}; feedback parallelism follows the head's "
+                        "(set_parallelism on the feedback stream's operator)")
                 if partitioner == T.FORWARD and operators[src].parallelism != operators[t.id].parallelism:
                     if explicit is True:
                         raise JobDefinitionError(
@@ -237,14 +254,15 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                             "partitioning does not allow a change of parallelism; use rebalance(), shuffle(), "
                             "broadcast() or key_by(), or give both the same parallelism")
                     partitioner = T.REBALANCE  # Flink's choice where the parallelism changes
-                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag, bool(explicit))
+                e = Edge(len(edges) + 1, src, t.id, partitioner, key, input_index, tag, bool(explicit), feedback)
                 edges[e.id] = e
                 operators[t.id].inputs.append(e.id)
                 operators[src].outputs.append(e.id)
 
     # Slot sharing groups, in creation order (inputs are made before the operators that read them).
     for op in sorted(operators.values(), key=lambda o: o.id):
-        inherited = {operators[edges[e].source].slot_sharing_group for e in op.inputs}
+        # (a back-edge's source is made after the head: the head takes its group from its regular input)
+        inherited = {operators[edges[e].source].slot_sharing_group for e in op.inputs if edges[e].feedback is None}
         op.slot_sharing_group = given[op.id] or (inherited.pop() if len(inherited) == 1 else DEFAULT_GROUP)
 
     # Chaining.
@@ -296,9 +314,16 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
                                          "connect two keyed streams, or call connected.key_by(key1, key2)")
 
     _check_queryable_names(operators)
+    iterations = find_iterations(operators, edges, transformations, JobDefinitionError)
+    if iterations and Configuration({**config.to_dict(), Options.RUNTIME_MODE: mode}).checkpointing_enabled():
+        raise JobDefinitionError(
+            f"{iterations[0].describe(operators)}: checkpoints of jobs with iterations come in a later version "
+            "(records in flight on the feedback edge would be lost at a failure); run this job without "
+            "checkpointing (drop enable_checkpointing / execution.checkpointing.interval)")
     slots = assign_slots(tasks)
     return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
-                    {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism)
+                    {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism,
+                    iterations=iterations)
 
 
 def queryable_names(fn: Any) -> set[str]:
@@ -339,11 +364,20 @@ def assign_slots(tasks: list[TaskVertex]) -> int:
     return total
 
 
-def _runtime_mode(config: Configuration, sources: list[Transformation]) -> str:
-    """STREAMING or BATCH; AUTOMATIC is BATCH when every source is bounded, as in Flink."""
+def _runtime_mode(config: Configuration, sources: list[Transformation], loops: list[str] | None = None) -> str:
+    """STREAMING or BATCH; AUTOMATIC is BATCH when every source is bounded, as in Flink. A job with a
+    loop runs in STREAMING mode (Flink's BATCH mode has no iterations either: there, operators emit at
+    the end of input, which in a loop comes only once the loop has emptied, so what they emit would
+    find the loop closed)."""
     mode = str(config.get(Options.RUNTIME_MODE)).strip().upper()
     if mode not in ("STREAMING", "BATCH", "AUTOMATIC"):
         raise JobDefinitionError(f"{Options.RUNTIME_MODE} must be STREAMING, BATCH or AUTOMATIC, got {mode!r}")
+    if loops and mode == "BATCH":
+        raise JobDefinitionError(f"{loops[0]}: a job with iterations runs in STREAMING mode (BATCH mode emits rolling "
+                                 "aggregations and processing-time timers at the end of input, after the loop has "
+                                 f"ended); set {Options.RUNTIME_MODE} to STREAMING or AUTOMATIC")
+    if loops:
+        return "STREAMING"
     unbounded = [t.name for t in sources if not getattr(t.fn, "is_bounded", lambda: True)()]
     if mode == "BATCH" and unbounded:
         raise JobDefinitionError(f"BATCH mode needs bounded sources, but {', '.join(map(repr, unbounded))} never ends "

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any, Callable
 
 from ..batch import Batch, Stamped, concat, concat_timestamps, num_rows, same_form
-from .events import CheckpointBarrier, RuntimeEvent
+from .events import CheckpointBarrier, EndOfPartition, RuntimeEvent
 
 
 class OutputChannel:
@@ -146,16 +146,36 @@ class InputChannel:
         # Set by the gate when barriers may overtake: called with (barrier, number of items queued
         # before it) instead of queueing an unaligned barrier behind the data.
         self.on_priority: Callable[[CheckpointBarrier, int], None] | None = None
+        # A loop's back-edge (graph/iterations.py): its credit goes back as a batch arrives, not as it is
+        # consumed, so the tails never wait for the head, which may itself wait for the body, which
+        # waits for the tails (the loop's deadlock under back pressure); the backlog queues here.
+        self.feedback = False
+        self.owed = 0  # credits of arrived feedback batches not yet returned (returned by the task's step)
+        self.discarding = False  # the loop's head has ended: later feedback is dropped (max_wait_time_ms)
 
     def push(self, item: Any) -> None:
         if self.on_priority is not None and type(item) is CheckpointBarrier and item.unaligned:
             self.on_priority(item, len(self.queue))
             return
+        if self.feedback:
+            if not isinstance(item, RuntimeEvent):
+                self.owed += 1  # not returned here: a local channel would call back into its sender's drain
+                if self.discarding:
+                    return
+            elif self.discarding:
+                if type(item) is EndOfPartition:
+                    self.finished = True
+                return
         self.queue.append(item)
+
+    def grant_owed(self) -> None:
+        if self.owed:
+            n, self.owed = self.owed, 0
+            self.return_credit(n)
 
     def poll(self) -> Any:
         item = self.queue.popleft()
-        if not isinstance(item, RuntimeEvent):
+        if not isinstance(item, RuntimeEvent) and not self.feedback:
             if self.recovered:
                 self.recovered -= 1
             else:

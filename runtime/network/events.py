@@ -46,3 +46,16 @@ class WatermarkStatus(RuntimeEvent):
     An idle channel's watermark does not hold back the receiver's (Flink's WatermarkStatus)."""
 
     idle: bool
+
+
+@dataclass(frozen=True)
+class IterationProbe(RuntimeEvent):
+    """Round ``round`` of the termination check of loop ``iteration`` (task/iteration.py): sent by the
+    loop's heads on the loop's edges, forwarded by each task of the body once it has come in on all of
+    its loop inputs, back to the heads over the back-edges. Everything sent before it on a channel
+    was processed before it passed, so a round in which no head received a fed-back record proves the
+    loop empty. ``clean``: no task it passed still had an input from outside the loop open."""
+
+    iteration: int
+    round: int
+    clean: bool = True

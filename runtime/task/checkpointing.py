@@ -64,7 +64,8 @@ class BarrierHandler:
             return
         channels = self.gate.channels
         for i, ch in enumerate(channels):
-            if i not in self.arrived and not ch.finished:
+            # A loop's back-edge is never aligned on: its barrier comes back only after the head forwarded it.
+            if i not in self.arrived and not ch.finished and not ch.feedback:
                 return
         alignment_ms = (time.perf_counter() - self.started) * 1000.0
         self._release()

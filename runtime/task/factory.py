@@ -13,6 +13,7 @@ from ..api.functions import RuntimeContext
 from ..graph.job_graph import OperatorNode
 from .base import StreamOperator
 from .co_input import CoProcessOperator, KeyedCoProcessOperator
+from .iteration import IterationHeadOperator
 from .keyed import (KeyedAggregateOperator, KeyedFilterOperator, KeyedFlatMapOperator, KeyedMapOperator,
                     KeyedProcessOperator, KeyedReduceOperator)
 from .sink import SinkOperator
@@ -55,6 +56,7 @@ OPERATORS: dict[str, type[StreamOperator]] = {
     T.KEYED_CO_PROCESS: KeyedCoProcessOperator,
     T.SINK: SinkOperator,
     T.TIMESTAMPS: TimestampsAndWatermarksOperator,
+    T.ITERATION_HEAD: IterationHeadOperator,
 }
 
 

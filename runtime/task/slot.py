@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import selectors
+from collections import deque
 import time
 import traceback
 from typing import Any
@@ -25,8 +26,9 @@ from ..config import Configuration, Options
 from ..graph.job_graph import JobGraph, TaskVertex
 from . import queryable
 from ..network.channels import InputGate, OutputChannel, local_pair
-from ..batch import Stamped
-from ..network.events import MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, EndOfPartition, RuntimeEvent, Watermark, WatermarkStatus
+from ..batch import Stamped, num_rows
+from ..network.events import (MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, EndOfPartition, IterationProbe,
+                              RuntimeEvent, Watermark, WatermarkStatus)
 from ..network.record_writer import RecordWriter
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
@@ -42,6 +44,9 @@ from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
 from .base import OperatorFailure, OperatorSnapshot, StreamOperator
 from .factory import create_operator
+from . import iteration_rounds as iteration
+from .iteration import HeadLoop, ProbeForwarder
+from .iteration_rounds import IterationRounds
 from .sink import SinkOperator
 from .source import SourceOperator
 from .timers import processing_time_ms
@@ -112,7 +117,15 @@ class Task:
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
+        # A loop's head task: the gate indexes of its back-edges (read apart: task/iteration.py), and its
+        # part of the termination check; a task of a loop's body: its probe forwarder.
+        self.back: set[int] = {i for i, ch in enumerate(gate.channels) if ch.feedback} if gate is not None else set()
+        self.feedback_channels = [gate.channels[i] for i in sorted(self.back)] if gate is not None else []
+        self.loop: HeadLoop | None = None
+        self.probes: ProbeForwarder | None = None
         self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
+        for i in self.back:
+            self.valve.ignore(i)  # type: ignore[union-attr]
         # Sinks whose writer can hold the task's input too (execute_and_collect's, while the program
         # does not read): empty for every other job.
         self.throttled = [op for op in operators if isinstance(op, SinkOperator) and getattr(op.node.fn, "throttles", False)]
@@ -122,7 +135,8 @@ class Task:
         self.pollers = [op for op in operators if hasattr(op, "poll_async")]
         if gate is not None:
             for ch in gate.channels:
-                self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
+                if not ch.feedback:  # the feedback input never ends before its loop does
+                    self._inputs_open[ch.input_index] = self._inputs_open.get(ch.input_index, 0) + 1
 
     def writers_available(self) -> bool:
         for w in self.writers:
@@ -154,8 +168,13 @@ class Task:
                     op.on_processing_time(now_ms)
 
     def step(self, now: float) -> bool:
+        for ch in self.feedback_channels:
+            ch.grant_owed()  # a back-edge's credit goes back on arrival: the tails never wait for the head
         if self.finished:
             return False
+        if self.loop is not None and self.loop.wait_expired(now):
+            self.end_loop(timed_out=True)
+            return True
         self.fire_processing_time()
         completed = False
         for op in self.pollers:
@@ -185,6 +204,8 @@ class Task:
             else:
                 if barriers is not None and barriers.recording:  # in-flight data of an unaligned checkpoint
                     barriers.on_data(index, item)  # type: ignore[attr-defined]
+                if self.back and index in self.back:
+                    self.loop.on_feedback(num_rows(item.batch if type(item) is Stamped else item))  # type: ignore[union-attr]
                 if type(item) is Stamped:
                     self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
                 else:
@@ -214,6 +235,9 @@ class Task:
 
     def _on_event(self, index: int, event: RuntimeEvent) -> None:
         ch = self.gate.channels[index]
+        if self.back and index in self.back:
+            self._on_feedback_event(index, ch, event)
+            return
         if isinstance(event, Watermark):
             self._advance_watermark(self.valve.on_watermark(index, event.timestamp_ms), None)
         elif isinstance(event, WatermarkStatus):
@@ -227,11 +251,54 @@ class Task:
                 self.head.end_input(ch.input_index)
             if self.barriers is not None:
                 self.barriers.check()  # a finished channel counts as aligned
-            if self.gate.all_finished():
+            if self.probes is not None:
+                self.probes.check(self._channel_finished)  # a finished channel sends no probe
+            if self.loop is not None:
+                if all(c.finished for c in self.gate.channels if not c.feedback):
+                    self.loop.on_input_ended()  # the loop ends when it is proven empty (or max_wait_time_ms)
+            elif self.gate.all_finished():
                 self.finish()
         elif isinstance(event, CheckpointBarrier):
             if self.barriers is not None:
                 self.barriers.on_barrier(index, event)
+        elif isinstance(event, IterationProbe):
+            if self.probes is not None:
+                self.probes.on_probe(index, event, self._channel_finished)
+
+    def _channel_finished(self, index: int) -> bool:
+        return self.gate.channels[index].finished  # type: ignore[union-attr]
+
+    def _on_feedback_event(self, index: int, ch: Any, event: RuntimeEvent) -> None:
+        """An event on a back-edge: probes count; its watermarks, idleness and barriers do not (the
+        head's watermark is its regular input's; barriers are aligned on regular inputs only)."""
+        if isinstance(event, IterationProbe):
+            self.loop.on_probe(index, event, self._channel_finished)  # type: ignore[union-attr]
+        elif isinstance(event, EndOfPartition):
+            ch.finished = True
+            self.gate.block(index)  # type: ignore[union-attr]
+
+    def end_loop(self, timed_out: bool = False) -> None:
+        """The loop is proven empty (or waited ``max_wait_time_ms`` for feedback): the head ends, and its
+        end flows down the body as any end of input; feedback still arriving is dropped."""
+        if self.finished or self.loop is None:
+            return
+        self.loop.end(timed_out)
+        for ch in self.feedback_channels:
+            if any(type(item) is EndOfPartition for item in ch.queue):
+                ch.finished = True
+            ch.queue.clear()
+            ch.discarding = True
+        self.finish()
+
+    def feedback_backlog(self) -> int:
+        """Records queued on the back-edges, not yet taken by the head."""
+        return sum(num_rows(item.batch if type(item) is Stamped else item) for ch in self.feedback_channels
+                   for item in ch.queue if not isinstance(item, RuntimeEvent))
+
+    def feedback_ended(self) -> bool:
+        """Every back-edge into this task delivered its end: the slot stays until then, returning their
+        credit, so that a tail in another slot never waits for credit from a slot that left."""
+        return all(ch.finished for ch in self.feedback_channels)
 
     def outputs_delivered(self) -> bool:
         """Every batch and event handed to a channel went out. A channel holds what waits for
@@ -272,6 +339,9 @@ class Task:
                 deadline = d
         if self.gate is None and not self.finished and self.wakeup_at > now:
             deadline = self.wakeup_at if deadline is None else min(deadline, self.wakeup_at)
+        waits = self.loop.wait_deadline() if self.loop is not None else None
+        if waits is not None:
+            deadline = waits if deadline is None else min(deadline, waits)
         timer = None if self.finished else self.next_processing_time()
         if timer is not None:
             at = now + max(0.0, (timer - processing_time_ms()) / 1000.0)
@@ -327,6 +397,8 @@ class SlotRuntime:
         self.savepoints: dict[int, SavepointTarget] = {}  # checkpoint id -> where that savepoint goes
         self.snapshots: SnapshotWriter | None = None
         self.collect_channel = CollectChannel(control, subtask, attempt) if control is not None else None
+        self._local_rounds = IterationRounds()  # a slot without a job manager runs its loops' rounds itself
+        self._local_control: deque[dict] = deque()
         if self.checkpointing:
             self.storage = CheckpointStorage(deployment.get("checkpoint_dir") or conf.get_string(Options.CHECKPOINTING_DIR),
                                              self.job_id,
@@ -407,7 +479,21 @@ class SlotRuntime:
                             inputs.append(self.transport.input_channel(eid, source_vertex.slot_of(s), e.input_index,
                                                                        source_subtask=s))
                 gate = InputGate(inputs)
+            loop = self._loop_of(vertex)
+            if loop is not None and gate is not None and vertex.head == loop.head:
+                for ch in gate.channels:
+                    ch.feedback = g.edges[ch.edge].feedback == loop.id
             task = Task(vertex, ops, channel_writers, gate, i)
+            if loop is not None:
+                loop_writers = [w for w in channel_writers if w.edge in loop.loop_edges]
+                if vertex.head == loop.head:
+                    task.loop = HeadLoop(loop, i, vertex.parallelism, task.back, loop_writers, self._iteration_report)
+                    # streamjob_feedback_backlog: fed-back records waiting at the head (the loop's back pressure)
+                    task.head.ctx._metric_registry().group(system=True).gauge("feedbackBacklog", task.feedback_backlog)
+                elif gate is not None:
+                    inside = {k for k, ch in enumerate(gate.channels) if ch.edge in loop.loop_edges}
+                    task.probes = ProbeForwarder(loop.id, inside, set(range(len(gate.channels))) - inside,
+                                                 loop_writers)
             if gate is not None and self.checkpointing and self.unaligned:
                 task.barriers = UnalignedBarrierHandler(
                     gate,
@@ -421,6 +507,30 @@ class SlotRuntime:
                     on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
                     on_abort=lambda n, reason, task=task: self._decline(task, n, reason))
             self.tasks.append(task)
+
+    def _loop_of(self, vertex: TaskVertex) -> Any:
+        """The loop (graph/iterations.py) this task vertex takes part in, if any (loops never share one)."""
+        for it in self.graph.iterations:
+            if it.members.intersection(vertex.operators):
+                return it
+        return None
+
+    def _iteration_report(self, msg: dict) -> None:
+        """A head's round report: to the job manager, which runs the rounds; a slot without one runs
+        them itself (every head is then in this slot)."""
+        if self.control is not None:
+            self.control.send({**msg, "slot": self.subtask, "attempt": self.attempt})
+        else:
+            self._local_control.extend(self._local_rounds.on_report(msg))
+
+    def _on_iteration(self, msg: dict) -> None:
+        kind, n = msg.get("type"), int(msg["iteration"])
+        for task in self.tasks:
+            if task.loop is not None and task.loop.iteration == n:
+                if kind == iteration.ROUND:
+                    task.loop.start_round(int(msg["round"]))
+                elif kind == iteration.END:
+                    task.end_loop()
 
     def _restore_state(self, restore: dict) -> None:
         """Put every operator back to the checkpoint the job manager chose. (State of operators this
@@ -585,7 +695,8 @@ class SlotRuntime:
                     progressed = True
                     if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
                         self._finished_after_trigger(task)
-            if all(t.finished for t in tasks) and all(t.outputs_delivered() for t in tasks):
+            if all(t.finished for t in tasks) and all(t.outputs_delivered() for t in tasks) \
+                    and all(t.feedback_ended() for t in tasks):
                 break
             now = time.monotonic()
             deadline = None
@@ -611,6 +722,8 @@ class SlotRuntime:
     def _handle_control(self) -> None:
         control = self.control
         if control is None:
+            while self._local_control:
+                self._on_iteration(self._local_control.popleft())
             return
         while control.inbox:
             msg = control.inbox.popleft()
@@ -633,6 +746,8 @@ class SlotRuntime:
                 for op in self.operators.values():
                     if op.keyed_backend is not None:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
+            elif kind in (iteration.ROUND, iteration.END):
+                self._on_iteration(msg)
             elif kind == "collect_ack":
                 self.collect_channel.on_ack(msg)  # type: ignore[union-attr]
             elif kind == "job_manager_lost":
@@ -695,6 +810,14 @@ class SlotRuntime:
         and what it overtook becomes channel state; the snapshot is acknowledged once the channel
         state is complete (its inputs are filled in by the UnalignedBarrierHandler)."""
         n = barrier.checkpoint_id
+        if task.loop is not None:
+            # Snapshots of a loop need the head to log its feedback (a later version): a savepoint taken
+            # without would silently lose the records circulating. (Checkpoints are refused at build.)
+            task.last_checkpoint = n
+            self._decline(task, n, f"{task.loop.name}: savepoints of jobs with iterations come in a later version "
+                                   "(the records in flight around the loop would be lost); stop without a savepoint "
+                                   "(streamjob stop drains the input and lets the loop empty)")
+            return None
         self._drop_parked(task, n - 1, decline=True)
         if any(op.snapshot_in_flight for op in task.operators):
             # The previous snapshot of these tables is still being written (only with

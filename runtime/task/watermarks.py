@@ -25,6 +25,12 @@ class WatermarkValve:
         self.finished = [False] * len(channel_inputs)
         self.output = MIN_WATERMARK  # the newest watermark handed to the operator
         self.output_idle = False
+        self.ignored: set[int] = set()  # a loop's back-edges: see ``ignore``
+
+    def ignore(self, channel: int) -> None:
+        """A loop's back-edge: its watermarks never count, so the head's watermark is its regular input's
+        (one that waited for its own feedback would never advance)."""
+        self.ignored.add(channel)
 
     def on_watermark(self, channel: int, timestamp: int) -> int | None:
         """A watermark arrived; the operator's new watermark, or None if it did not advance."""
@@ -50,7 +56,7 @@ class WatermarkValve:
     def _advance(self) -> int | None:
         per_input: dict[int, int] = {}
         for i, inp in enumerate(self.inputs):
-            if self._active(i):
+            if self._active(i) and i not in self.ignored:
                 w = self.watermarks[i]
                 per_input[inp] = min(per_input.get(inp, MAX_WATERMARK), w)
         if not per_input:
@@ -62,7 +68,8 @@ class WatermarkValve:
         return None
 
     def _status(self) -> bool | None:
-        idle = all(self.idle[i] or self.finished[i] for i in range(len(self.inputs))) and not all(self.finished)
+        counted = [i for i in range(len(self.inputs)) if i not in self.ignored]
+        idle = all(self.idle[i] or self.finished[i] for i in counted) and not all(self.finished[i] for i in counted)
         if idle != self.output_idle:
             self.output_idle = idle
             return idle

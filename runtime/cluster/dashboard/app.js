@@ -201,7 +201,8 @@ function renderJob(j) {
 function levels(vertices, edges) {
   // longest path from a source: each task one column right of its furthest input
   const level = new Map(vertices.map((v) => [v.id, 0]));
-  const between = edges.filter((e) => !e.chained && e.source_vertex !== e.target_vertex);
+  // a loop's back-edge (e.feedback) points left: it does not push its head to the right
+  const between = edges.filter((e) => !e.chained && !e.feedback && e.source_vertex !== e.target_vertex);
   for (let round = 0; round < vertices.length; round++) {
     let changed = false;
     for (const e of between) {
@@ -217,6 +218,7 @@ function partitionerLabel(e) {
   let label = e.partitioner;
   if (e.key) label += `(${e.key})`;
   if (e.side_output) label += ` [${e.side_output}]`;
+  if (e.feedback) label += " feedback";
   return label;
 }
 

@@ -1,0 +1,166 @@
+"""Loops at run time: the iteration head, termination by detection, and the rounds that prove it.
+
+A loop's back-edges are ordinary channels into its head's task (graph/iterations.py), read apart:
+
+* no watermark is taken from them (the head's output watermark is its regular input's: a loop whose
+  watermark waited for its own feedback would never advance), no barrier is aligned on them;
+* their credit goes back as batches arrive (``InputChannel.feedback``), so the feedback backlog
+  queues at the head instead of stalling the tails: a loop cannot deadlock under back pressure;
+* they never end the head: it ends when the loop is proven empty, or after ``max_wait_time_ms``
+  without feedback once its regular input has ended (Flink's meaning).
+
+Termination is detected in rounds (``IterationRounds``, run by the job manager; by the slot itself
+without one). Once every head subtask has seen its regular inputs end (round 0), the coordinator
+starts round 1: each head sends an ``IterationProbe`` on the loop's edges; a body task forwards it
+once it came in on all its loop inputs (``ProbeForwarder``; channels are FIFO, so everything sent
+before the probe was processed before it passed); the tails send it back over the back-edges. A head
+reports the round when the probe has come back on all its back-edges, with the number of fed-back
+records it received since its last report. A round in which no head received any (and no task of
+the body had an input from outside the loop still open) proves that nothing is left anywhere in
+the loop: every record in it at the round's start was ahead of a probe, and whatever it caused
+would have come back ahead of the probe too. Then every head ends, and the end flows down the body
+as usual. Otherwise the next round starts at once: one event per loop channel per lap.
+
+Not seen by the check (documented): processing-time timers of the body that would emit later.
+
+Exactly-once snapshots of loops come in a later version (a job with a loop and checkpointing is
+refused at build; a savepoint is declined by the head). Where they fit: the head's ``BarrierHandler``
+already aligns on regular channels only (``InputChannel.feedback``), and the tails already forward
+barriers into the back-edges as any writer does; ``Task._on_feedback_event`` drops them today. The
+next step: from the moment ``checkpoint_task`` forwards barrier n at the head until barrier n has come
+back on every back-edge channel (there, instead of dropping it), log each fed-back batch the head
+takes (``Task.step``, where ``HeadLoop.on_feedback`` counts them) into the head's snapshot of n; on
+restore, put the log at the front of the back-edge channels (``InputChannel.prepend_recovered``). The
+back-edge queue (credit on arrival, unbounded) is where a bounded buffer spilling to disk would go.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..batch import Batch
+from ..network.events import IterationProbe
+from .base import StreamOperator
+from .iteration_rounds import END, REPORT, ROUND
+
+
+class IterationHeadOperator(StreamOperator):
+    """The head of ``stream.iterate()``: the input's records and the fed-back ones, passed on as they
+    come (with their timestamps). The loop logic is its task's (``HeadLoop``), as for the two-input
+    head of ``with_feedback_type``."""
+
+    def process(self, batch: Batch, input_index: int) -> None:
+        self.output.emit(batch, self.ts)
+
+
+class HeadLoop:
+    """One head subtask's part of its loop's termination check, driven by its task."""
+
+    def __init__(self, iteration: Any, subtask: int, parallelism: int, back: set[int], writers: list[Any],
+                 report: Callable[[dict], None]):
+        self.iteration = iteration.id
+        self.name = iteration.name
+        self.max_wait_s = None if iteration.max_wait_time_ms is None else iteration.max_wait_time_ms / 1000.0
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self.back = back  # gate indexes of the back-edge channels
+        self.writers = writers  # record writers of the loop's edges out of this task
+        self.report = report
+        self.input_ended = False
+        self.ended = False
+        self.round = 0  # the round in progress (its probe is out), 0: none
+        self.arrived: set[int] = set()
+        self.clean = True
+        self.received = 0  # fed-back records since the last report
+        self.last_feedback = 0.0  # monotonic: the last fed-back batch, or the end of the regular input
+        self.rounds = 0  # rounds completed (a test and a metric look)
+
+    def on_feedback(self, rows: int) -> None:
+        self.received += rows
+        self.last_feedback = time.monotonic()
+
+    def on_input_ended(self) -> None:
+        """Every regular input channel ended: from now on only the loop can bring records."""
+        if self.input_ended:
+            return
+        self.input_ended = True
+        self.last_feedback = time.monotonic()
+        self._send(0, True)
+
+    def start_round(self, n: int) -> None:
+        if self.ended or n <= self.round:
+            return
+        self.round, self.arrived, self.clean = n, set(), True
+        probe = IterationProbe(self.iteration, n)
+        for w in self.writers:
+            w.broadcast_event(probe)
+        self._maybe_complete()
+
+    def on_probe(self, channel: int, probe: IterationProbe, finished: Callable[[int], bool]) -> None:
+        if probe.round != self.round:
+            return  # a straggler of a round already given up (cannot happen while rounds run in turn)
+        self.arrived.add(channel)
+        self.clean = self.clean and probe.clean
+        self._maybe_complete(finished)
+
+    def _maybe_complete(self, finished: Callable[[int], bool] = lambda i: False) -> None:
+        if not self.round or any(i not in self.arrived and not finished(i) for i in self.back):
+            return
+        n, self.round = self.round, 0
+        self.rounds += 1
+        self._send(n, self.clean and self.received == 0)
+
+    def _send(self, n: int, clean: bool) -> None:
+        self.report({"type": REPORT, "iteration": self.iteration, "subtask": self.subtask,
+                     "heads": self.parallelism, "round": n, "clean": clean, "received": self.received})
+        self.received = 0
+
+    def wait_expired(self, now: float) -> bool:
+        """``max_wait_time_ms`` passed without feedback since the regular input ended."""
+        return (self.max_wait_s is not None and self.input_ended and not self.ended
+                and now - self.last_feedback >= self.max_wait_s)
+
+    def wait_deadline(self) -> float | None:
+        if self.max_wait_s is None or not self.input_ended or self.ended:
+            return None
+        return self.last_feedback + self.max_wait_s
+
+    def end(self, timed_out: bool = False) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if timed_out:  # the others go on without this subtask: it counts as clean in every round
+            self.report({"type": REPORT, "iteration": self.iteration, "subtask": self.subtask,
+                         "heads": self.parallelism, "round": -1, "clean": True, "ended": True})
+
+
+class ProbeForwarder:
+    """A body task's part: forward round n's probe once it came in on every loop input channel (or
+    that channel ended); ``clean`` only if every input from outside the loop has ended."""
+
+    def __init__(self, iteration: int, loop_inputs: set[int], outside_inputs: set[int], writers: list[Any]):
+        self.iteration = iteration
+        self.loop_inputs = loop_inputs
+        self.outside_inputs = outside_inputs
+        self.writers = writers
+        self.round = 0
+        self.arrived: set[int] = set()
+        self.clean = True
+
+    def on_probe(self, channel: int, probe: IterationProbe, finished: Callable[[int], bool]) -> None:
+        if probe.round != self.round:
+            self.round, self.arrived, self.clean = probe.round, set(), True
+        self.arrived.add(channel)
+        self.clean = self.clean and probe.clean
+        self.check(finished)
+
+    def check(self, finished: Callable[[int], bool]) -> None:
+        """Also when a channel ends: an ended channel sends no probe."""
+        if not self.round or any(i not in self.arrived and not finished(i) for i in self.loop_inputs):
+            return
+        clean = self.clean and all(finished(i) for i in self.outside_inputs)
+        probe = IterationProbe(self.iteration, self.round, clean)
+        self.round, self.arrived = 0, set()
+        for w in self.writers:
+            w.broadcast_event(probe)
