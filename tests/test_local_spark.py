@@ -6,6 +6,7 @@ import os
 import time
 
 from streamjob.runtime.cluster import spark
+from streamjob.runtime.cluster.process_tree import DAEMON_MODULE
 
 
 def test_one_run_writes_the_archive_and_later_runs_adopt_it(tmp_path, monkeypatch):
@@ -66,3 +67,51 @@ def test_the_gateway_is_connected_as_the_installed_pyspark_connects_it():
     assert tuple(re.findall(r'java_import\(gateway\.jvm, "([^"]+)"\)', source)) == spark.PYSPARK_JAVA_IMPORTS
     assert '"SPARK_CONNECT_MODE"] = "0"' in source and "_PYSPARK_DRIVER_CONN_INFO_PATH" in source
     assert "PythonParameters(port=0, eager_load=False)" in source
+
+
+def test_workers_are_forked_from_a_daemon_with_the_task_modules_loaded(spark_slots):
+    """The session's local Spark (spark_settings' defaults): each task's worker is forked from
+    pydaemon, which imported the slot runtime (and pyarrow, numpy with it) before forking, and
+    pyarrow's and numpy's thread pools work in the forked worker. Restarts start their tasks in
+    ~0.4 s instead of ~2 s that way (docs/concepts/how-a-job-runs.md)."""
+    from pyspark import SparkContext
+
+    def _in_a_task(_):
+        """Run in a Spark Python worker: who started it, and whether the task's modules were loaded before
+        the task's own code ran; then pyarrow and numpy at work (their threads, left behind by the fork,
+        start again in the worker)."""
+        import sys
+
+        import numpy
+        import pyarrow
+        import pyarrow.compute
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        total = pyarrow.compute.sum(pyarrow.array(numpy.arange(100_000))).as_py()
+        yield parent, "streamjob.runtime.task.slot" in sys.modules, total
+
+    sc = SparkContext.getOrCreate()
+    assert sc.getConf().get("spark.python.daemon.module") == "streamjob.runtime.cluster.pydaemon" == DAEMON_MODULE
+    rows = sc.parallelize(range(spark_slots), spark_slots).mapPartitions(_in_a_task).collect()
+    assert len(rows) == spark_slots
+    for parent, preloaded, total in rows:
+        assert "-m streamjob.runtime.cluster.pydaemon" in parent
+        assert preloaded  # a fresh worker would import the slot runtime in the task itself
+        assert total == 100_000 * 99_999 // 2
+
+
+def test_the_daemon_preloads_what_a_task_imports():
+    """pydaemon's list follows spark._task_entry: every module the task body imports is on it."""
+    import inspect
+    import re
+
+    from streamjob.runtime.cluster import pydaemon
+
+    body = inspect.getsource(spark._task_entry).split("mark(\"task imports\")")[0]
+    imported = set(re.findall(r"^\s+import (\w+)", body, re.M))
+    imported |= {f"streamjob.runtime.{m.replace('..', '').lstrip('.')}" if m.startswith("..")
+                 else f"streamjob.runtime.cluster.{m.lstrip('.')}" if m.startswith(".") else m
+                 for m in re.findall(r"^\s+from (\S+) import", body, re.M)}
+    assert imported <= set(pydaemon.PRELOADED) | {"pyspark"}, imported - set(pydaemon.PRELOADED)
+    assert pydaemon.preload() == []

@@ -32,7 +32,7 @@ from ..graph.slots import slot_needs
 from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
-from . import failover, pod, spark_errors
+from . import failover, pod, process_tree, spark_errors
 from . import resume
 from .interrupts import NAMES, Interrupts, exit_code
 from .queryable_state import keyed_operators
@@ -149,8 +149,10 @@ def _kill_tasks(pids: dict[int, int]) -> None:
     """End the task processes of an attempt whose JVM died. Spark would kill them as it cancels the
     stage; with its JVM gone they live on as orphans (parent pid 1) and keep computing, snapshotting
     and writing in-progress sink files. Each pid has a connected control channel, so it is still the
-    process that registered (no reused pid)."""
-    for pid in pids.values():
+    process that registered (no reused pid). Their parent, the PySpark daemon that forked them, goes too:
+    it would notice its JVM's end only at its next poll, and has no JVM left to fork workers for."""
+    daemons = {ppid for ppid in map(process_tree.parent, pids.values()) if ppid and process_tree.is_daemon(ppid)}
+    for pid in [*pids.values(), *daemons]:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -23,6 +23,29 @@ def kill_tree(process: Any) -> None:
         pass
 
 
+def parent(pid: int) -> int | None:
+    """The process's parent pid (Linux /proc; elsewhere None)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+DAEMON_MODULE = "streamjob.runtime.cluster.pydaemon"
+
+
+def is_daemon(pid: int) -> bool:
+    """The process runs streamjob's PySpark daemon (``python -m streamjob.runtime.cluster.pydaemon``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return args[1:3] == [b"-m", DAEMON_MODULE.encode()]
+
+
 def descendants(pid: int) -> list[int]:
     """The process's descendants, children first (Linux /proc; elsewhere none)."""
     children: dict[int, list[int]] = {}
@@ -33,13 +56,9 @@ def descendants(pid: int) -> list[int]:
     for name in entries:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            parent = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(name))
+        ppid = parent(int(name))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(name))
     found, queue = [], list(children.get(pid, []))
     while queue:
         child = queue.pop(0)

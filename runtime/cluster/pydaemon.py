@@ -1,0 +1,67 @@
+"""The Python daemon of the job's Spark (``spark.python.daemon.module``): PySpark's own daemon, with
+the task's modules imported once, before it forks a worker per task.
+
+Without a daemon, Spark starts each task's Python worker as a process of its own, one at a time
+(~0.2 s each on 2 cores, waiting for it to connect back), and every worker imports the task's code
+anew (PySpark's worker, cloudpickle, pyarrow, the slot runtime: ~0.65 s). A restart after a failure
+starts a whole new set of workers: on 2 cores ~1.9 s from a task's kill to all tasks running, most
+of it those starts. PySpark's daemon forks its workers instead; this one imports the task's modules
+before the first fork, so a forked worker starts with them loaded and shares their pages with the
+daemon (copy on write): the restart takes ~0.6 s.
+
+PySpark's daemon imports a worker's modules after the fork because some libraries start threads
+on import, which a fork does not carry over. Those imported here are fork-safe: pyarrow's jemalloc
+background thread and OpenBLAS's (numpy) pool have fork handlers and are started again in the
+child when used (tests/test_local_spark.py runs the forked workers' pyarrow and numpy). Nothing
+here starts a Python thread.
+
+Run as ``python -m streamjob.runtime.cluster.pydaemon``, on the driver (local Spark) and on
+Kubernetes executors alike (the image has streamjob); ``spark.python.use.daemon=false`` goes back to
+a process per worker.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# What a task imports (spark._task_entry, and what it loads before its sources run), in the order it does.
+PRELOADED = (
+    "pyspark.worker",
+    "cloudpickle",
+    "streamjob.runtime.task.slot",
+    "streamjob.runtime.cluster.control",
+    "streamjob.runtime.cluster.pod",
+    "pandas",
+)
+
+
+def preload() -> list[str]:
+    """Import the task's modules; those that cannot be imported are left to the worker (which then
+    fails with the error a task would have met anyway). Returns the ones that failed."""
+    import importlib
+
+    failed = []
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the forked worker imports it again and reports the error as a task
+            failed.append(name)
+    return failed
+
+
+def main() -> None:
+    from . import pyworker
+    from ..startup_trace import mark
+
+    mark("daemon module")
+    for entry in pyworker.spark_zips_to_drop(sys.path):
+        sys.path.remove(entry)
+    preload()
+    mark("daemon preloaded")
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()
