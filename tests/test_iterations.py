@@ -1,5 +1,5 @@
-"""Iterations (issue 32, slice 1): stream.iterate(), close_with, with_feedback_type; back-edges;
-termination detected by probe rounds; build-time refusals.
+"""Iterations (issue 32): stream.iterate(), close_with, with_feedback_type; back-edges; termination
+detected by probe rounds; build-time refusals. Snapshots of loops: test_iteration_snapshots.py.
 
 The build checks and the rounds coordinator run without Spark; one loop runs in this process in a
 single slot (the slot coordinates its own rounds there); the rest are whole jobs on real local Spark
@@ -93,18 +93,6 @@ def test_feedback_at_another_parallelism_than_the_head_is_refused_naming_both():
     body.print()
     with pytest.raises(JobDefinitionError, match=r"Iteration 1: the feedback comes from 'Positive' at parallelism 3, "
                                                  r"but the loop's head 'Iteration 1' runs at parallelism 2"):
-        graph_of(env)
-
-
-def test_checkpointing_a_job_with_a_loop_is_refused_for_now():
-    env = env_at(2)
-    env.enable_checkpointing(1000)
-    loop = env.from_source(DataGenSource(lambda i: i, count=None)).iterate()
-    body = loop.map(lambda x: x - 1)
-    loop.close_with(body.filter(lambda x: x > 0))
-    body.print()
-    with pytest.raises(JobDefinitionError, match=r"Iteration 1 \(head 'Iteration 1'\): checkpoints of jobs with "
-                                                 r"iterations come in a later version"):
         graph_of(env)
 
 
@@ -414,8 +402,6 @@ def test_a_drain_stop_ends_the_input_and_the_loop_empties_before_the_job_finishe
     client = env.execute_async("drained loop")
     assert client.wait_until_running(60)
     time.sleep(3)
-    with pytest.raises(RuntimeError, match=r"Iteration 1: savepoints of jobs with iterations come in a later version"):
-        client.trigger_savepoint(str(tmp_path / "savepoints"), timeout=60)
     client.job_manager.stop()
     client.get_job_execution_result(120)
     emitted = sorted(r["emitted"] for r in read_rows(tmp_path / "emitted"))

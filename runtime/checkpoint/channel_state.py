@@ -84,6 +84,10 @@ class ChannelStateCollector:
     bytes_in: int = 0  # input data persisted (also what was processed while the barrier was overtaking)
     bytes_out: int = 0
     unaligned: bool = False  # a barrier overtook data for this checkpoint at this task
+    # A loop's head: what of ``bytes_in`` is its log of fed-back records (task/iteration.FeedbackLog), and
+    # how many records that log holds.
+    feedback_bytes: int = 0
+    feedback_records: int = 0
 
     # -- recording -------------------------------------------------------------------------
     def add_input(self, index: int, batches: Iterable[Any]) -> None:

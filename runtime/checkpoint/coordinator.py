@@ -57,6 +57,8 @@ class TaskCheckpointStats:
     processed_data: int = 0  # bytes processed between the barrier overtaking them and the snapshot settling
     unaligned: bool = False  # a barrier overtook in-flight data at this subtask
     start_delay_ms: float = 0.0  # trigger to this subtask's snapshot: how long the barrier took to come
+    feedback_logged: int = 0  # a loop's head: bytes of fed-back records logged with its snapshot (task/iteration.py)
+    feedback_records: int = 0
 
 
 @dataclass
@@ -81,6 +83,14 @@ class CheckpointStats:
         return sum(t.processed_data for t in self.tasks)
 
     @property
+    def feedback_logged(self) -> int:
+        return sum(t.feedback_logged for t in self.tasks)
+
+    @property
+    def feedback_records(self) -> int:
+        return sum(t.feedback_records for t in self.tasks)
+
+    @property
     def checkpoint_type(self) -> str:
         """Flink's REST ``checkpoint_type``."""
         if self.savepoint is not None:
@@ -98,6 +108,7 @@ class CheckpointStats:
                 "max_start_delay_ms": worst("start_delay_ms"),
                 "failure": self.failure, "acks": len(self.tasks), "savepoint": self.savepoint,
                 "persisted_data": self.persisted_data, "processed_data": self.processed_data,
+                "feedback_logged": self.feedback_logged, "feedback_records": self.feedback_records,
                 "checkpoint_type": self.checkpoint_type}
 
 

@@ -665,7 +665,8 @@ class JobManager:
                                     float(msg["async_ms"]), float(msg["alignment_ms"]), int(msg["size"]),
                                     int(msg.get("uploaded", msg["size"])), int(msg.get("persisted_data", 0)),
                                     int(msg.get("processed_data", 0)), bool(msg.get("unaligned", False)),
-                                    float(msg.get("start_delay_ms", 0.0)))
+                                    float(msg.get("start_delay_ms", 0.0)), int(msg.get("feedback_logged", 0)),
+                                    int(msg.get("feedback_records", 0)))
         with self._lock:
             if int(msg.get("attempt", -1)) != self.attempt or self.fenced:
                 cc.discard_acked_files(msg.get("handles") or {})

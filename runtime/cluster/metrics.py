@@ -20,6 +20,8 @@ streamjob_checkpoint_alignment_time_seconds                   checkpointAlignmen
 streamjob_last_checkpoint_persisted_data_bytes                REST persisted_data of the last checkpoint: in-flight
                                                               bytes an unaligned checkpoint stored (channel state)
 streamjob_last_checkpoint_processed_data_bytes                REST processed_data: bytes processed while overtaken
+streamjob_last_checkpoint_feedback_logged_bytes               REST feedback_logged: fed-back records the loops' heads
+                                                              logged with the last checkpoint (iterations)
 streamjob_last_checkpoint_unaligned                           1 if the last checkpoint was UNALIGNED_CHECKPOINT
 streamjob_checkpoint_start_delay_seconds                      checkpointStartDelayNanos (slowest task, last)
 streamjob_num_restarts_total                                  numRestarts
@@ -129,6 +131,9 @@ class JobMetrics:
         yield gauge("streamjob_last_checkpoint_processed_data_bytes",
                     "Bytes processed while the last completed checkpoint's barriers overtook them (processed_data)",
                     None if last is None else last.get("processed_data", 0))
+        yield gauge("streamjob_last_checkpoint_feedback_logged_bytes",
+                    "Bytes of fed-back records the loops' heads logged with the last completed checkpoint "
+                    "(iterations; part of persisted_data)", None if last is None else last.get("feedback_logged", 0))
         yield gauge("streamjob_last_checkpoint_unaligned",
                     "1 if barriers overtook in-flight data in the last completed checkpoint (UNALIGNED_CHECKPOINT)",
                     None if last is None else float(last.get("checkpoint_type") == "UNALIGNED_CHECKPOINT"))

@@ -562,6 +562,9 @@ OPENAPI: dict[str, Any] = {
                                        "(unaligned checkpoints), as Flink's persisted_data"},
                     "processed_data": {"type": "integer", "description": "bytes processed while the barriers "
                                        "overtook them, as Flink's processed_data"},
+                    "feedback_logged": {"type": "integer", "description": "bytes of fed-back records the loops' "
+                                        "heads logged with their snapshots (iterations; part of persisted_data)"},
+                    "feedback_records": {"type": "integer", "description": "records in those logs"},
                     "checkpoint_type": {"enum": ["CHECKPOINT", "UNALIGNED_CHECKPOINT", "SAVEPOINT"]},
                     "max_start_delay_ms": {**_NUM, "description": "trigger to the snapshot of the subtask the "
                                            "barrier reached last (Flink's checkpoint start delay)"}}},

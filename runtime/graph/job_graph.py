@@ -315,11 +315,6 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
 
     _check_queryable_names(operators)
     iterations = find_iterations(operators, edges, transformations, JobDefinitionError)
-    if iterations and Configuration({**config.to_dict(), Options.RUNTIME_MODE: mode}).checkpointing_enabled():
-        raise JobDefinitionError(
-            f"{iterations[0].describe(operators)}: checkpoints of jobs with iterations come in a later version "
-            "(records in flight on the feedback edge would be lost at a failure); run this job without "
-            "checkpointing (drop enable_checkpointing / execution.checkpointing.interval)")
     slots = assign_slots(tasks)
     return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
                     {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism,

@@ -152,8 +152,15 @@ class InputChannel:
         self.feedback = False
         self.owed = 0  # credits of arrived feedback batches not yet returned (returned by the task's step)
         self.discarding = False  # the loop's head has ended: later feedback is dropped (max_wait_time_ms)
+        # A back-edge's barriers go to the head's feedback log as they arrive, never into the queue: what is
+        # queued before one is logged then, so a snapshot never waits for the head to work off its backlog.
+        self.on_feedback_barrier: Callable[[CheckpointBarrier], None] | None = None
 
     def push(self, item: Any) -> None:
+        if self.feedback and type(item) is CheckpointBarrier:
+            if self.on_feedback_barrier is not None and not self.discarding:
+                self.on_feedback_barrier(item)
+            return
         if self.on_priority is not None and type(item) is CheckpointBarrier and item.unaligned:
             self.on_priority(item, len(self.queue))
             return
@@ -175,10 +182,10 @@ class InputChannel:
 
     def poll(self) -> Any:
         item = self.queue.popleft()
-        if not isinstance(item, RuntimeEvent) and not self.feedback:
+        if not isinstance(item, RuntimeEvent):
             if self.recovered:
                 self.recovered -= 1
-            else:
+            elif not self.feedback:  # a back-edge returned its credit on arrival
                 self.return_credit(1)
         return item
 

@@ -15,6 +15,8 @@ The marker file holds the JSON ``detail`` of the point (for the sink points: the
 - ``sink-after-commit``: it has just committed them, before anything else happened (a restore then
   commits the same transactions again: commits must be idempotent). Not for a sink that commits in
   the background (FileSink): its commits end in another thread.
+- ``feedback-logging``: a loop's head has just logged a fed-back batch for a snapshot whose barrier
+  has not come back around the loop yet (task/iteration.py); the detail: records logged per checkpoint.
 
 Nothing happens when the key is unset; jobs never set it.
 

@@ -23,15 +23,21 @@ as usual. Otherwise the next round starts at once: one event per loop channel pe
 
 Not seen by the check (documented): processing-time timers of the body that would emit later.
 
-Exactly-once snapshots of loops come in a later version (a job with a loop and checkpointing is
-refused at build; a savepoint is declined by the head). Where they fit: the head's ``BarrierHandler``
-already aligns on regular channels only (``InputChannel.feedback``), and the tails already forward
-barriers into the back-edges as any writer does; ``Task._on_feedback_event`` drops them today. The
-next step: from the moment ``checkpoint_task`` forwards barrier n at the head until barrier n has come
-back on every back-edge channel (there, instead of dropping it), log each fed-back batch the head
-takes (``Task.step``, where ``HeadLoop.on_feedback`` counts them) into the head's snapshot of n; on
-restore, put the log at the front of the back-edge channels (``InputChannel.prepend_recovered``). The
-back-edge queue (credit on arrival, unbounded) is where a bounded buffer spilling to disk would go.
+Snapshots of a loop (Carbone et al. 2015, section 4: the IterationHead logs its back-edges). The head
+aligns only on its regular inputs; once it has snapshotted checkpoint n and forwarded barrier n into
+the body, every fed-back record it takes is logged (``FeedbackLog``) until barrier n has come back
+around the loop on that back-edge. A barrier arriving on a back-edge is taken at once, not behind the
+backlog queued before it: what is queued there was sent before it and is logged at that moment (it
+stays queued and is processed as usual). The log is the head's input channel state of checkpoint n
+on its back-edges (``checkpoint.channel_state``): written with the snapshot, into checkpoint storage,
+and on restore put back at the front of the back-edges, taken before any new input; at another
+parallelism redistributed by key group where the back-edge is keyed, whole channels round-robin where
+it is not (``checkpoint.channel_rescale``). The snapshot is acknowledged once every back-edge brought
+its barrier back (or ended). Aligned, unaligned (the head's regular inputs may be overtaken as on any
+task; its back-edges are logged the same way), at-least-once and savepoints alike: without the log a
+record circulating at the failure would be lost, which even at-least-once does not allow.
+
+The back-edge queue (credit on arrival, unbounded) is where a bounded buffer spilling to disk would go.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..batch import Batch
-from ..network.events import IterationProbe
+from ..batch import Batch, Stamped, num_rows
+from ..checkpoint.channel_state import ChannelStateCollector
+from ..network.events import CheckpointBarrier, IterationProbe, RuntimeEvent
 from .base import StreamOperator
 from .iteration_rounds import END, REPORT, ROUND
 
@@ -164,3 +171,72 @@ class ProbeForwarder:
         self.round, self.arrived = 0, set()
         for w in self.writers:
             w.broadcast_event(probe)
+
+
+class FeedbackLog:
+    """A head task's logs of fed-back records, one per snapshot in progress (several with concurrent
+    checkpoints): checkpoint n's log takes what comes in on each back-edge from the head's snapshot n
+    until barrier n comes back on that back-edge."""
+
+    def __init__(self, back: set[int], channels: list[Any], logged: Callable[[dict], None] | None = None):
+        self.back = back  # gate indexes of the back-edges
+        self.channels = channels  # the gate's input channels
+        self.open: dict[int, ChannelStateCollector] = {}
+        self.logged = logged  # tests only: called with {checkpoint: records logged} after each batch logged
+
+    def start(self, collector: ChannelStateCollector) -> None:
+        """The head snapshotted ``collector.checkpoint_id`` and forwarded its barrier: log from now."""
+        collector.input_keys = [(ch.edge, ch.source_subtask) for ch in self.channels]
+        waiting = {i for i in self.back if not self.channels[i].finished}
+        if waiting:
+            collector.waiting_inputs |= waiting
+            self.open[collector.checkpoint_id] = collector
+
+    def on_batch(self, index: int, batch: Any) -> None:
+        """The head took a fed-back batch."""
+        for collector in self.open.values():
+            if index in collector.waiting_inputs:
+                self._log(collector, index, (batch,))
+
+    def on_barrier(self, index: int, barrier: CheckpointBarrier) -> bool:
+        """Barrier n came back on back-edge ``index`` (it never waits in the queue): what is queued before
+        it belongs to log n too. Returns whether a log completed. A barrier without a log (its checkpoint
+        was aborted, or the head had ended) is dropped."""
+        collector = self.open.get(barrier.checkpoint_id)
+        if collector is None or index not in collector.waiting_inputs:
+            return False
+        queued = [item for item in self.channels[index].queue if not isinstance(item, RuntimeEvent)]
+        self._log(collector, index, queued)
+        collector.input_done(index)
+        return self._close(collector)
+
+    def on_end(self, index: int) -> bool:
+        """Back-edge ``index`` ended: everything before its end was logged."""
+        done = False
+        for collector in list(self.open.values()):
+            collector.input_done(index)
+            done = self._close(collector) or done
+        return done
+
+    def drop(self, up_to: int) -> None:
+        """Checkpoints up to ``up_to`` were given up: their logs end here."""
+        for n in [n for n in self.open if n <= up_to]:
+            del self.open[n]
+
+    def _close(self, collector: ChannelStateCollector) -> bool:
+        if any(i in collector.waiting_inputs for i in self.back):
+            return False
+        self.open.pop(collector.checkpoint_id, None)
+        return True
+
+    def _log(self, collector: ChannelStateCollector, index: int, batches: Any) -> None:
+        before = collector.bytes_in
+        batches = list(batches)
+        collector.add_input(index, batches)
+        collector.feedback_bytes += collector.bytes_in - before
+        collector.feedback_records += sum(num_rows(b.batch if type(b) is Stamped else b) for b in batches)
+        if batches and self.logged is not None:
+            self.logged({n: c.feedback_records for n, c in self.open.items()})
+
+
+__all__ = ["FeedbackLog", "HeadLoop", "IterationHeadOperator", "ProbeForwarder"]

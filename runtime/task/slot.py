@@ -44,8 +44,9 @@ from .checkpointing import BarrierHandler, SnapshotJob, SnapshotWriter
 from .unaligned import UnalignedBarrierHandler, as_unaligned, start_delay_ms
 from .base import OperatorFailure, OperatorSnapshot, StreamOperator
 from .factory import create_operator
+from .faults import FAULT, maybe_kill
 from . import iteration_rounds as iteration
-from .iteration import HeadLoop, ProbeForwarder
+from .iteration import FeedbackLog, HeadLoop, ProbeForwarder
 from .iteration_rounds import IterationRounds
 from .sink import SinkOperator
 from .source import SourceOperator
@@ -95,8 +96,9 @@ def _channel_state_stats(collector: ChannelStateCollector | None) -> dict:
     processed_data (bytes processed while the barrier was overtaking them)."""
     if collector is None:
         return {}
-    return {"persisted_data": collector.bytes_in + collector.bytes_out, "processed_data": collector.bytes_in,
-            "unaligned": collector.unaligned}
+    return {"persisted_data": collector.bytes_in + collector.bytes_out, "processed_data": collector.bytes_in - collector.feedback_bytes,
+            "unaligned": collector.unaligned, "feedback_logged": collector.feedback_bytes,
+            "feedback_records": collector.feedback_records}
 
 
 class Task:
@@ -122,6 +124,7 @@ class Task:
         self.back: set[int] = {i for i, ch in enumerate(gate.channels) if ch.feedback} if gate is not None else set()
         self.feedback_channels = [gate.channels[i] for i in sorted(self.back)] if gate is not None else []
         self.loop: HeadLoop | None = None
+        self.feedback_log: FeedbackLog | None = None  # a head's, when the job snapshots
         self.probes: ProbeForwarder | None = None
         self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
         for i in self.back:
@@ -206,6 +209,8 @@ class Task:
                     barriers.on_data(index, item)  # type: ignore[attr-defined]
                 if self.back and index in self.back:
                     self.loop.on_feedback(num_rows(item.batch if type(item) is Stamped else item))  # type: ignore[union-attr]
+                    if self.feedback_log is not None and self.feedback_log.open:
+                        self.feedback_log.on_batch(index, item)
                 if type(item) is Stamped:
                     self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
                 else:
@@ -276,6 +281,8 @@ class Task:
         elif isinstance(event, EndOfPartition):
             ch.finished = True
             self.gate.block(index)  # type: ignore[union-attr]
+            if self.feedback_log is not None:
+                self.feedback_log.on_end(index)
 
     def end_loop(self, timed_out: bool = False) -> None:
         """The loop is proven empty (or waited ``max_wait_time_ms`` for feedback): the head ends, and its
@@ -283,6 +290,11 @@ class Task:
         if self.finished or self.loop is None:
             return
         self.loop.end(timed_out)
+        if self.feedback_log is not None:
+            # Nothing more comes round (the loop is empty, or what comes is dropped): the logs in progress are
+            # complete, and the barriers they wait for will be dropped with the rest.
+            for k in self.back:
+                self.feedback_log.on_end(k)
         for ch in self.feedback_channels:
             if any(type(item) is EndOfPartition for item in ch.queue):
                 ch.finished = True
@@ -385,7 +397,10 @@ class SlotRuntime:
         self.unaligned, self.aligned_timeout_ms = conf.unaligned_checkpoints() if self.checkpointing else (False, 0)
         self._parked: list[SnapshotJob] = []  # snapshots waiting for their channel state to be complete
         self._next_timeout_poll = 0.0
-        self._edge_shapes = channel_rescale.shapes_of(graph) if self.unaligned else {}
+        # Channel state names its edges' shapes (a restore at another parallelism reads them): unaligned
+        # checkpoints', and the feedback logs of a loop's heads.
+        self._edge_shapes = channel_rescale.shapes_of(graph) if self.unaligned or graph.iterations else {}
+        self._stop_savepoint = 0  # a stop-with-savepoint without drain in progress: its heads end with it
         self.final_checkpoint_done = False
         # The newest checkpoint known complete here (restored, or announced): a queryable state's live value
         # is at or after it.
@@ -488,6 +503,13 @@ class SlotRuntime:
                 loop_writers = [w for w in channel_writers if w.edge in loop.loop_edges]
                 if vertex.head == loop.head:
                     task.loop = HeadLoop(loop, i, vertex.parallelism, task.back, loop_writers, self._iteration_report)
+                    if self.snapshotting:
+                        fault = (lambda logged, ctx=task.head.ctx: maybe_kill(ctx, "feedback-logging", logged)) \
+                            if task.head.ctx.get_job_parameter(FAULT) else None  # tests only (task/faults.py)
+                        task.feedback_log = FeedbackLog(task.back, gate.channels, fault)
+                        for k in task.back:
+                            gate.channels[k].on_feedback_barrier = \
+                                lambda barrier, k=k, task=task: task.feedback_log.on_barrier(k, barrier)
                     # streamjob_feedback_backlog: fed-back records waiting at the head (the loop's back pressure)
                     task.head.ctx._metric_registry().group(system=True).gauge("feedbackBacklog", task.feedback_backlog)
                 elif gate is not None:
@@ -693,8 +715,9 @@ class SlotRuntime:
             for task in tasks:
                 if task.step(now):
                     progressed = True
-                    if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
-                        self._finished_after_trigger(task)
+                # Also for a task that finished outside its step (a loop's head, ended by its rounds).
+                if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
+                    self._finished_after_trigger(task)
             if all(t.finished for t in tasks) and all(t.outputs_delivered() for t in tasks) \
                     and all(t.feedback_ended() for t in tasks):
                 break
@@ -743,6 +766,8 @@ class SlotRuntime:
                         task.barriers.abort(n)
                     if task.paused_for == n:
                         task.paused_for = 0  # the stop-with-savepoint failed: the job goes on
+                if self._stop_savepoint == n:
+                    self._stop_savepoint = 0
                 for op in self.operators.values():
                     if op.keyed_backend is not None:
                         op.keyed_backend.notify_checkpoint_aborted(int(msg["id"]))
@@ -785,8 +810,16 @@ class SlotRuntime:
         unaligned = self.unaligned and self.aligned_timeout_ms <= 0 and not sp.get("path")  # savepoints stay aligned
         barrier = self.last_trigger = CheckpointBarrier(checkpoint_id, timestamp_ms, unaligned=unaligned,
                                                         savepoint=sp.get("path"))
+        if sp.get("stop") and not sp.get("drain"):
+            self._stop_savepoint = checkpoint_id
         for task in self.tasks:
-            if task.last_checkpoint >= checkpoint_id or not (task.finished or task.gate is None):
+            # A loop's head whose regular inputs all ended is aligned already: it snapshots now (and logs its
+            # feedback), or no checkpoint would complete while the loop runs on after the end of its input.
+            # Not for a drain's savepoint: that one is the job's last, and is taken once the loop is empty
+            # (the head's end), or the output of what its log holds would never be committed.
+            ended_head = task.loop is not None and task.loop.input_ended and not task.finished \
+                and not sp.get("drain")
+            if task.last_checkpoint >= checkpoint_id or not (task.finished or task.gate is None or ended_head):
                 continue
             if sp.get("stop") and not task.finished and sp.get("drain"):
                 task.finish(end_of_input=True)
@@ -810,14 +843,6 @@ class SlotRuntime:
         and what it overtook becomes channel state; the snapshot is acknowledged once the channel
         state is complete (its inputs are filled in by the UnalignedBarrierHandler)."""
         n = barrier.checkpoint_id
-        if task.loop is not None:
-            # Snapshots of a loop need the head to log its feedback (a later version): a savepoint taken
-            # without would silently lose the records circulating. (Checkpoints are refused at build.)
-            task.last_checkpoint = n
-            self._decline(task, n, f"{task.loop.name}: savepoints of jobs with iterations come in a later version "
-                                   "(the records in flight around the loop would be lost); stop without a savepoint "
-                                   "(streamjob stop drains the input and lets the loop empty)")
-            return None
         self._drop_parked(task, n - 1, decline=True)
         if any(op.snapshot_in_flight for op in task.operators):
             # The previous snapshot of these tables is still being written (only with
@@ -830,20 +855,24 @@ class SlotRuntime:
         full = barrier.savepoint is not None
         snaps = [s for s in (op.snapshot_state(n, full) for op in task.operators) if s is not None]
         collector = None
-        if self.unaligned and barrier.savepoint is None:
+        unaligned = self.unaligned and barrier.savepoint is None
+        logs = task.feedback_log is not None and not task.finished  # a loop's head logs its feedback from here
+        if unaligned or logs:
             collector = ChannelStateCollector(n, barrier)
         if not task.finished:
-            if collector is not None and (overtake or barrier.unaligned):
-                collector.barrier = forwarded = as_unaligned(barrier)
+            if unaligned and (overtake or barrier.unaligned):
+                collector.barrier = forwarded = as_unaligned(barrier)  # type: ignore[union-attr]
                 for w in task.writers:
                     for j, ch in enumerate(w.channels):
-                        collector.add_output((w.edge, w.targets[j]), ch.overtake(forwarded))
+                        collector.add_output((w.edge, w.targets[j]), ch.overtake(forwarded))  # type: ignore[union-attr]
             else:
                 for w in task.writers:
                     w.broadcast_event(barrier)
-                if collector is not None:  # aligned so far: the barrier may still time out in an output queue
-                    collector.waiting_outputs = {(w.edge, w.targets[j]): ch for w in task.writers
+                if unaligned:  # aligned so far: the barrier may still time out in an output queue
+                    collector.waiting_outputs = {(w.edge, w.targets[j]): ch for w in task.writers  # type: ignore[union-attr]
                                                  for j, ch in enumerate(w.channels) if ch.holds(barrier)}
+            if logs:
+                task.feedback_log.start(collector)  # type: ignore[union-attr,arg-type]
         sync_ms = (time.perf_counter() - started) * 1000.0
         task.last_checkpoint = n
         job = SnapshotJob(task, n, snaps, sync_ms, alignment_ms, collector,
@@ -885,6 +914,8 @@ class SlotRuntime:
         newer checkpoint: then the job manager is told, so it does not wait for it until the timeout)."""
         for job in [j for j in self._parked if (task is None or j.task is task) and j.checkpoint_id <= checkpoint_id]:
             self._parked.remove(job)
+            if job.task.feedback_log is not None:
+                job.task.feedback_log.drop(job.checkpoint_id)
             for snap in job.snapshots:
                 snap.done()  # fold the copy-on-write layers back: nothing will write them
             if decline:
@@ -902,6 +933,8 @@ class SlotRuntime:
             edges = channel_rescale.describe_handle([e for (e, _), b in held.inputs.items() if b],
                                                     [e for (e, _), b in held.outputs.items() if b], self._edge_shapes)
             index = {"channel_state": {"inputs": held.bytes_in, "outputs": held.bytes_out, **edges}}
+            if held.feedback_records:  # a loop head's log: the metadata names what it holds
+                index["channel_state"].update(feedback=held.feedback_bytes, feedback_records=held.feedback_records)
             return storage.write_state(checkpoint_id, name, data, index), len(data), len(data)
         for wait in getattr(snap, "waits", ()):  # e.g. a FileSink's part files: complete before the ack
             wait()
@@ -942,6 +975,10 @@ class SlotRuntime:
             if task.paused_for == checkpoint_id:
                 task.paused_for = 0
                 task.finish()  # the stop-with-savepoint is durable: this source ends here
+            elif checkpoint_id == self._stop_savepoint and task.loop is not None:
+                # What circulates is in the savepoint (its heads' logs): running it on would only make output
+                # that no checkpoint commits, and that the job resumed from the savepoint makes again.
+                task.end_loop()
         for op in self.operators.values():
             if op.keyed_backend is not None:
                 op.keyed_backend.notify_checkpoint_complete(checkpoint_id)

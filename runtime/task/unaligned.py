@@ -118,7 +118,9 @@ class UnalignedBarrierHandler(BarrierHandler):
         collector = self.on_unaligned(as_unaligned(barrier), alignment_ms)
         collector.unaligned = True
         collector.input_keys = [(ch.edge, ch.source_subtask) for ch in channels]
-        collector.waiting_inputs = {i for i, ch in enumerate(channels) if i not in arrived and not ch.finished}
+        # A loop head's back-edges are logged by its FeedbackLog (task/iteration.py), from its snapshot on.
+        collector.waiting_inputs |= {i for i, ch in enumerate(channels)
+                                     if i not in arrived and not ch.finished and not ch.feedback}
         if channel is not None and before:
             collector.add_input(channel, itertools.islice(channels[channel].queue, before))
         self.collector = collector
@@ -132,6 +134,8 @@ class UnalignedBarrierHandler(BarrierHandler):
         if collector is None:
             return
         for i in sorted(collector.waiting_inputs):
+            if self.gate.channels[i].feedback:
+                continue  # never holds a barrier (task/iteration.FeedbackLog)
             queue = self.gate.channels[i].queue
             for k, item in enumerate(queue):
                 if type(item) is CheckpointBarrier and item.checkpoint_id == n:
@@ -143,7 +147,7 @@ class UnalignedBarrierHandler(BarrierHandler):
     def on_data(self, channel: int, batch: object) -> None:
         """A batch was taken from ``channel``: channel state if its barrier has not come through yet."""
         collector = self.collector
-        if collector is not None and channel in collector.waiting_inputs:
+        if collector is not None and channel in collector.waiting_inputs and not self.gate.channels[channel].feedback:
             collector.add_input(channel, (batch,))
 
     def check(self) -> None:
@@ -155,7 +159,10 @@ class UnalignedBarrierHandler(BarrierHandler):
         super().check()
 
     def _settle(self) -> None:
-        if self.collector is not None and not self.collector.waiting_inputs:
+        """Every regular input brought its barrier (or ended): this handler's part of the channel state is
+        complete. (A loop head's back-edges may still be logging; the snapshot waits for them.)"""
+        collector = self.collector
+        if collector is not None and all(self.gate.channels[i].feedback for i in collector.waiting_inputs):
             self.collector = None
             self.recording = False
 

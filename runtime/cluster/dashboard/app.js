@@ -349,7 +349,9 @@ function renderCheckpoints(doc) {
     tr.append(cell(String(h.id), "num"), cell(type), cell(h.status, "status"), cell(clock(h.trigger_time)),
               cell(ms(h.duration_ms), "num"), cell(bytes(h.checkpointed_size), "num"), cell(bytes(h.state_size), "num"),
               cell(ms(h.max_alignment_ms), "num"), cell(ms(h.max_start_delay_ms), "num"),
-              cell(bytes(h.persisted_data), "num"), cell(String(h.acks ?? "–"), "num"),
+              cell(bytes(h.persisted_data), "num"),
+              cell(h.feedback_records ? `${bytes(h.feedback_logged)} (${h.feedback_records} records)` : "–", "num"),
+              cell(String(h.acks ?? "–"), "num"),
               cell(h.failure || "", "failure"));
     return tr;
   });
