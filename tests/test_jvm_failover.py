@@ -125,6 +125,25 @@ def dead(processes: list[psutil.Process]) -> bool:
     return all(gone(p) for p in processes)
 
 
+def savepoint_held_in_flight(job: Job, stall: str, target_dir: str) -> str:
+    """A savepoint whose barrier waits at the stalled operator; returns its request id. A savepoint starts
+    once no checkpoint is in flight: a periodic one that the stall caught before its barrier passed would
+    hold it QUEUED for good, so then the stall is lifted (both complete) and it is tried again."""
+    for attempt in range(5):
+        open(stall, "w").close()
+        rid = f"sp-1-{attempt}"
+        code, sp = request(job.url + "/savepoints", "POST", {"target_dir": target_dir, "request_id": rid})
+        assert code == 202, sp
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            if job.get(f"/savepoints/{rid}").get("status") == "IN_PROGRESS":
+                return rid
+            time.sleep(0.05)
+        os.remove(stall)
+        job.until(lambda: job.get(f"/savepoints/{rid}").get("status") == "COMPLETED", what=f"savepoint {rid}")
+    raise AssertionError("no savepoint could be held in flight in 5 tries")
+
+
 def no_completion_after_the_restore_point(job: Job) -> None:
     """Once the restore point was chosen, no checkpoint of the failed attempt completed: every checkpoint
     triggered before the restore that completed is at most the restored one."""
@@ -168,16 +187,12 @@ def test_jvm_killed_three_times_mid_checkpoint_mid_savepoint_and_anywhere_output
         no_completion_after_the_restore_point(job)
 
         # 2. A savepoint in flight.
-        open(stall, "w").close()
-        code, sp = request(job.url + "/savepoints", "POST", {"target_dir": str(tmp_path / "savepoints"),
-                                                              "request_id": "sp-1"})
-        assert code == 202, sp
-        job.until(lambda: job.get("/savepoints/sp-1").get("status") == "IN_PROGRESS", what="the savepoint in flight")
+        sp1 = savepoint_held_in_flight(job, stall, str(tmp_path / "savepoints"))
         workers = job.kill_jvm()
         job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 2, what="the JVM's death noticed")
         os.remove(stall)
         assert dead(workers)
-        failed = job.get("/savepoints/sp-1")
+        failed = job.get(f"/savepoints/{sp1}")
         assert failed["status"] == "FAILED" and JVM_EXITED in failed["error"], failed
         assert not os.path.exists(failed["path"])  # nothing half-written left behind
         job.until(lambda: job.checkpoints_after(job.latest_checkpoint()), what="running again")

@@ -96,9 +96,9 @@ def _channel_state_stats(collector: ChannelStateCollector | None) -> dict:
     processed_data (bytes processed while the barrier was overtaking them)."""
     if collector is None:
         return {}
-    return {"persisted_data": collector.bytes_in + collector.bytes_out, "processed_data": collector.bytes_in - collector.feedback_bytes,
-            "unaligned": collector.unaligned, "feedback_logged": collector.feedback_bytes,
-            "feedback_records": collector.feedback_records}
+    return {"persisted_data": collector.bytes_in + collector.bytes_out,
+            "processed_data": collector.bytes_in - collector.feedback_bytes, "unaligned": collector.unaligned,
+            "feedback_logged": collector.feedback_bytes, "feedback_records": collector.feedback_records}
 
 
 class Task:
@@ -824,7 +824,7 @@ class SlotRuntime:
             if sp.get("stop") and not task.finished and sp.get("drain"):
                 task.finish(end_of_input=True)
             self.checkpoint_task(task, barrier, 0.0)
-            if sp.get("stop") and not task.finished:
+            if sp.get("stop") and not task.finished and task.gate is None:  # a source (a head ends with its loop)
                 task.paused_for = checkpoint_id
 
     def _finished_after_trigger(self, task: Task) -> None:
