@@ -1,6 +1,6 @@
 """Iterations: what exactly-once snapshots of a loop cost, and how much feedback they log (issue 32).
 
-    python -P bench/iterations.py [--rounds 1 10 100] [--laps 2000000] [--repeats 2]
+    python -P bench/iterations.py [--rounds 1 10 100] [--laps 20000000] [--repeats 2]
 
 The loop: DataGen (bounded, unthrottled) emits (i, k); ``iterate()``; the body counts each record's
 laps down in a keyed ``map`` (``key_by(i % 1024)``, so the back-edge is fed by a keyed operator and the
@@ -62,11 +62,13 @@ def run(records: int, k: int, checkpoint_dir: str | None) -> dict:
     done = threading.Event()
 
     def sample() -> None:
+        while client.job_manager is None and not done.is_set():
+            time.sleep(0.01)
         jm = client.job_manager
         while not done.is_set():
             by_name = {jm.operator_names.get(op, op): v for op, v in jm.operator_totals().items()}
-            entered = sum(v[1] for n, v in by_name.items() if n == "numbers")
-            left = sum(v[0] for n, v in by_name.items() if n == "out")
+            entered = sum(v[1] for n, v in by_name.items() if n.endswith("numbers"))
+            left = sum(v[0] for n, v in by_name.items() if n.endswith("out"))
             samples.append((time.time(), max(0, entered - left)))
             time.sleep(0.02)
 
@@ -99,7 +101,7 @@ def run(records: int, k: int, checkpoint_dir: str | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--laps", type=int, default=2_000_000, help="records x rounds per run")
+    parser.add_argument("--laps", type=int, default=20_000_000, help="records x rounds per run")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     run(2000, 3, None)  # warm-up: Spark and its workers, untimed
