@@ -23,16 +23,9 @@ from streamjob.runtime import (CheckpointingMode, ExternalizedCheckpointRetentio
 from streamjob.runtime.connectors import DataGenSource, FileSink
 
 from test_checkpointing import kill_tasks_at_random
+from test_iterations import collatz
 
 pytestmark = pytest.mark.spark
-
-
-def collatz(n: int) -> int:
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
 
 
 def first(i: int) -> int:
