@@ -42,6 +42,8 @@ class Options:
     INCREMENTAL_CHECKPOINTS = "execution.checkpointing.incremental"  # RocksDB: upload only new SST files
     CLAIM_MODE = "execution.state-recovery.claim-mode"  # CLAIM: the job takes over the restored checkpoints
     ROCKSDB_LOCAL_DIR = "state.backend.rocksdb.localdir"  # working directories of the tasks' databases
+    IO_TMP_DIRS = "io.tmp.dirs"  # tasks' spill files (a loop's back-edge backlog); empty: the system temp dir
+    ITERATION_FEEDBACK_MEMORY = "iteration.feedback-buffer.memory"  # a loop head's queued feedback in memory
     ROCKSDB_BLOCK_CACHE = "state.backend.rocksdb.block.cache-size"
     ROCKSDB_WRITE_BUFFER = "state.backend.rocksdb.writebuffer.size"
     ROCKSDB_THREADS = "state.backend.rocksdb.thread.num"
@@ -163,6 +165,8 @@ DEFAULTS: dict[str, Any] = {
     Options.S3_READ_TIMEOUT: "60 s",
     Options.S3_MAX_ATTEMPTS: 3,
     Options.ROCKSDB_LOCAL_DIR: "",  # empty: <system temp dir>/streamjob-rocksdb
+    Options.IO_TMP_DIRS: "",
+    Options.ITERATION_FEEDBACK_MEMORY: "64 mb",
     Options.ROCKSDB_BLOCK_CACHE: "64 mb",
     Options.ROCKSDB_WRITE_BUFFER: "32 mb",
     Options.ROCKSDB_THREADS: 2,
@@ -209,6 +213,10 @@ DESCRIPTIONS: dict[str, str] = {
     Options.CLAIM_MODE: "`NO_CLAIM`: a resumed checkpoint starts a new job (its first checkpoint is full, the old "
                         "directory is never touched); `CLAIM`: resume as the same job, in the old job's directory",
     Options.ROCKSDB_LOCAL_DIR: "RocksDB working directories (left-overs of killed tasks are swept)",
+    Options.IO_TMP_DIRS: "Where tasks spill to local disk (a loop's feedback backlog; files are unnamed, "
+                         "nothing is left behind)",
+    Options.ITERATION_FEEDBACK_MEMORY: "A loop head's fed-back batches held in memory per task; more wait "
+                                       "on local disk (io.tmp.dirs)",
     Options.ROCKSDB_BLOCK_CACHE: "RocksDB block cache",
     Options.ROCKSDB_WRITE_BUFFER: "RocksDB write buffer",
     Options.ROCKSDB_THREADS: "RocksDB background threads",

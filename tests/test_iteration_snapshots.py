@@ -242,3 +242,35 @@ def test_a_drain_of_a_checkpointed_loop_empties_it_and_commits_every_walk(spark_
     assert rows == committed(started)
     last = [c for c in result.checkpoints if c["status"] == "COMPLETED"][-1]
     assert last["feedback_records"] == 0, result.checkpoints
+
+
+def test_kills_while_the_feedback_backlog_waits_on_disk_lose_and_duplicate_nothing(spark_slots, tmp_path):
+    """A loop that feeds each record back tenfold for three rounds, a slow sink, and 1 KB of feedback in
+    memory per head: the backlog waits in spill files, the heads' logs take spilled batches (read back
+    by the checkpoint's writer), and three random kills later every output record is there once."""
+    from streamjob.runtime.config import Options
+    from test_iterations import expected_tenfold, read_rows, slow_id
+
+    rng = random.Random(int(time.time()))
+    n = 300
+    out = str(tmp_path / "out")
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(3)
+    env.enable_checkpointing(rng.randint(150, 300), CheckpointingMode.EXACTLY_ONCE)
+    env.get_checkpoint_config().set_checkpoint_storage(str(tmp_path / "chk"))
+    env.set_restart_strategy(RestartStrategies.fixed_delay_restart(50, 100))
+    env.set_buffer_timeout(5)
+    env.get_config().set(Options.BATCH_SIZE, 50).set(Options.ITERATION_FEEDBACK_MEMORY, "1 kb")
+    numbers = env.from_source(DataGenSource(lambda i: (i, 0), count=n, rows_per_second=30), None, "numbers")
+    loop = numbers.iterate()
+    body = loop.key_by(lambda r: r[0] % 7).flat_map(
+        lambda r: [(r[0] * 10 + k, r[1] + 1) for k in range(10)] if r[1] < 3 else [r])
+    loop.close_with(body.filter(lambda r: r[1] < 3))
+    body.filter(lambda r: r[1] >= 3).map(slow_id).sink_to(FileSink.jsonl(out))
+    client = env.execute_async("tenfold")
+    killed = kill_tasks_at_random(client, 3, rng, pause=(0.5, 1.5), within=60)
+    result = client.get_job_execution_result(300)
+    assert len(killed) == 3 and result.restarts == 3
+    assert sorted(r["id"] for r in read_rows(out)) == expected_tenfold(n)
+    # Logs larger than the memory budget: they held spilled batches.
+    assert max(c.get("feedback_logged", 0) for c in result.checkpoints) > 1024, result.checkpoints

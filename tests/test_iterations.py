@@ -195,6 +195,30 @@ def test_a_loop_in_one_slot_without_a_job_manager_ends_by_itself(tmp_path):
     assert backlog[0] is True and backlog[-1] == 0  # a connector-style (system) gauge: nothing left queued
 
 
+def test_a_feedback_backlog_beyond_the_memory_budget_waits_on_local_disk(tmp_path):
+    """Each record fed back tenfold for three rounds, through one slot, with 20 KB for the head's queued
+    feedback, the sink slow: the rest waits in spill files (unnamed: io.tmp.dirs stays empty), memory
+    stays within the budget (and one batch: 1,000 records of two int64), and the output is exact."""
+    env = env_at(1)
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    env.get_config().set(Options.BATCH_SIZE, 20).set(Options.BUFFERS_PER_CHANNEL, 1) \
+        .set(Options.ITERATION_FEEDBACK_MEMORY, "20 kb") \
+        .set(Options.IO_TMP_DIRS, str(spill_dir))
+    tenfold(env, 300, tmp_path / "out")
+    slot = SlotRuntime(graph_of(env), 0)
+    slot.connect([slot.address])
+    slot.run()
+    ids = [r["id"] for r in read_rows(tmp_path / "out")]
+    assert sorted(ids) == expected_tenfold(300)
+    (head,) = [t for t in slot.tasks if t.loop is not None]
+    buffer = head.feedback_buffer
+    assert buffer.spilled_batches > 5 and buffer.spilled_bytes > 5 * 1000
+    assert buffer.peak_in_memory <= 20 * 1024 + 1000 * 16, "the budget, and at most one batch beyond it"
+    assert buffer.in_memory == 0 and buffer.on_disk == 0
+    assert not list(spill_dir.iterdir())
+
+
 def test_max_wait_time_ms_is_an_extra_the_loop_still_ends_when_it_is_empty(tmp_path):
     env = env_at(1)
     loop = env.from_collection([(n, n, 0) for n in range(1, 40)]).iterate(max_wait_time_ms=60_000)
@@ -321,24 +345,44 @@ def graph_so_far(env):
     return build_job_graph(_with_inputs(env._transformations), env._config, "plan")
 
 
+def tenfold(env, n: int, out, slow: bool = True) -> None:
+    """Each of n records goes round three times and is multiplied by ten each time: n * 1000 leave."""
+    loop = env.from_collection([(i, 0) for i in range(n)]).iterate()
+    body = loop.key_by(lambda r: r[0] % 7).flat_map(
+        lambda r: [(r[0] * 10 + k, r[1] + 1) for k in range(10)] if r[1] < 3 else [r])
+    loop.close_with(body.filter(lambda r: r[1] < 3))
+    body.filter(lambda r: r[1] >= 3).map(slow_id if slow else lambda r: {"id": r[0]}) \
+        .sink_to(FileSink.jsonl(str(out)))
+
+
+def expected_tenfold(n: int) -> list[int]:
+    return sorted(i * 1000 + k for i in range(n) for k in range(1000))
+
+
 @pytest.mark.spark
 def test_a_loop_that_multiplies_its_records_tenfold_for_three_rounds_ends_without_deadlock(spark_slots, tmp_path):
     """Small batches and one credit per channel: the body's output fills every channel at once, so a
     back-edge that waited for the head (which waits for the body) would freeze the loop; the keyed
-    body sits in another task, so records cross slots both ways. The sink is slow too."""
+    body sits in another task, so records cross slots both ways. The sink is slow too, and the heads
+    keep 1 KB of feedback in memory: the backlog waits on disk."""
     env = env_at(2)
     env.set_buffer_timeout(5)
-    env.get_config().set(Options.BATCH_SIZE, 50).set(Options.BUFFERS_PER_CHANNEL, 1)
-    loop = env.from_collection([(i, 0) for i in range(30)]).iterate()
-    body = loop.key_by(lambda r: r[0] % 7).flat_map(
-        lambda r: [(r[0] * 10 + k, r[1] + 1) for k in range(10)] if r[1] < 3 else [r])
-    loop.close_with(body.filter(lambda r: r[1] < 3))
-    body.filter(lambda r: r[1] >= 3).map(slow_id).sink_to(FileSink.jsonl(str(tmp_path)))
+    env.get_config().set(Options.BATCH_SIZE, 50).set(Options.BUFFERS_PER_CHANNEL, 1) \
+        .set(Options.ITERATION_FEEDBACK_MEMORY, "1 kb")
+    tenfold(env, 100, tmp_path)
     started = time.monotonic()
-    env.execute("tenfold")
+    client = env.execute_async("tenfold")
+    client.get_job_execution_result(120)
     ids = [r["id"] for r in read_rows(tmp_path)]
-    assert len(ids) == 30 * 1000 and len(set(ids)) == 30 * 1000
+    assert sorted(ids) == expected_tenfold(100)
     assert time.monotonic() - started < 120
+    assert spilled_bytes(client) > 0, "the backlog went to disk"
+
+
+def spilled_bytes(client) -> int:
+    """The heads' numFeedbackBytesSpilled of the job's last attempt, as they last reported it."""
+    return sum(entry[-1] for _op, _name, _subtask, entries in client.job_manager.operator_metrics()
+               for entry in entries if entry[4] == "numFeedbackBytesSpilled")
 
 
 def slow_id(r):

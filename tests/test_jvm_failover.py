@@ -278,7 +278,7 @@ def test_a_new_jvm_killed_while_it_starts_is_one_more_restart_and_output_is_exac
         job.until(lambda: job.lines_with("the new Spark JVM exited while it started (killed by signal 9); starting a "
                                          "new one. Restarting from checkpoint") == 1,
                   what="the replacement's death noticed as an attempt's failure")
-        job.until(lambda: job.checkpoints_after(job.latest_checkpoint()), what="running again on a third JVM")
+        # The third JVM runs the job to its end (restarts == 2, FINISHED): it may finish before any wait here.
         final: dict = {}
         job.until(lambda: final.update(job.get("/job")) or final.get("state") not in (None, "RUNNING", "RESTARTING"),
                   timeout=180, what="the input ends")

@@ -108,3 +108,63 @@ def test_local_channel_batches_until_full_or_timeout():
     assert len(inp.queue) == 2 and not out.is_idle()
     inp.poll()  # consuming returns a credit
     assert len(inp.queue) == 2
+
+
+# -- a loop's back-edge: bounded in memory, spilled to disk beyond (network/spill.py) -------------------
+
+def _feedback_channel(budget: int, tmp_path):
+    from streamjob.runtime.network.channels import InputChannel
+    from streamjob.runtime.network.spill import FeedbackBuffer
+
+    ch = InputChannel(edge=7, source_subtask=0, input_index=0)
+    ch.feedback = True
+    ch.spill = FeedbackBuffer(budget, str(tmp_path))
+    return ch
+
+
+def test_a_back_edge_spills_beyond_its_budget_and_gives_everything_back_in_order(tmp_path):
+    from streamjob.runtime.batch import Stamped
+    from streamjob.runtime.network.events import Watermark
+    from streamjob.runtime.network.spill import Spilled, estimated_bytes
+    import numpy as np
+
+    ch = _feedback_channel(4096, tmp_path)
+    arrow = [pa.record_batch({"v": list(range(i * 100, i * 100 + 100))}) for i in range(20)]
+    rows = [[(i, "x" * 20) for i in range(k * 50, k * 50 + 50)] for k in range(20)]
+    stamped = [Stamped(b, np.arange(100, dtype=np.int64) + 7) for b in arrow[:5]]
+    sent = [b for trio in zip(arrow, rows) for b in trio] + stamped
+    for i, b in enumerate(sent):
+        ch.push(b)
+        if i == 10:
+            ch.push(Watermark(5))
+    spilled = [item for item in ch.queue if type(item) is Spilled]
+    assert spilled and ch.spill.on_disk == sum(s.length for s in spilled)
+    assert ch.spill.in_memory <= 4096 + max(estimated_bytes(b) for b in sent)
+    assert not list(tmp_path.iterdir()), "spill files have no name: nothing to leave behind"
+    got = [ch.poll() for _ in range(len(ch.queue))]
+    assert isinstance(got[11], Watermark)
+    del got[11]
+    for want, have in zip(sent, got, strict=True):
+        if isinstance(want, Stamped):
+            assert want.batch.equals(have.batch) and (want.ts == have.ts).all()
+        elif isinstance(want, pa.RecordBatch):
+            assert want.equals(have)
+        else:
+            assert want == have
+    assert ch.spill.in_memory == 0 and ch.spill.on_disk == 0 and ch.owed == len(sent)
+
+
+def test_spilled_feedback_is_read_back_for_a_checkpoint_s_log_and_dropped_when_the_head_ends(tmp_path):
+    from streamjob.runtime.checkpoint.channel_state import ChannelStateCollector, read
+
+    ch = _feedback_channel(1, tmp_path)
+    batches = [[("k", i)] * 10 for i in range(6)]
+    for b in batches:
+        ch.push(b)
+    collector = ChannelStateCollector(3, CheckpointBarrier(3, 0), input_keys=[(7, 0)])
+    collector.add_input(0, [item for item in ch.queue])
+    assert ch.spill.spilled_batches == 5 and collector.bytes_in > 0
+    ch.discard_queued()  # the head ended: its queue goes, the log keeps what it refers to
+    assert ch.spill.on_disk == 0 and ch.spill.in_memory == 0
+    restored = read(collector.to_bytes(), "test")
+    assert restored.inputs[(7, 0)] == batches

@@ -218,10 +218,11 @@ def _trailing_comments(source: str, dict_name: str) -> dict[str, str]:
 
 SECTIONS = [
     ("Job", ("parallelism.", "pipeline.", "execution.buffer-timeout", "execution.batch-size", "execution.runtime-mode",
-             "taskmanager.", "metrics.", "spark.")),
+             "taskmanager.", "metrics.", "spark.", "io.")),
     ("Checkpointing", ("execution.checkpointing.",)),
     ("State backends", ("state.", "python.state.")),
     ("Restoring", ("execution.state-recovery.",)),
+    ("Iterations", ("iteration.",)),
     ("Restart strategy", ("restart-strategy.",)),
     ("REST API and job manager", ("rest.", "jobmanager.")),
     ("Kubernetes (Spark on Kubernetes, client mode)", ("kubernetes.",)),

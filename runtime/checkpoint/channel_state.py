@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
+from ..network.spill import Spilled
 from ..network.wire import decode, encode_batch
 from ..batch import Stamped
 
@@ -47,8 +48,9 @@ ChannelKey = tuple[int, int]  # (edge id, subtask at the other end)
 
 def _freeze(batch: Any) -> Any:
     """Arrow batches are immutable: keep a reference and encode later, in the writer thread.
-    Row batches are encoded now: a user function downstream may change a row in place."""
-    if _arrow(batch):
+    Row batches are encoded now: a user function downstream may change a row in place. A batch a
+    loop's back-edge spilled to disk is read there in the writer thread too."""
+    if _arrow(batch) or type(batch) is Spilled:
         return batch
     return encode_batch(batch)
 
@@ -63,6 +65,8 @@ def _size(frozen: Any) -> int:
         return frozen.nbytes
     if isinstance(frozen, Stamped):
         return frozen.batch.nbytes + frozen.ts.nbytes
+    if type(frozen) is Spilled:
+        return frozen.length
     return len(frozen[1])
 
 
@@ -134,7 +138,8 @@ class ChannelStateCollector:
             out = []
             for (edge, other), frozen in held.items():
                 if frozen:
-                    frames = [encode_batch(b) if _arrow(b) else b for b in frozen]
+                    frames = [encode_batch(b) if _arrow(b) else (b.kind, b.payload()) if type(b) is Spilled else b
+                              for b in frozen]
                     out.append([edge, other, [(kind, bytes(payload)) for kind, payload in frames]])
             return out
 

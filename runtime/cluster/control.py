@@ -75,7 +75,7 @@ class ControlClient:
         self.inbox: deque[dict] = deque()
         self.closed = False
         self._selector: selectors.BaseSelector | None = None
-        self.send({"type": REGISTER, "slot": slot, "attempt": attempt, "pid": os.getpid()})
+        self.send({"type": REGISTER, "slot": slot, "attempt": attempt, "pid": os.getpid(), "ppid": os.getppid()})
         self.sock.setblocking(False)
 
     def wait_for(self, kind: str, timeout: float = 60.0) -> dict:

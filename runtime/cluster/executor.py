@@ -145,13 +145,15 @@ def _jvm_failure(how: str, attempt: int) -> TaskFailure:
     return TaskFailure(-1, None, "SparkJVMExited", f"the Spark JVM exited ({how})", "", "jvm", attempt)
 
 
-def _kill_tasks(pids: dict[int, int]) -> None:
+def _kill_tasks(pids: dict[int, int], parents: set[int]) -> None:
     """End the task processes of an attempt whose JVM died. Spark would kill them as it cancels the
     stage; with its JVM gone they live on as orphans (parent pid 1) and keep computing, snapshotting
     and writing in-progress sink files. Each pid has a connected control channel, so it is still the
-    process that registered (no reused pid). Their parent, the PySpark daemon that forked them, goes too:
-    it would notice its JVM's end only at its next poll, and has no JVM left to fork workers for."""
-    daemons = {ppid for ppid in map(process_tree.parent, pids.values()) if ppid and process_tree.is_daemon(ppid)}
+    process that registered (no reused pid). ``parents``: the tasks' parents as they registered. Those
+    that are PySpark daemons go too, also when their tasks died first: a daemon notices its JVM's end
+    by its closed stdin and exits by itself, but only after its interpreter's teardown (pandas, pyarrow
+    loaded: long on a busy machine), and has no JVM left to fork workers for."""
+    daemons = {ppid for ppid in parents if process_tree.is_daemon(ppid)}
     for pid in [*pids.values(), *daemons]:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -567,7 +569,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             if jvm_exit is not None:
                 driver_lost = True  # until a new JVM runs: the job's end leaves its checkpoints in place
                 if deployment.local:
-                    _kill_tasks(survivors)
+                    _kill_tasks(survivors, jm.task_parent_pids())
                     jm.wait_disconnected(_ORPHAN_GRACE_S)
             # Without a failure the job manager recorded (the task died before it registered), Spark's
             # exception is all there is: which subtask, and what happened to it (spark_errors.py).

@@ -148,6 +148,7 @@ class JobManager:
         self.iteration_rounds = IterationRounds()  # loops' termination rounds, this attempt (task/iteration.py)
         self.finished: set[int] = set()
         self.pids: dict[int, int] = {}
+        self.parent_pids: dict[int, int] = {}  # slot -> the task's parent (PySpark's daemon, which forked it)
         self.failures: list[TaskFailure] = []
         self.all_failures: deque[TaskFailure] = deque(maxlen=FAILURE_HISTORY)  # every attempt's, newest last
         self.failure_count = 0  # all failures ever, also those all_failures no longer holds
@@ -317,6 +318,7 @@ class JobManager:
                 self.coordinator.withdraw_final()
             self.finished.clear()
             self.pids.clear()
+            self.parent_pids.clear()
             self.metrics.clear()
             self.user_metrics.clear()  # counters restart with the tasks, as Flink's
             self.rates.clear()
@@ -735,6 +737,12 @@ class JobManager:
                     out.setdefault(self.operator_names.get(op, op), {})[slot] = values[2]
         return out
 
+    def task_parent_pids(self) -> set[int]:
+        """The parent processes of the current attempt's tasks, as they registered (those that died since
+        included: their parent may live on)."""
+        with self._lock:
+            return set(self.parent_pids.values())
+
     def task_pids(self) -> dict[int, int]:
         """slot -> process id of the task running it (current attempt)."""
         with self._lock:
@@ -839,6 +847,8 @@ class JobManager:
                             self.registered.add(slot)
                             if "pid" in msg:
                                 self.pids[slot] = int(msg["pid"])
+                            if "ppid" in msg:
+                                self.parent_pids[slot] = int(msg["ppid"])
                     if refusal is not None:
                         writer.write(C.encode({"type": C.REFUSED, "reason": refusal}))
                         await writer.drain()

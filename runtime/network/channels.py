@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..batch import Batch, Stamped, concat, concat_timestamps, num_rows, same_form
 from .events import CheckpointBarrier, EndOfPartition, RuntimeEvent
+
+if TYPE_CHECKING:
+    from .spill import FeedbackBuffer
 
 
 class OutputChannel:
@@ -155,6 +158,9 @@ class InputChannel:
         # A back-edge's barriers go to the head's feedback log as they arrive, never into the queue: what is
         # queued before one is logged then, so a snapshot never waits for the head to work off its backlog.
         self.on_feedback_barrier: Callable[[CheckpointBarrier], None] | None = None
+        # A back-edge's memory budget, shared by the head task's back-edges: beyond it batches queue on
+        # local disk (network/spill.py).
+        self.spill: FeedbackBuffer | None = None
 
     def push(self, item: Any) -> None:
         if self.feedback and type(item) is CheckpointBarrier:
@@ -169,6 +175,8 @@ class InputChannel:
                 self.owed += 1  # not returned here: a local channel would call back into its sender's drain
                 if self.discarding:
                     return
+                if self.spill is not None:
+                    item = self.spill.admit(item)
             elif self.discarding:
                 if type(item) is EndOfPartition:
                     self.finished = True
@@ -187,13 +195,23 @@ class InputChannel:
                 self.recovered -= 1
             elif not self.feedback:  # a back-edge returned its credit on arrival
                 self.return_credit(1)
+            if self.spill is not None:
+                item = self.spill.take(item)
         return item
+
+    def discard_queued(self) -> None:
+        """Drop what is queued unread (a loop's head ended)."""
+        if self.spill is not None:
+            self.spill.dropped(self.queue)
+        self.queue.clear()
 
     def prepend_recovered(self, batches: list[Any]) -> None:
         """Restored in-flight data of an unaligned checkpoint: it preceded everything the channel will
         receive, so it goes first, and the task processes it in its loop like any input (checkpoints go
         on meanwhile; a barrier that overtakes it records it again as channel state). Only batches
         count as recovered: an event (a watermark among them) took no credit, and poll returns none for it."""
+        if self.spill is not None:  # a loop's logged feedback, as much of it in memory as the budget allows
+            batches = [b if isinstance(b, RuntimeEvent) else self.spill.admit(b) for b in batches]
         self.queue.extendleft(reversed(batches))
         self.recovered += sum(1 for b in batches if not isinstance(b, RuntimeEvent))
 

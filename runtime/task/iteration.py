@@ -37,7 +37,9 @@ its barrier back (or ended). Aligned, unaligned (the head's regular inputs may b
 task; its back-edges are logged the same way), at-least-once and savepoints alike: without the log a
 record circulating at the failure would be lost, which even at-least-once does not allow.
 
-The back-edge queue (credit on arrival, unbounded) is where a bounded buffer spilling to disk would go.
+The back-edge queue (credit on arrival) is bounded in memory and spills to local disk beyond
+``iteration.feedback-buffer.memory`` (network/spill.py); a log takes a spilled batch as its reference
+and the checkpoint's writer reads it from the spill file.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..batch import Batch, Stamped, num_rows
+from ..batch import Batch
 from ..checkpoint.channel_state import ChannelStateCollector
 from ..network.events import CheckpointBarrier, IterationProbe, RuntimeEvent
+from ..network.spill import rows_of
 from .base import StreamOperator
 from .iteration_rounds import END, REPORT, ROUND
 
@@ -234,7 +237,7 @@ class FeedbackLog:
         batches = list(batches)
         collector.add_input(index, batches)
         collector.feedback_bytes += collector.bytes_in - before
-        collector.feedback_records += sum(num_rows(b.batch if type(b) is Stamped else b) for b in batches)
+        collector.feedback_records += sum(rows_of(b) for b in batches)
         if batches and self.logged is not None:
             self.logged({n: c.feedback_records for n, c in self.open.items()})
 

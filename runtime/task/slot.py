@@ -30,6 +30,7 @@ from ..batch import Stamped, num_rows
 from ..network.events import (MAX_WATERMARK, MIN_WATERMARK, CheckpointBarrier, EndOfPartition, IterationProbe,
                               RuntimeEvent, Watermark, WatermarkStatus)
 from ..network.record_writer import RecordWriter
+from ..network.spill import FeedbackBuffer, rows_of
 from ..network.transport import PeerLost, Transport
 from ..connectors.base import END
 from ..connectors.collect import CollectChannel
@@ -125,6 +126,7 @@ class Task:
         self.feedback_channels = [gate.channels[i] for i in sorted(self.back)] if gate is not None else []
         self.loop: HeadLoop | None = None
         self.feedback_log: FeedbackLog | None = None  # a head's, when the job snapshots
+        self.feedback_buffer: FeedbackBuffer | None = None  # a head's back-edges' memory budget and spill files
         self.probes: ProbeForwarder | None = None
         self.valve = WatermarkValve([ch.input_index for ch in gate.channels]) if gate is not None else None
         for i in self.back:
@@ -298,13 +300,13 @@ class Task:
         for ch in self.feedback_channels:
             if any(type(item) is EndOfPartition for item in ch.queue):
                 ch.finished = True
-            ch.queue.clear()
+            ch.discard_queued()
             ch.discarding = True
         self.finish()
 
     def feedback_backlog(self) -> int:
         """Records queued on the back-edges, not yet taken by the head."""
-        return sum(num_rows(item.batch if type(item) is Stamped else item) for ch in self.feedback_channels
+        return sum(rows_of(item) for ch in self.feedback_channels
                    for item in ch.queue if not isinstance(item, RuntimeEvent))
 
     def feedback_ended(self) -> bool:
@@ -383,6 +385,8 @@ class SlotRuntime:
         self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
         self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
         self.metrics_interval = conf.get_int(Options.METRICS_INTERVAL) / 1000.0
+        self.feedback_memory = conf.get_bytes(Options.ITERATION_FEEDBACK_MEMORY)
+        self.tmp_dir = conf.get_string(Options.IO_TMP_DIRS) or None
         self.transport = Transport(subtask, host, self.credits)
         self.operators: dict[int, StreamOperator] = {}
         self.tasks: list[Task] = []
@@ -503,6 +507,9 @@ class SlotRuntime:
                 loop_writers = [w for w in channel_writers if w.edge in loop.loop_edges]
                 if vertex.head == loop.head:
                     task.loop = HeadLoop(loop, i, vertex.parallelism, task.back, loop_writers, self._iteration_report)
+                    buffer = task.feedback_buffer = FeedbackBuffer(self.feedback_memory, self.tmp_dir)
+                    for ch in task.feedback_channels:
+                        ch.spill = buffer
                     if self.snapshotting:
                         fault = (lambda logged, ctx=task.head.ctx: maybe_kill(ctx, "feedback-logging", logged)) \
                             if task.head.ctx.get_job_parameter(FAULT) else None  # tests only (task/faults.py)
@@ -510,8 +517,14 @@ class SlotRuntime:
                         for k in task.back:
                             gate.channels[k].on_feedback_barrier = \
                                 lambda barrier, k=k, task=task: task.feedback_log.on_barrier(k, barrier)
-                    # streamjob_feedback_backlog: fed-back records waiting at the head (the loop's back pressure)
-                    task.head.ctx._metric_registry().group(system=True).gauge("feedbackBacklog", task.feedback_backlog)
+                    # streamjob_feedback_backlog: fed-back records waiting at the head (the loop's back pressure);
+                    # of their bytes, those held in memory and those spilled to local disk (network/spill.py),
+                    # and the bytes ever spilled
+                    system = task.head.ctx._metric_registry().group(system=True)
+                    system.gauge("feedbackBacklog", task.feedback_backlog)
+                    system.gauge("feedbackBufferedBytes", lambda b=buffer: b.in_memory)
+                    system.gauge("feedbackSpilledBytes", lambda b=buffer: b.on_disk)
+                    buffer.counter = system.counter("numFeedbackBytesSpilled")
                 elif gate is not None:
                     inside = {k for k, ch in enumerate(gate.channels) if ch.edge in loop.loop_edges}
                     task.probes = ProbeForwarder(loop.id, inside, set(range(len(gate.channels))) - inside,
