@@ -1,12 +1,15 @@
 """Queryable state under load: lookups of random keys while a keyed job runs at full speed.
 
     python bench/queryable_state.py [--keys 1000000] [--seconds 15] [--backends hashmap,rocksdb]
+                                    [--protocol proxy,rest]
 
 Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, 1 s checkpoints, KEYS keys, a
 ValueState count per key queryable as "counts") on the embedded local Spark. Once every key has a
-count, a client process looks up random keys (GET /v1/state/counts?key=K): bench/loadgen (Go, built on
-first use), as wrk or hey would be, since on 2 cores every bit of CPU the client takes is taken from the
-job (``--client python``: aiohttp, in a process of its own):
+count, a client process looks up random keys, per protocol: through the queryable state proxy's port
+(``proxy``: the job manager's KvStateClientProxy, cluster/query_proxy.py) and through the REST API
+(``rest``: GET /v1/state/counts?key=K). The client is bench/loadgen (Go, built on first use), as wrk
+or hey would be, since on 2 cores every bit of CPU the client takes is taken from the job
+(``--client python``: aiohttp, in a process of its own, REST only):
 
 * closed loop at 1, 8 and 32 concurrent requests: lookups/s, p50 and p99 latency;
 * open loop at --rate lookups/s (default 1,000, the issue's floor: p99 <= 10 ms): p50, p99;
@@ -124,8 +127,13 @@ def loadgen_binary() -> str | None:
     return out
 
 
-def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float) -> dict:
-    r = subprocess.run(client + [mode, url + "/v1/state/counts?key={key}", str(keys), str(arg), str(seconds)],
+def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float,
+         proxy: str | None = None) -> dict:
+    """One load phase; ``proxy``: HOST:PORT of the queryable state proxy (else the REST API)."""
+    target = url + "/v1/state/counts?key={key}"
+    if proxy is not None:
+        mode, target = mode + "-proxy", proxy + "/counts"
+    r = subprocess.run(client + [mode, target, str(keys), str(arg), str(seconds)],
                        capture_output=True, text=True, timeout=seconds * 4 + 120)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
@@ -137,7 +145,8 @@ def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds:
             "p99": ms[int(len(ms) * 0.99) - 1] if ms else None, "errors": doc["errors"]}
 
 
-def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float) -> dict:
+def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float,
+                  protocols: list[str]) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
                                  backend, str(keys), str(10**10), os.path.join(tmp, "ck")],
@@ -153,23 +162,29 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
             url = m.group(1)
             while records_in(url) < keys * 2:  # every key counted (twice: past the first pass's inserts)
                 time.sleep(0.5)
-            out: dict = {"backend": backend}
-            # The job alone, then with the open-loop lookups, then alone again (the mean of the two quiet
-            # windows is the baseline: the rate drifts as the state grows and the machine's load changes).
-            def rate_over(window: float) -> float:
+            job = _get(url + "/v1/job?peek=true")
+            proxy = f"127.0.0.1:{job['queryable_state_proxy_port']}"
+            rows = []
+            for protocol in protocols:
+                out: dict = {"backend": backend, "protocol": protocol}
+                via = proxy if protocol == "proxy" else None
+                # The job alone, then with the open-loop lookups, then alone again (the mean of the two quiet
+                # windows is the baseline: the rate drifts as the state grows and the machine's load changes).
+                def rate_over(window: float) -> float:
+                    a, t0 = records_in(url), time.perf_counter()
+                    time.sleep(window)
+                    return (records_in(url) - a) / (time.perf_counter() - t0)
+                quiet1 = rate_over(seconds)
                 a, t0 = records_in(url), time.perf_counter()
-                time.sleep(window)
-                return (records_in(url) - a) / (time.perf_counter() - t0)
-            quiet1 = rate_over(seconds)
-            a, t0 = records_in(url), time.perf_counter()
-            out["open"] = load(client, "open", url, keys, rate, seconds)
-            loaded = (records_in(url) - a) / (time.perf_counter() - t0)
-            quiet2 = rate_over(seconds)
-            out["job_quiet"] = (quiet1 + quiet2) / 2
-            out["job_loaded"] = loaded
-            for c in (1, 8, 32):
-                out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds)
-            return out
+                out["open"] = load(client, "open", url, keys, rate, seconds, via)
+                loaded = (records_in(url) - a) / (time.perf_counter() - t0)
+                quiet2 = rate_over(seconds)
+                out["job_quiet"] = (quiet1 + quiet2) / 2
+                out["job_loaded"] = loaded
+                for c in (1, 8, 32):
+                    out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds, via)
+                rows.append(out)
+            return rows
         finally:
             subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],
                            capture_output=True, timeout=120) if "url" in locals() else None
@@ -186,6 +201,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--backends", default="hashmap,rocksdb")
+    parser.add_argument("--protocol", default="proxy,rest",
+                        help="proxy (the queryable state proxy's port), rest (GET /v1/state/...), or both")
     parser.add_argument("--client", choices=("go", "python"), default="go",
                         help="the load generator: bench/loadgen (Go; the default) or aiohttp")
     args = parser.parse_args()
@@ -194,18 +211,22 @@ def main() -> None:
         print("no Go toolchain: the Python client (aiohttp) generates the load, and takes more of the CPU")
     client = [binary] if binary else [sys.executable, __file__, "--client"]
     print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}")
-    rows = [bench_backend(client, b, args.keys, args.seconds, args.rate) for b in args.backends.split(",")]
-    print(f"\n| backend | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups |")
-    print("|---|---|---|---|---|---|---|---|")
+    protocols = args.protocol.split(",")
+    if not binary and "proxy" in protocols:
+        protocols.remove("proxy")  # the Python client speaks HTTP only
+    rows = [r for b in args.backends.split(",") for r in bench_backend(client, b, args.keys, args.seconds, args.rate,
+                                                                          protocols)]
+    print(f"\n| backend | via | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o = r["open"]
-        print(f"| {r['backend']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | {o['p99']:.1f} | "
-              f"{o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}) | "
+        print(f"| {r['backend']} | {r['protocol']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | "
+              f"{o['p99']:.1f} | {o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}) | "
               f"{(r['job_loaded'] / r['job_quiet'] - 1) * 100:+.1f}% |")
         for c in (1, 8, 32):
             x = r[f"closed{c}"]
-            print(f"| {r['backend']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | {x['p99']:.1f} | "
-                  f"{x['errors']} | | |")
+            print(f"| {r['backend']} | {r['protocol']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | "
+                  f"{x['p99']:.1f} | {x['errors']} | | |")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -42,11 +42,12 @@ IMAGE_UID = 185  # the image's fixed non-root user (Spark images' convention)
 
 REST_PORT = 8081  # job manager REST API and /metrics
 RPC_PORT = 6123  # job manager control server (tasks register, acks, triggers)
+QUERY_PROXY_PORT = 9069  # the queryable state proxy (Flink's queryable-state.proxy.ports default)
 SPARK_DRIVER_PORT = 7078
 SPARK_BLOCK_MANAGER_PORT = 7079
 # Port names are IANA_SVC_NAMEs: at most 15 characters, lowercase.
 PORTS = (("rest", REST_PORT), ("jobmanager-rpc", RPC_PORT), ("spark-driver", SPARK_DRIVER_PORT),
-         ("spark-blockmgr", SPARK_BLOCK_MANAGER_PORT))
+         ("spark-blockmgr", SPARK_BLOCK_MANAGER_PORT), ("queryable-state", QUERY_PROXY_PORT))
 READINESS_PATH = "/metrics"  # unauthenticated: the REST API answers = the job manager is up
 
 CONFIG_DIR = "/etc/streamjob"  # the ConfigMap, read-only
@@ -329,6 +330,7 @@ def _pod_conf() -> dict[str, str]:
         "rest.address": f"0.0.0.0:{REST_PORT}",
         "rest.result-linger": str(REST_RESULT_LINGER_MS),
         "jobmanager.rpc.port": str(RPC_PORT),
+        "queryable-state.proxy.ports": str(QUERY_PROXY_PORT),
         "spark.driver.port": str(SPARK_DRIVER_PORT),
         "spark.driver.blockManager.port": str(SPARK_BLOCK_MANAGER_PORT),
         "kubernetes.termination-log": TERMINATION_LOG,

@@ -62,6 +62,7 @@ class Options:
     # Storage schemes a savepoint's target_dir may use over REST besides the job's own (comma-separated)
     REST_SAVEPOINT_SCHEMES = "rest.savepoint.allowed-schemes"
     JOBMANAGER_RPC_PORT = "jobmanager.rpc.port"  # the control server's port (0: a free one)
+    QUERYABLE_STATE_PROXY_PORTS = "queryable-state.proxy.ports"  # the lookup port: 9069, 9069-9075, 0, off
     # Kubernetes (Spark on Kubernetes in client mode: the driver runs in the job's pod)
     K8S_IMAGE = "kubernetes.container.image"  # the executors' image, else env STREAMJOB_IMAGE
     K8S_NAMESPACE = "kubernetes.namespace"  # else env POD_NAMESPACE, else the service account's namespace
@@ -151,6 +152,7 @@ DEFAULTS: dict[str, Any] = {
     Options.REST_SAVEPOINT_SCHEMES: "",
     Options.REST_RESULT_LINGER: "0 s",  # in a pod (POD_IP set) and not configured: 60 s, see cluster/pod.py
     Options.JOBMANAGER_RPC_PORT: 0,
+    Options.QUERYABLE_STATE_PROXY_PORTS: "0",
     Options.K8S_IMAGE: "",
     Options.K8S_NAMESPACE: "",
     Options.K8S_EXECUTOR_POD_TEMPLATE: "",
@@ -239,6 +241,9 @@ DESCRIPTIONS: dict[str, str] = {
     Options.REST_SAVEPOINT_SCHEMES: "Storage schemes a savepoint's `target_dir` may use over REST besides the job's "
                                     "own (comma-separated)",
     Options.JOBMANAGER_RPC_PORT: "Port of the job manager's control channel, which tasks connect to (0: a free one)",
+    Options.QUERYABLE_STATE_PROXY_PORTS: "Port of the queryable state proxy, on the REST API's host: a port, a range "
+                                         "`9069-9075` (the first free), 0 (a free one) or `off`; Flink's default "
+                                         "is 9069, the StreamJob operator sets that",
     Options.K8S_IMAGE: "`k8s://` masters: the executor pods' image; else env `STREAMJOB_IMAGE`",
     Options.K8S_NAMESPACE: "`k8s://` masters: where executor pods go; else env `POD_NAMESPACE`, else the service "
                            "account's namespace",

@@ -1,7 +1,13 @@
-"""``QueryableStateClient``: Flink's queryable state client, over the job manager's REST API.
+"""``QueryableStateClient``: Flink's queryable state client, over the job's queryable state proxy
+port or its REST API.
 
-    client = QueryableStateClient("http://127.0.0.1:8081", token=None)
+    client = QueryableStateClient("127.0.0.1", 9069)              # the proxy (Flink's shape: host, port)
+    client = QueryableStateClient("http://127.0.0.1:8081")         # the REST API
     count = client.get_kv_state(job_id, "clicks", "user-42", Types.STRING(), ValueStateDescriptor("count", Types.LONG()))
+
+The proxy (``queryable-state.proxy.ports``, cluster/query_proxy.py) keeps one connection open and
+costs the job manager a fraction of an HTTP request; ``/v1/job`` names its port
+(``queryable_state_proxy_port``). Both answer the same.
 
 PyFlink never shipped a client; the names and the argument order are the Java client's
 (``getKvState(jobId, queryableStateName, key, keyTypeInfo, stateDescriptor)``), with its blocking
@@ -12,6 +18,11 @@ for a list state; other values as JSON gives them.
 
 from __future__ import annotations
 
+import itertools
+import json
+import socket
+import struct
+import threading
 import urllib.parse
 from typing import Any
 
@@ -21,13 +32,25 @@ from .rest_client import RestError, call
 
 
 class QueryableStateClient:
-    def __init__(self, address: str, token: str | None = None, timeout: float = 30.0):
-        """``address``: the job manager's REST API (``streamjob run`` and ``streamjob list`` print it; on
-        Kubernetes the job's Service); ``token``: its bearer token, if the job sets rest.auth.token."""
+    def __init__(self, address: str, port: int | None = None, token: str | None = None, timeout: float = 30.0):
+        """``address``: the job manager's REST API (an ``http(s)://`` URL: ``streamjob run`` and ``streamjob
+        list`` print it; on Kubernetes the job's Service), or the host of its queryable state proxy with
+        ``port`` (or ``host:port``); ``token``: the job's rest.auth.token, if it sets one."""
+        if isinstance(port, str) and token is None and not port.isdigit():
+            port, token = None, port  # the earlier signature: (address, token)
         self.address = address
         self.token = token or ""
         self.timeout = timeout
         self._job_id: str | None = None
+        self._proxy: _ProxyConnection | None = None
+        if not address.startswith(("http://", "https://")):
+            host, sep, tail = address.rpartition(":")
+            if port is None and sep and tail.isdigit():
+                address, port = host.strip("[]"), int(tail)
+            if port is None:
+                raise ValueError(f"QueryableStateClient({address!r}): give the REST API's URL (http://HOST:PORT) or "
+                                 f"the proxy's host and port")
+            self._proxy = _ProxyConnection(address, int(port), self.token, timeout)
 
     def get_kv_state(self, job_id: str | None, queryable_state_name: str, key: Any, key_type_info: Any = None,
                      state_descriptor: Any = None, consistency: str = "live") -> Any:
@@ -44,10 +67,22 @@ class QueryableStateClient:
 
     def lookup(self, job_id: str | None, queryable_state_name: str, keys: list, consistency: str = "live") -> dict:
         """The API's whole answer: per key its value (JSON), key group, subtask and checkpoint."""
+        if self._proxy is not None:
+            return self._proxy.lookup(job_id, queryable_state_name, [to_json(k) for k in keys], consistency)
         self._check_job(job_id)
         name = urllib.parse.quote(queryable_state_name, safe="")
         return call(self.address, self.token, "POST", f"/v1/state/{name}",
                     {"keys": [to_json(k) for k in keys], "consistency": consistency}, timeout=self.timeout)
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()
+
+    def __enter__(self) -> "QueryableStateClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _check_job(self, job_id: str | None) -> None:
         """A job id (as Flink's client takes one) must be the job this address serves: a lookup must never
@@ -58,6 +93,84 @@ class QueryableStateClient:
             self._job_id = call(self.address, self.token, "GET", "/v1/job?peek=true", timeout=self.timeout)["id"]
         if str(job_id) != self._job_id:
             raise RestError(f"{self.address} serves job {self._job_id}, not {job_id}", 404)
+
+
+_HEADER = struct.Struct(">I")
+
+
+class _ProxyConnection:
+    """One connection to the queryable state proxy (cluster/query_proxy.py), opened at the first lookup
+    and again after it broke; one request at a time from this client (callers on several threads take
+    turns)."""
+
+    def __init__(self, host: str, port: int, token: str, timeout: float):
+        self.host, self.port, self.token, self.timeout = host, port, token, timeout
+        self.sock: socket.socket | None = None
+        self.job_id: str | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def lookup(self, job_id: str | None, name: str, keys: list, consistency: str) -> dict:
+        with self._lock:
+            sock = self._connect()
+            if job_id is not None and str(job_id) != self.job_id:
+                raise RestError(f"{self.host}:{self.port} serves job {self.job_id}, not {job_id}", 404)
+            rid = next(self._ids)
+            try:
+                self._send(sock, {"id": rid, "name": name, "keys": keys, "consistency": consistency})
+                doc = self._recv(sock)
+            except (OSError, ValueError) as e:
+                self.close()
+                raise RestError(f"queryable state proxy {self.host}:{self.port}: {e}", 503) from None
+        if doc.get("id") != rid:
+            self.close()
+            raise RestError(f"queryable state proxy {self.host}:{self.port}: an answer to another request", 502)
+        status = int(doc.pop("status", 500))
+        if status != 200:
+            raise RestError(str(doc.get("error")), status)
+        return doc
+
+    def _connect(self) -> socket.socket:
+        if self.sock is not None:
+            return self.sock
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._send(sock, {"token": self.token})
+            hello = self._recv(sock)
+        except (OSError, ValueError) as e:
+            raise RestError(f"cannot reach the queryable state proxy at {self.host}:{self.port}: {e}", 503) from None
+        if "status" in hello:
+            sock.close()
+            raise RestError(str(hello.get("error")), int(hello["status"]))
+        self.sock, self.job_id = sock, str(hello.get("job_id"))
+        return sock
+
+    @staticmethod
+    def _send(sock: socket.socket, doc: dict) -> None:
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        sock.sendall(_HEADER.pack(len(body)) + body)
+
+    @staticmethod
+    def _recv(sock: socket.socket) -> dict:
+        def exactly(n: int) -> bytes:
+            data = bytearray()
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                if not chunk:
+                    raise ConnectionError("the proxy closed the connection")
+                data += chunk
+            return bytes(data)
+
+        (n,) = _HEADER.unpack(exactly(4))
+        return json.loads(exactly(n))
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
 
 
 def _value_type(descriptor: Any) -> Any:

@@ -154,7 +154,7 @@ def test_service_selects_the_current_driver_and_names_the_ports():
     assert selector.items() <= pod["metadata"]["labels"].items()
     assert [(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [
         ("rest", 8081, "rest"), ("jobmanager-rpc", 6123, "jobmanager-rpc"), ("spark-driver", 7078, "spark-driver"),
-        ("spark-blockmgr", 7079, "spark-blockmgr")]
+        ("spark-blockmgr", 7079, "spark-blockmgr"), ("queryable-state", 9069, "queryable-state")]
     assert [(p["name"], p["containerPort"]) for p in pod["spec"]["containers"][0]["ports"]] == [
         (p["name"], p["port"]) for p in svc["spec"]["ports"]]
 
@@ -369,7 +369,7 @@ def test_job_configuration_defaults():
     conf = r.job_configuration(make_spec())
     assert conf == {
         "jobmanager.rpc.port": "6123", "kubernetes.termination-log": "/dev/termination-log",
-        "rest.address": "0.0.0.0:8081",
+        "rest.address": "0.0.0.0:8081", "queryable-state.proxy.ports": "9069",
         "rest.result-linger": "300000", "spark.driver.blockManager.port": "7079", "spark.driver.port": "7078",
         "state.backend.type": "hashmap", "pipeline.max-parallelism": "128"}
 

@@ -36,6 +36,7 @@ from streamjob.runtime.api.types import Row
 from streamjob.runtime.cluster.queryable_state import KeyedOperator, QueryError, QueryRouter, route, url_key
 from streamjob.runtime.connectors import DataGenSource
 from streamjob.runtime.graph.job_graph import JobDefinitionError
+from streamjob.runtime.rest_client import RestError
 from streamjob.runtime.keygroups import assign_key_groups, operator_index_for_key_group
 
 JOB = Path(__file__).parent / "jobs" / "queryable_counts.py"
@@ -199,6 +200,23 @@ def _expected(rows: list[dict]) -> tuple[dict, dict, dict, dict]:
     return counts, recent, parity, latest
 
 
+def assert_proxy_refuses_a_malformed_frame(port: int) -> None:
+    """A frame that is not JSON is answered with an error naming it, and the connection closes."""
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(struct.pack(">I", 2) + b"{}" + struct.pack(">I", 5) + b"nope!")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    first = struct.unpack(">I", data[:4])[0]
+    hello, second = json.loads(data[4:4 + first]), data[4 + first:]
+    assert "job_id" in hello
+    error = json.loads(second[4:])
+    assert error["status"] == 400 and "not JSON" in error["error"], error
+
+
 def _committed(out: Path) -> int:
     return sum(len(f.read_text().splitlines()) for f in out.glob("part-*"))
 
@@ -272,6 +290,23 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
         assert client.get_kv_state(job_id, "recent", "u3", Types.STRING(),
                                    ListStateDescriptor("recent", Types.LONG())) == [1883, 1923, 1963]
         assert client.get_kv_states(job_id, "counts", ["u1", "nobody"]) == [50, None]
+        # The same through the queryable state proxy's port (Flink's client shape: host, port).
+        port = _get(url, "/v1/job?peek=true")[1]["queryable_state_proxy_port"]
+        with QueryableStateClient("127.0.0.1", port) as proxy:
+            assert proxy.get_kv_states(job_id, "counts", ["u1", "nobody"]) == [50, None]
+            assert proxy.get_kv_state(job_id, "recent", "u3", Types.STRING(),
+                                      ListStateDescriptor("recent", Types.LONG())) == [1883, 1923, 1963]
+            answer = proxy.lookup(None, "counts", ["u2"], "checkpoint")["results"][0]
+            assert answer["found"] and answer["value"] == 50 and answer["checkpoint"] >= 1
+            for name, key, status, words in (("latest", "abc", 400, "expected a key of type Integer"),
+                                             ("nope", 1, 404, "queryable")):
+                with pytest.raises(RestError) as e:
+                    proxy.get_kv_state(None, name, key)
+                assert e.value.status == status and words in str(e.value), e.value
+            with pytest.raises(RestError) as e:
+                proxy.get_kv_state("another-job", "counts", "u1")
+            assert e.value.status == 404
+        assert_proxy_refuses_a_malformed_frame(port)
 
         # A task killed while more input arrives: lookups answer 200 or 503 (Retry-After) while the job
         # restarts, never another error, and equal the input again after.
@@ -287,11 +322,17 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
             assert status in (200, 503), doc
             if status == 503:
                 assert headers.get("Retry-After") and doc["error"], (doc, headers)
+            try:
+                proxy.get_kv_states(None, "counts", ["u1", "u2"])
+                seen["proxy 200"] += 1
+            except RestError as e:
+                assert e.status == 503, e
             time.sleep(0.05)
         assert "Attempt 1 failed" in "".join(log), "".join(log)[-3000:]
         quiescent(len(rows) + len(more))
         check("live", rows + more)
-        assert seen[200] > 0
+        assert seen[200] > 0 and seen["proxy 200"] > 0
+        assert proxy.get_kv_state(None, "counts", "u1") == Counter(r["user"] for r in rows + more)["u1"]
     finally:
         if proc.poll() is None:
             subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],

@@ -224,7 +224,7 @@ SECTIONS = [
     ("Restoring", ("execution.state-recovery.",)),
     ("Iterations", ("iteration.",)),
     ("Restart strategy", ("restart-strategy.",)),
-    ("REST API and job manager", ("rest.", "jobmanager.")),
+    ("REST API and job manager", ("rest.", "jobmanager.", "queryable-state.")),
     ("Kubernetes (Spark on Kubernetes, client mode)", ("kubernetes.",)),
     ("Object storage (S3)", ("s3.",)),
 ]

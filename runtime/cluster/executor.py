@@ -433,6 +433,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     savepoint_dir=config.get_string(Options.SAVEPOINT_DIR) or None,
                     inline_threshold=config.get_int(Options.INLINE_STATE_THRESHOLD),
                     operator_names=_metric_names(graph), rest=rest_config, plan=graph.plan(),
+                    query_proxy_ports=_proxy_ports(config) if rest_config is not None else None,
                     savepoint_schemes=tuple(config.get_string(Options.REST_SAVEPOINT_SCHEMES).split(",")),
                     on_note=display.note, default_parallelism=graph.default_parallelism,
                     executors=pod.requested_executors(spark_conf), keyed_operators=keyed_operators(graph),
@@ -834,6 +835,22 @@ def _rest_config(config: Configuration, driver: pod.Addresses, environ: Any) -> 
     if pod.is_wildcard(host) and environ.get(pod.BIND_HOST):
         host = driver.bind  # "every interface" means every one this process may use
     return host, int(port), _rest_token(config, environ)
+
+
+def _proxy_ports(config: Configuration) -> list[int] | None:
+    """The ports ``queryable-state.proxy.ports`` allows, in order (None: ``off``)."""
+    raw = str(config.get(Options.QUERYABLE_STATE_PROXY_PORTS) or "0").strip().lower()
+    if raw in ("off", "none"):
+        return None
+    low, sep, high = raw.partition("-")
+    try:
+        ports = list(range(int(low), int(high) + 1)) if sep else [int(low)]
+    except ValueError:
+        ports = []
+    if not ports or not all(0 <= p <= 65535 for p in ports):
+        raise JobDefinitionError(f"configuration {Options.QUERYABLE_STATE_PROXY_PORTS}: expected a port, a range "
+                                 f"such as 9069-9075, 0 (any free one) or off, got {raw!r}")
+    return ports
 
 
 def _rest_token(config: Configuration, environ: Any) -> str:

@@ -93,6 +93,7 @@ class JobManager:
                  coordinator: CheckpointCoordinator | None = None, max_parallelism: int = 128,
                  savepoint_dir: str | None = None, inline_threshold: int = 20 << 10,
                  operator_names: dict[str, str] | None = None, rest: tuple[str, int, str] | None = None,
+                 query_proxy_ports: list[int] | None = None,
                  savepoint_schemes: tuple[str, ...] = (), plan: dict[str, Any] | None = None,
                  on_note: Callable[[str], None] | None = None, default_parallelism: int | None = None,
                  executors: int | None = None, keyed_operators: dict | None = None,
@@ -159,6 +160,10 @@ class JobManager:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="job-manager", daemon=True)
         self._server: asyncio.base_events.Server | None = None
+        # The queryable state proxy (query_proxy.py): the ports to try, where it listens once it does.
+        self.query_proxy_ports = query_proxy_ports
+        self._proxy: asyncio.base_events.Server | None = None
+        self.proxy_port: int | None = None
         self._ticker: asyncio.Task | None = None
         self.address: tuple[str, int] | None = None
         self.failure_event = threading.Event()
@@ -199,6 +204,8 @@ class JobManager:
                     await self.rest.start()
                 except OSError as e:
                     raise BindError(f"cannot serve the REST API on {Options.REST_ADDRESS}={host}:{port}: {e}") from None
+                if self.query_proxy_ports:
+                    await self._serve_query_proxy(host, token)
 
         self._thread.start()
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(timeout=10)
@@ -208,6 +215,21 @@ class JobManager:
             registry.register(self.job_id, self.job_name, self.rest.url, self.rest_config[2],
                               job_file=getattr(main, "__file__", None))
         return self.address  # type: ignore[return-value]
+
+    async def _serve_query_proxy(self, host: str, token: str) -> None:
+        from . import query_proxy
+
+        errors = []
+        for port in self.query_proxy_ports or ():
+            try:
+                self._proxy = await query_proxy.serve(self, host, port, token)
+            except OSError as e:
+                errors.append(f"{port}: {e.strerror or e}")
+                continue
+            self.proxy_port = self._proxy.sockets[0].getsockname()[1]
+            return
+        raise BindError(f"cannot serve the queryable state proxy on {Options.QUERYABLE_STATE_PROXY_PORTS} "
+                        f"({host}): {'; '.join(errors)}")
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -287,6 +309,8 @@ class JobManager:
                 w.close()
             if self._server is not None:
                 self._server.close()
+            if self._proxy is not None:
+                self._proxy.close()
 
         if self._loop.is_running():
             try:
@@ -489,6 +513,7 @@ class JobManager:
                     "restarts": self.restarts, "start_time": self.status.started, "end_time": self.status.ended,
                     "final_savepoint": self.status.final_savepoint, "error": self.status.error,
                     "resume": self.status.resume, "queryable_state": self.queries.names(),
+                    "queryable_state_proxy_port": self.proxy_port,
                     "latest_checkpoint": None if latest is None else {
                         "id": latest.checkpoint_id, "path": latest.url,
                         "completed_time": latest.metadata.completed_ms / 1000.0},
