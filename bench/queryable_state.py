@@ -127,6 +127,29 @@ def loadgen_binary() -> str | None:
     return out
 
 
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU seconds so far of the job's processes: the driver (the job manager), the JVM,
+    the Python task workers (with PySpark's daemon), and the load generator (this process's waited-for
+    children: the finished loadgen runs)."""
+    import resource
+
+    import psutil
+
+    out = {"job manager": 0.0, "jvm": 0.0, "tasks": 0.0}
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            name = p.name()
+        except psutil.NoSuchProcess:
+            continue
+        part = "job manager" if p.pid == pid else "jvm" if name == "java" else "tasks"
+        out[part] += t.user + t.system
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["client"] = children.ru_utime + children.ru_stime
+    return out
+
+
 def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float,
          proxy: str | None = None) -> dict:
     """One load phase; ``proxy``: HOST:PORT of the queryable state proxy (else the REST API)."""
@@ -174,11 +197,18 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
                     a, t0 = records_in(url), time.perf_counter()
                     time.sleep(window)
                     return (records_in(url) - a) / (time.perf_counter() - t0)
+                cpu0 = cpu_seconds(proc.pid)
                 quiet1 = rate_over(seconds)
+                cpu1 = cpu_seconds(proc.pid)
                 a, t0 = records_in(url), time.perf_counter()
                 out["open"] = load(client, "open", url, keys, rate, seconds, via)
                 loaded = (records_in(url) - a) / (time.perf_counter() - t0)
+                cpu2 = cpu_seconds(proc.pid)
                 quiet2 = rate_over(seconds)
+                # CPU per lookup by process, beyond what each uses without lookups (the quiet window before).
+                n = max(out["open"]["n"], 1)
+                out["cpu_us"] = {part: ((cpu2[part] - cpu1[part]) - (cpu1[part] - cpu0[part])) / n * 1e6
+                                 for part in cpu0}
                 out["job_quiet"] = (quiet1 + quiet2) / 2
                 out["job_loaded"] = loaded
                 for c in (1, 8, 32):
@@ -216,17 +246,19 @@ def main() -> None:
         protocols.remove("proxy")  # the Python client speaks HTTP only
     rows = [r for b in args.backends.split(",") for r in bench_backend(client, b, args.keys, args.seconds, args.rate,
                                                                           protocols)]
-    print(f"\n| backend | via | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| backend | via | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups "
+          f"| CPU per lookup (beyond the job's own) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o = r["open"]
         print(f"| {r['backend']} | {r['protocol']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | "
               f"{o['p99']:.1f} | {o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}) | "
-              f"{(r['job_loaded'] / r['job_quiet'] - 1) * 100:+.1f}% |")
+              f"{(r['job_loaded'] / r['job_quiet'] - 1) * 100:+.1f}% | "
+              f"{', '.join(f'{k} {v:.0f} us' for k, v in r['cpu_us'].items())} |")
         for c in (1, 8, 32):
             x = r[f"closed{c}"]
             print(f"| {r['backend']} | {r['protocol']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | "
-                  f"{x['p99']:.1f} | {x['errors']} | | |")
+                  f"{x['p99']:.1f} | {x['errors']} | | | |")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

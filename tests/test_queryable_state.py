@@ -179,6 +179,63 @@ def test_a_lookup_reads_the_live_backend_as_the_function_does(tmp_path, backend_
     backend.dispose()
 
 
+@pytest.mark.parametrize("use_signals", [True, False], ids=["sigio-in-the-task-thread", "lookup-thread"])
+def test_the_query_server_answers_between_two_bytecodes_of_a_busy_task_thread(tmp_path, use_signals):
+    """The task thread is busy in Python (as in a batch): a lookup sent to it is answered meanwhile, by
+    SIGIO's handler in that very thread (no other thread), or by the lookup thread where signals are off."""
+    import socket
+    import threading
+
+    from streamjob.runtime.config import Configuration
+    from streamjob.runtime.keygroups import key_group_range
+    from streamjob.runtime.state.backends import create_keyed_backend
+    from streamjob.runtime.task import queryable
+
+    backend = create_keyed_backend(Configuration({"state.backend.type": "hashmap"}), "op", 128,
+                                   key_group_range(128, 1, 0), str(tmp_path))
+    counts = ValueStateDescriptor("c").set_queryable("counts")
+    backend.current_key = "k"
+    backend.get_state(counts).update(7)
+
+    class Op:
+        keyed_backend = backend
+        node = None
+
+    jm = socket.create_server(("127.0.0.1", 0))
+    server = queryable.QueryServer(jm.getsockname(), 0, 0, {5: Op()}, lambda node: None, lambda: 3,
+                                   use_signals=use_signals)
+    conn, _ = jm.accept()
+    reader = conn.makefile("rb")
+    assert json.loads(reader.readline())["type"] == "query_channel"
+    threads = {t.name for t in threading.enumerate()}
+    assert any(n.startswith("queryable-state") for n in threads) is (not use_signals)
+    answered: list = []
+
+    def ask() -> None:
+        conn.sendall((json.dumps({"type": "query", "batch": [{"id": "q1", "op": 5, "name": "counts",
+                                                                "keys": ["k", "x"]}]}) + "\n").encode())
+        answered.append(json.loads(reader.readline()))
+
+    asker = threading.Thread(target=ask)
+    deadline = time.monotonic() + 10
+    asker.start()
+    while asker.is_alive() and time.monotonic() < deadline:
+        sum(range(1000))  # the task thread computing, never waiting on the query connection
+    asker.join(1)
+    try:
+        (msg,) = answered
+        assert msg["checkpoint"] == 3 and [(r["key"], r["found"], r["value"]) for r in msg["batch"][0]["results"]] \
+            == [("k", True, 7), ("x", False, None)]
+    finally:
+        server.close()
+        conn.close()
+        jm.close()
+        backend.dispose()
+    import signal
+
+    assert signal.getsignal(signal.SIGIO) == signal.SIG_DFL
+
+
 # -- on Spark -------------------------------------------------------------------------------------------
 def _get(url: str, path: str, body: dict | None = None) -> tuple[int, dict, dict]:
     request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),

@@ -1,9 +1,10 @@
 """The queryable state bench's job: a keyed count over KEYS keys at full speed, queryable as "counts".
 
-    streamjob run bench/jobs/queryable_job.py BACKEND KEYS RECORDS CHECKPOINT_DIR [PARALLELISM]
+    streamjob run bench/jobs/queryable_job.py BACKEND KEYS RECORDS CHECKPOINT_DIR [PARALLELISM] [INTERVAL_MS]
 
 A DataGenSource of RECORDS records {"k": i % KEYS}; per key a ValueState count (queryable "counts",
-a LONG key); checkpoints every second into CHECKPOINT_DIR; the output is discarded.
+a LONG key); checkpoints every INTERVAL_MS (default 1000; 0: none) into CHECKPOINT_DIR; the output is
+discarded.
 """
 
 import os
@@ -29,7 +30,9 @@ def main() -> None:
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(sys.argv[5]) if len(sys.argv) > 5 else 2)
     env.configure({"state.backend.type": backend})
-    env.enable_checkpointing(1000)
+    interval = int(sys.argv[6]) if len(sys.argv) > 6 else 1000
+    if interval:
+        env.enable_checkpointing(interval)
     env.get_checkpoint_config().set_checkpoint_storage_dir("file://" + os.path.abspath(checkpoints))
     (env.from_source(DataGenSource(lambda i: {"k": i % keys}, count=records), name="gen")
      .key_by(lambda r: r["k"], key_type=Types.LONG()).process(Count()).name("count")

@@ -1,7 +1,7 @@
 """A subtask's side of queryable state: which names it registered, and lookups in its live backend.
 
-Lookups are answered in a thread of their own (``QueryServer``), beside the task thread, so a
-lookup waits for no batch: it reads the state through a read-only view of the backend for its key
+Lookups are answered between two bytecodes of the task thread, by a signal handler (``QueryServer``;
+a thread of their own where signals cannot be had), so a lookup waits for no batch: it reads the state through a read-only view of the backend for its key
 (``key_view``): the same state classes the function uses, with the view's own current key, over
 tables whose reads never change them (``peek``: no copy-on-write copy, no cache admission) and whose
 writes are dropped (TTL's removal of an expired value, or its refresh on read, is the function's to
@@ -13,8 +13,11 @@ TTL state answers as the function would see it: an expired value is absent.
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
+import os
 import pickle
+import signal
 import socket
 import sys
 import threading
@@ -130,36 +133,99 @@ def key_view(backend: Any, key: Any) -> Any:
 
 
 class QueryServer:
-    """Answers the job manager's lookups on a connection of its own, in a thread beside the task
-    thread: a lookup never waits for the batch the task is processing."""
+    """Answers the job manager's lookups on a connection of its own, without waiting for the batch the
+    task is processing.
+
+    On Linux, in the task's main thread: signal-driven I/O. The connection raises SIGIO at the task's
+    own thread when a lookup arrives (``F_SETOWN_EX``), and Python runs the handler in that thread at
+    its next bytecode boundary: the lookup is answered within microseconds, between two records of the
+    batch in progress, by the thread that holds the GIL anyway. A lookup thread (the fallback, and what
+    other platforms get) must take the GIL from the task thread: on a machine whose cores the job fills,
+    the task thread then waits, GIL released, until the OS finds the lookup thread a core. Measured on
+    2 cores at 1,000 lookups/s (bench/queryable_state.py), that wait cost the job ~35% of its throughput
+    where signals cost it ~1%.
+
+    Either way the handler sees the state as it is between two bytecodes: a read through ``key_view``,
+    a value copied whole in one C call (see the module's docstring)."""
 
     def __init__(self, address: tuple[str, int], slot: int, attempt: int, operators: dict[int, Any],
-                 key_type: Any, last_completed: Any):
+                 key_type: Any, last_completed: Any, use_signals: bool | None = None):
         self.operators, self.key_type, self.last_completed = operators, key_type, last_completed
         self.sock = socket.create_connection(address, timeout=30)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.sendall((json.dumps({"type": "query_channel", "slot": slot, "attempt": attempt}) + "\n").encode())
         self.sock.settimeout(None)
         self.slot = slot
+        self._buf = b""
+        self._serving = False
+        self._previous_handler: Any = None
+        self._thread: threading.Thread | None = None
+        if use_signals is None:
+            use_signals = _signals_possible()
+        if use_signals:
+            self._start_signals()
+            return
         # A lookup's thread waits for the GIL once its request arrives: at most this long (Python's default,
         # 5 ms, would be most of a lookup's time); the task thread is only asked to let go while one waits.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._serve, name=f"queryable-state-{slot}", daemon=True)
         self._thread.start()
 
+    # -- signal-driven (the task's own thread) -------------------------------------------------------
+    def _start_signals(self) -> None:
+        fd = self.sock.fileno()
+        self._previous_handler = signal.signal(signal.SIGIO, self._on_signal)
+        _own_signals(fd, threading.get_native_id())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        self._on_signal()  # what came before the signal was armed
+
+    def _on_signal(self, *_: Any) -> None:
+        """SIGIO: answer every whole request there is. Never raises (it runs inside the task's code)."""
+        if self._serving:
+            return  # a signal inside the handler: the loop below reads what it announced
+        self._serving = True
+        try:
+            while True:
+                try:
+                    data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if not data:
+                    self._stop_signals()  # the job manager went: nothing to answer
+                    break
+                self._buf += data
+                *lines, self._buf = self._buf.split(b"\n")
+                for line in lines:
+                    self._handle(line)
+        except Exception:  # noqa: BLE001 - a lookup's trouble must never surface in the task's code
+            self._stop_signals()
+        finally:
+            self._serving = False
+
+    def _stop_signals(self) -> None:
+        try:
+            fd = self.sock.fileno()
+            if fd >= 0:
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_ASYNC)
+        except OSError:
+            pass
+
+    # -- a thread of its own --------------------------------------------------------------------------
     def _serve(self) -> None:
         reader = self.sock.makefile("rb")
         try:
             for line in reader:
-                msg = json.loads(line)
-                if msg.get("type") != "query":
-                    continue
-                answers = [{"id": q["id"], "results": self._answer(q)} for q in msg["batch"]]
-                answer = {"type": "query_result", "slot": self.slot, "batch": answers,
-                          "checkpoint": self.last_completed()}
-                self.sock.sendall((json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode())
+                self._handle(line)
         except (OSError, ValueError):
             pass  # the job manager or the task went: nothing to answer
+
+    def _handle(self, line: bytes) -> None:
+        msg = json.loads(line)
+        if msg.get("type") != "query":
+            return
+        answers = [{"id": q["id"], "results": self._answer(q)} for q in msg["batch"]]
+        answer = {"type": "query_result", "slot": self.slot, "batch": answers, "checkpoint": self.last_completed()}
+        self.sock.sendall((json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode())
 
     def _answer(self, query: dict) -> list[dict]:
         op = self.operators.get(int(query["op"]))
@@ -172,8 +238,36 @@ class QueryServer:
             return [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in query["keys"]]
 
     def close(self) -> None:
+        if self._previous_handler is not None:
+            self._stop_signals()
+            signal.signal(signal.SIGIO, self._previous_handler)
+            self._previous_handler = None
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+
+
+_F_SETOWN_EX = 15  # fcntl.h (Linux): the owner of a descriptor's signals is one thread, not the process
+_F_OWNER_TID = 0
+
+
+def _signals_possible() -> bool:
+    return (sys.platform.startswith("linux") and hasattr(signal, "SIGIO")
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGIO) in (signal.SIG_DFL, None))
+
+
+def _own_signals(fd: int, tid: int) -> None:
+    """SIGIO of ``fd`` goes to thread ``tid`` only: delivered to the process, it could interrupt any
+    thread's system call (RocksDB's, librdkafka's), and only the main thread runs Python's handlers."""
+    import ctypes
+
+    class Owner(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("pid", ctypes.c_int)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    owner = Owner(_F_OWNER_TID, tid)
+    if libc.fcntl(fd, _F_SETOWN_EX, ctypes.byref(owner)) != 0:
+        raise OSError(ctypes.get_errno(), "fcntl(F_SETOWN_EX)")
