@@ -3,8 +3,9 @@
     python bench/queryable_state.py [--keys 1000000] [--seconds 15] [--backends hashmap,rocksdb]
                                     [--protocol proxy,rest]
 
-Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, 1 s checkpoints, KEYS keys, a
-ValueState count per key queryable as "counts") on the embedded local Spark. Once every key has a
+Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, or --parallelism; 1 s checkpoints,
+or --checkpoint-interval; KEYS keys, a ValueState count per key queryable as "counts") on the embedded
+local Spark. Once every key has a
 count, a client process looks up random keys, per protocol: through the queryable state proxy's port
 (``proxy``: the job manager's KvStateClientProxy, cluster/query_proxy.py) and through the REST API
 (``rest``: GET /v1/state/counts?key=K). The client is bench/loadgen (Go, built on first use), as wrk
@@ -169,10 +170,11 @@ def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds:
 
 
 def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float,
-                  protocols: list[str]) -> list[dict]:
+                  protocols: list[str], parallelism: int = 2, interval: int = 1000) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
-                                 backend, str(keys), str(10**10), os.path.join(tmp, "ck")],
+                                 backend, str(keys), str(10**10), os.path.join(tmp, "ck"), str(parallelism),
+                                 str(interval)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         log: list[str] = []
         threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
@@ -231,6 +233,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--backends", default="hashmap,rocksdb")
+    parser.add_argument("--parallelism", type=int, default=2,
+                        help="the job's (2 fills the 2 cores; 1 leaves one to the job manager and the client)")
+    parser.add_argument("--checkpoint-interval", type=int, default=1000, help="ms; 0: no checkpoints")
     parser.add_argument("--protocol", default="proxy,rest",
                         help="proxy (the queryable state proxy's port), rest (GET /v1/state/...), or both")
     parser.add_argument("--client", choices=("go", "python"), default="go",
@@ -240,12 +245,14 @@ def main() -> None:
     if args.client == "go" and binary is None:
         print("no Go toolchain: the Python client (aiohttp) generates the load, and takes more of the CPU")
     client = [binary] if binary else [sys.executable, __file__, "--client"]
-    print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}; "
+          f"parallelism {args.parallelism}; checkpoints every {args.checkpoint_interval} ms")
     protocols = args.protocol.split(",")
     if not binary and "proxy" in protocols:
         protocols.remove("proxy")  # the Python client speaks HTTP only
     rows = [r for b in args.backends.split(",") for r in bench_backend(client, b, args.keys, args.seconds, args.rate,
-                                                                          protocols)]
+                                                                          protocols, args.parallelism,
+                                                                          args.checkpoint_interval)]
     print(f"\n| backend | via | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups "
           f"| CPU per lookup (beyond the job's own) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
