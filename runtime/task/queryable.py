@@ -1,12 +1,13 @@
 """A subtask's side of queryable state: which names it registered, and lookups in its live backend.
 
 Lookups are answered between two bytecodes of the task thread, by a signal handler (``QueryServer``;
-a thread of their own where signals cannot be had), so a lookup waits for no batch: it reads the state through a read-only view of the backend for its key
-(``key_view``): the same state classes the function uses, with the view's own current key, over
-tables whose reads never change them (``peek``: no copy-on-write copy, no cache admission) and whose
-writes are dropped (TTL's removal of an expired value, or its refresh on read, is the function's to
-do). A value is copied whole before it is converted (one C-level pickle round trip, which the task
-thread cannot interleave), so a list or map the function is changing is never read half-changed.
+a thread of their own where signals cannot be had), so a lookup waits for no batch: it reads the
+state through a read-only view of the backend for its key (``key_view``): the same state classes the
+function uses, with the view's own current key, over tables whose reads never change them (``peek``:
+no copy-on-write copy, no cache admission) and whose writes are dropped (TTL's removal of an expired
+value, or its refresh on read, is the function's to do). A value is copied whole before it is
+converted (one C-level pickle round trip, which the task thread cannot interleave), so a list or map
+the function is changing is never read half-changed.
 TTL state answers as the function would see it: an expired value is absent.
 """
 
