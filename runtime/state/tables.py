@@ -154,9 +154,7 @@ class StateTable:
             if types <= _SCALARS:  # the table stays writable in place: no delta, nothing to thaw
                 return FrozenDict(base.copy(), self.order if len(types) == 1 else None)
         self.delta = {}
-        # Copy-on-write: the base stays as it is until thaw, so the writer may still find it columnar
-        # (every key an int, every value an int or every one a float), checking the types itself.
-        return FrozenDict(base, self.order, check_types=True)
+        return FrozenDict(base)
 
     def thaw(self) -> None:
         delta = self.delta
@@ -181,10 +179,9 @@ class FrozenDict:
     """The base of a table as of the barrier; read only by the snapshot writer. ``order``: the
     table's ``KeyOrder`` when the values are of one scalar type (a copy: see ``columns``)."""
 
-    def __init__(self, data: dict, order: KeyOrder | None = None, check_types: bool = False):
+    def __init__(self, data: dict, order: KeyOrder | None = None):
         self.data = data
         self.order = order
-        self.check_types = check_types  # the values' types were not looked at the barrier: columns does
 
     def columns(self) -> "FrozenAccumulators | None":
         """The entries as two int64 / float64 blocks when every key is an int that fits int64 and
@@ -197,11 +194,7 @@ class FrozenDict:
         n = len(data)
         if order is None or not n:
             return None
-        if self.check_types:
-            types = set(map(type, data.values()))
-            dtype = _COLUMN_DTYPES.get(types.pop()) if len(types) == 1 else None
-        else:
-            dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
+        dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
         if dtype is None or set(map(type, data)) != {int}:
             return None
         try:
