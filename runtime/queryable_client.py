@@ -28,7 +28,6 @@ from typing import Any
 
 from .api.queryable import to_json
 from .api.types import Row, RowTypeInfo, _Composite
-from .network.transport import recv_exact
 from .rest_client import RestError, call
 
 
@@ -154,8 +153,17 @@ class _ProxyConnection:
 
     @staticmethod
     def _recv(sock: socket.socket) -> dict:
-        (n,) = _HEADER.unpack(recv_exact(sock, 4, "a lookup"))
-        return json.loads(recv_exact(sock, n, "a lookup"))
+        def exactly(n: int) -> bytes:
+            data = bytearray()
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                if not chunk:
+                    raise ConnectionError("the proxy closed the connection")
+                data += chunk
+            return bytes(data)
+
+        (n,) = _HEADER.unpack(exactly(4))
+        return json.loads(exactly(n))
 
     def close(self) -> None:
         if self.sock is not None:

@@ -179,12 +179,12 @@ class Transport:
                 missing = sorted(set(peers) - set(self.in_conns))
                 raise PeerLost(missing[0], f"slots {missing} did not connect within {timeout:.0f}s") from None
             sock.settimeout(max(1.0, deadline - time.monotonic()))
-            header = recv_exact(sock, HEADER.size)
+            header = _recv_exact(sock, HEADER.size)
             length, kind, _ = HEADER.unpack(header)
             if kind != HELLO or length != CREDIT.size:
                 sock.close()
                 continue
-            (peer,) = CREDIT.unpack(recv_exact(sock, length))
+            (peer,) = CREDIT.unpack(_recv_exact(sock, length))
             self._adopt(sock, peer, outgoing=False)
         self.server.close()
         for (edge, src), _ch in self.inputs.items():
@@ -274,12 +274,11 @@ def _has_end(ch: InputChannel) -> bool:
     return ch.finished or any(isinstance(i, EndOfPartition) for i in ch.queue)
 
 
-def recv_exact(sock: socket.socket, n: int, during: str = "handshake") -> bytes:
-    """``n`` bytes from a blocking socket; ConnectionError if it closes first."""
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
     out = bytearray()
     while len(out) < n:
         chunk = sock.recv(n - len(out))
         if not chunk:
-            raise ConnectionError(f"connection closed during {during}")
+            raise ConnectionError("connection closed during handshake")
         out += chunk
     return bytes(out)
