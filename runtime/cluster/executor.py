@@ -145,20 +145,21 @@ def _jvm_failure(how: str, attempt: int) -> TaskFailure:
     return TaskFailure(-1, None, "SparkJVMExited", f"the Spark JVM exited ({how})", "", "jvm", attempt)
 
 
-def _kill_tasks(pids: dict[int, int], parents: set[int]) -> None:
+def _kill_tasks(pids: dict[int, int], parents: set[int]) -> list[int]:
     """End the task processes of an attempt whose JVM died. Spark would kill them as it cancels the
     stage; with its JVM gone they live on as orphans (parent pid 1) and keep computing, snapshotting
     and writing in-progress sink files. Each pid has a connected control channel, so it is still the
     process that registered (no reused pid). ``parents``: the tasks' parents as they registered. Those
     that are PySpark daemons go too, also when their tasks died first: a daemon notices its JVM's end
     by its closed stdin and exits by itself, but only after its interpreter's teardown (pandas, pyarrow
-    loaded: long on a busy machine), and has no JVM left to fork workers for."""
-    daemons = {ppid for ppid in parents if process_tree.is_daemon(ppid)}
+    loaded: long on a busy machine), and has no JVM left to fork workers for. Returns the daemons killed."""
+    daemons = [ppid for ppid in parents if process_tree.is_daemon(ppid)]
     for pid in [*pids.values(), *daemons]:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    return daemons
 
 
 def _driver_lost_message(how: str, master: str, coordinator: CheckpointCoordinator | None) -> str:
@@ -570,8 +571,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             if jvm_exit is not None:
                 driver_lost = True  # until a new JVM runs: the job's end leaves its checkpoints in place
                 if deployment.local:
-                    _kill_tasks(survivors, jm.task_parent_pids())
-                    jm.wait_disconnected(_ORPHAN_GRACE_S)
+                    daemons = _kill_tasks(survivors, jm.task_parent_pids())
+                    jm.wait_disconnected(_ORPHAN_GRACE_S)  # the tasks: their channels close as they end
+                    process_tree.wait_ended(daemons, _ORPHAN_GRACE_S)
             # Without a failure the job manager recorded (the task died before it registered), Spark's
             # exception is all there is: which subtask, and what happened to it (spark_errors.py).
             what = failure.summary(graph.parallelism) if failure else spark_errors.describe(error, graph.parallelism)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 
@@ -31,6 +32,27 @@ def parent(pid: int) -> int | None:
         return int(stat[stat.rindex(b")") + 2:].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def ended(pid: int) -> bool:
+    """The process is gone or a zombie: it runs no more code (a SIGKILLed process tearing down a large
+    address space still reads as running for a while on a busy machine)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def wait_ended(pids: list[int], timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until every process in ``pids`` has ended (see ``ended``)."""
+    deadline = time.monotonic() + timeout
+    while not all(ended(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 DAEMON_MODULE = "streamjob.runtime.cluster.pydaemon"
