@@ -19,16 +19,18 @@ for a list state; other values as JSON gives them.
 from __future__ import annotations
 
 import itertools
-import json
 import socket
-import struct
 import threading
 import urllib.parse
 from typing import Any
 
-from .api.queryable import to_json
+from . import queryable_frames as frames
+from .api.queryable import KeyTypeError, convert_key, to_json
 from .api.types import Row, RowTypeInfo, _Composite
+from .keygroups import assign_to_key_group, operator_index_for_key_group
 from .rest_client import RestError, call
+
+_NOT_GIVEN = object()  # lookup() without the job's key type: through the proxy, which knows it
 
 
 class QueryableStateClient:
@@ -61,14 +63,18 @@ class QueryableStateClient:
     def get_kv_states(self, job_id: str | None, queryable_state_name: str, keys: list, key_type_info: Any = None,
                       state_descriptor: Any = None, consistency: str = "live") -> list:
         """The values of many keys in one request, in the order given."""
-        doc = self.lookup(job_id, queryable_state_name, keys, consistency)
+        doc = self.lookup(job_id, queryable_state_name, keys, consistency, key_type_info)
         value_type = _value_type(state_descriptor)
         return [_from_json(r["value"], value_type) if r.get("found") else None for r in doc["results"]]
 
-    def lookup(self, job_id: str | None, queryable_state_name: str, keys: list, consistency: str = "live") -> dict:
-        """The API's whole answer: per key its value (JSON), key group, subtask and checkpoint."""
+    def lookup(self, job_id: str | None, queryable_state_name: str, keys: list, consistency: str = "live",
+               key_type_info: Any = _NOT_GIVEN) -> dict:
+        """The API's whole answer: per key its value (JSON), key group, subtask and checkpoint. With the
+        job's ``key_type_info`` (None for a job keyed without one), the proxy's client asks the owning
+        subtasks directly."""
         if self._proxy is not None:
-            return self._proxy.lookup(job_id, queryable_state_name, [to_json(k) for k in keys], consistency)
+            return self._proxy.lookup(job_id, queryable_state_name, [to_json(k) for k in keys], consistency,
+                                      key_type_info)
         self._check_job(job_id)
         name = urllib.parse.quote(queryable_state_name, safe="")
         return call(self.address, self.token, "POST", f"/v1/state/{name}",
@@ -95,13 +101,15 @@ class QueryableStateClient:
             raise RestError(f"{self.address} serves job {self._job_id}, not {job_id}", 404)
 
 
-_HEADER = struct.Struct(">I")
-
-
 class _ProxyConnection:
-    """One connection to the queryable state proxy (cluster/query_proxy.py), opened at the first lookup
-    and again after it broke; one request at a time from this client (callers on several threads take
-    turns)."""
+    """The queryable state proxy (cluster/query_proxy.py), opened at the first lookup and again after it
+    broke; one request at a time from this client (callers on several threads take turns).
+
+    Live lookups go to the subtasks that own the keys, on their own lookup ports, when this client can
+    hash the keys as the job does (the ``key_type_info`` given is the job's: same type, same key
+    groups): the proxy names the ports once (``route``), and the job manager is out of the path (its CPU
+    and a hop). Anything unexpected on that path (a subtask gone after a restart, a key it does not own,
+    another key type) sends the request through the proxy instead, which answers or says why not."""
 
     def __init__(self, host: str, port: int, token: str, timeout: float):
         self.host, self.port, self.token, self.timeout = host, port, token, timeout
@@ -109,20 +117,30 @@ class _ProxyConnection:
         self.job_id: str | None = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._routes: dict[str, dict] = {}
+        self._tasks: dict[tuple, socket.socket] = {}
 
-    def lookup(self, job_id: str | None, name: str, keys: list, consistency: str) -> dict:
+    def lookup(self, job_id: str | None, name: str, keys: list, consistency: str, key_type_info: Any = _NOT_GIVEN
+               ) -> dict:
         with self._lock:
             sock = self._connect()
             if job_id is not None and str(job_id) != self.job_id:
                 raise RestError(f"{self.host}:{self.port} serves job {self.job_id}, not {job_id}", 404)
-            rid = next(self._ids)
-            try:
-                self._send(sock, {"id": rid, "name": name, "keys": keys, "consistency": consistency})
-                doc = self._recv(sock)
-            except (OSError, ValueError) as e:
-                self.close()
-                raise RestError(f"queryable state proxy {self.host}:{self.port}: {e}", 503) from None
-        if doc.get("id") != rid:
+            if consistency == "live" and key_type_info is not _NOT_GIVEN:
+                doc = self._direct(name, keys, key_type_info)
+                if doc is not None:
+                    return doc
+            return self._ask(sock, {"name": name, "keys": keys, "consistency": consistency})
+
+    def _ask(self, sock: socket.socket, request: dict) -> dict:
+        rid = request["id"] = next(self._ids)
+        try:
+            sock.sendall(frames.encode(request))
+            doc = frames.recv(sock)
+        except (OSError, ValueError) as e:
+            self.close()
+            raise RestError(f"queryable state proxy {self.host}:{self.port}: {e}", 503) from None
+        if doc.pop("id", None) != rid:
             self.close()
             raise RestError(f"queryable state proxy {self.host}:{self.port}: an answer to another request", 502)
         status = int(doc.pop("status", 500))
@@ -130,14 +148,79 @@ class _ProxyConnection:
             raise RestError(str(doc.get("error")), status)
         return doc
 
+    # -- straight to the subtasks ----------------------------------------------------------------
+    def _direct(self, name: str, keys: list, key_type_info: Any) -> dict | None:
+        """The answer from the owning subtasks, or None: ask the proxy."""
+        route = self._routes.get(name)
+        if route is None:
+            try:
+                route = self._routes[name] = self._ask(self._connect(), {"route": name})
+            except RestError:
+                return None  # the proxy's own answer to the lookup says why
+        if route.get("key_type") != repr(key_type_info) or None in route["subtasks"]:
+            return None
+        max_p, p = int(route["max_parallelism"]), int(route["parallelism"])
+        by_subtask: dict[int, list[int]] = {}
+        try:
+            for i, raw in enumerate(keys):
+                group = assign_to_key_group(convert_key(raw, key_type_info), max_p)
+                by_subtask.setdefault(operator_index_for_key_group(max_p, p, group), []).append(i)
+        except (KeyTypeError, TypeError):
+            return None  # the proxy says what is wrong with the key
+        results: list = [None] * len(keys)
+        try:
+            asked = []
+            for subtask, indexes in by_subtask.items():
+                sock = self._task(route["subtasks"][subtask])
+                rid = next(self._ids)
+                sock.sendall(frames.encode({"id": rid, "name": name, "keys": [keys[i] for i in indexes]}))
+                asked.append((subtask, indexes, sock, rid))
+            for subtask, indexes, sock, rid in asked:
+                doc = frames.recv(sock)
+                if doc.get("id") != rid or doc.get("status") != 200 or len(doc["results"]) != len(indexes):
+                    raise ConnectionError(f"subtask {subtask}: {doc.get('error')}")
+                for i, r in zip(indexes, doc["results"]):
+                    if "error" in r:  # not its key group: routed by an older route
+                        raise ConnectionError(r["error"])
+                    r.update(subtask=subtask, checkpoint=doc.get("checkpoint"))
+                    results[i] = r
+        except (OSError, ValueError):
+            self._forget(name)
+            return None
+        return {"name": name, "operator": route["operator"], "uid": route["uid"], "kind": route["kind"],
+                "consistency": "live", "results": results}
+
+    def _task(self, where: list) -> socket.socket:
+        key = tuple(where)
+        sock = self._tasks.get(key)
+        if sock is None:
+            host, port, ticket = where
+            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._tasks[key] = sock
+            sock.sendall(frames.encode({"ticket": ticket}))
+            hello = frames.recv(sock)
+            if "status" in hello:
+                raise ConnectionError(str(hello.get("error")))
+        return sock
+
+    def _forget(self, name: str) -> None:
+        """A route that failed: its subtasks' connections closed, asked again next time."""
+        route = self._routes.pop(name, None)
+        for where in (route or {}).get("subtasks") or ():
+            sock = self._tasks.pop(tuple(where), None) if where else None
+            if sock is not None:
+                sock.close()
+
+    # -- the proxy connection --------------------------------------------------------------------
     def _connect(self) -> socket.socket:
         if self.sock is not None:
             return self.sock
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._send(sock, {"token": self.token})
-            hello = self._recv(sock)
+            sock.sendall(frames.encode({"token": self.token}))
+            hello = frames.recv(sock)
         except (OSError, ValueError) as e:
             raise RestError(f"cannot reach the queryable state proxy at {self.host}:{self.port}: {e}", 503) from None
         if "status" in hello:
@@ -146,26 +229,9 @@ class _ProxyConnection:
         self.sock, self.job_id = sock, str(hello.get("job_id"))
         return sock
 
-    @staticmethod
-    def _send(sock: socket.socket, doc: dict) -> None:
-        body = json.dumps(doc, separators=(",", ":")).encode()
-        sock.sendall(_HEADER.pack(len(body)) + body)
-
-    @staticmethod
-    def _recv(sock: socket.socket) -> dict:
-        def exactly(n: int) -> bytes:
-            data = bytearray()
-            while len(data) < n:
-                chunk = sock.recv(n - len(data))
-                if not chunk:
-                    raise ConnectionError("the proxy closed the connection")
-                data += chunk
-            return bytes(data)
-
-        (n,) = _HEADER.unpack(exactly(4))
-        return json.loads(exactly(n))
-
     def close(self) -> None:
+        for name in list(self._routes):
+            self._forget(name)
         if self.sock is not None:
             try:
                 self.sock.close()

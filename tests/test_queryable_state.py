@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from streamjob.runtime import queryable_frames as frames
 from streamjob.runtime import StreamExecutionEnvironment, Types
 from streamjob.runtime.api.functions import KeyedProcessFunction
 from streamjob.runtime.api.queryable import KeyTypeError, convert_key, to_json
@@ -216,16 +217,35 @@ def test_the_query_server_answers_between_two_bytecodes_of_a_busy_task_thread(tm
                                                                 "keys": ["k", "x"]}]}) + "\n").encode())
         answered.append(json.loads(reader.readline()))
 
-    asker = threading.Thread(target=ask)
-    deadline = time.monotonic() + 10
-    asker.start()
-    while asker.is_alive() and time.monotonic() < deadline:
-        sum(range(1000))  # the task thread computing, never waiting on the query connection
-    asker.join(1)
+    def ask_directly() -> None:  # a client on the subtask's own lookup port, with and without its ticket
+        host, port, ticket = server.port
+        with socket.create_connection((host, port), timeout=10) as c:
+            c.sendall(frames.encode({"ticket": "guess"}))
+            answered.append(frames.recv(c))
+            assert c.recv(1) == b"", "the connection closes after a wrong ticket"
+        with socket.create_connection((host, port), timeout=10) as c:
+            c.sendall(frames.encode({"ticket": ticket}))
+            answered.append(frames.recv(c))
+            c.sendall(frames.encode({"id": 1, "name": "counts", "keys": ["k", "x"]})
+                      + frames.encode({"id": 2, "name": "nope", "keys": ["k"]}))
+            answered.extend([frames.recv(c), frames.recv(c)])
+
+    for target in (ask, ask_directly):
+        asker = threading.Thread(target=target)
+        deadline = time.monotonic() + 10
+        asker.start()
+        while asker.is_alive() and time.monotonic() < deadline:
+            sum(range(1000))  # the task thread computing, never waiting on the query connection
+        asker.join(1)
     try:
-        (msg,) = answered
+        msg, refused, hello, direct, unknown = answered
         assert msg["checkpoint"] == 3 and [(r["key"], r["found"], r["value"]) for r in msg["batch"][0]["results"]] \
             == [("k", True, 7), ("x", False, None)]
+        assert refused["status"] == 401 and "ticket" in refused["error"]
+        assert hello == {"slot": 0, "attempt": 0}
+        assert direct["id"] == 1 and direct["status"] == 200 and direct["checkpoint"] == 3
+        assert [(r["key"], r["found"], r["value"]) for r in direct["results"]] == [("k", True, 7), ("x", False, None)]
+        assert unknown["id"] == 2 and unknown["status"] == 404 and "nope" in unknown["error"]
     finally:
         server.close()
         conn.close()
@@ -351,8 +371,14 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
         port = _get(url, "/v1/job?peek=true")[1]["queryable_state_proxy_port"]
         with QueryableStateClient("127.0.0.1", port) as proxy:
             assert proxy.get_kv_states(job_id, "counts", ["u1", "nobody"]) == [50, None]
+            assert not proxy._proxy._tasks, "without the job's key type, through the job manager"
             assert proxy.get_kv_state(job_id, "recent", "u3", Types.STRING(),
                                       ListStateDescriptor("recent", Types.LONG())) == [1883, 1923, 1963]
+            # With it, straight from the owning subtasks' lookup ports: the same answers, the same fields.
+            assert proxy._proxy._tasks, "the client asked the subtask directly"
+            direct = proxy.lookup(None, "counts", ["u1", "nobody"], "live", Types.STRING())
+            via_jm = proxy.lookup(None, "counts", ["u1", "nobody"], "live")
+            assert direct == via_jm and direct["results"][0]["value"] == 50, (direct, via_jm)
             answer = proxy.lookup(None, "counts", ["u2"], "checkpoint")["results"][0]
             assert answer["found"] and answer["value"] == 50 and answer["checkpoint"] >= 1
             for name, key, status, words in (("latest", "abc", 400, "expected a key of type Integer"),
@@ -380,7 +406,7 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
             if status == 503:
                 assert headers.get("Retry-After") and doc["error"], (doc, headers)
             try:
-                proxy.get_kv_states(None, "counts", ["u1", "u2"])
+                proxy.get_kv_states(None, "counts", ["u1", "u2"], Types.STRING())  # to the subtasks, else the proxy
                 seen["proxy 200"] += 1
             except RestError as e:
                 assert e.status == 503, e
@@ -390,6 +416,8 @@ def test_lookups_equal_the_input_live_from_checkpoints_and_across_a_failover(tmp
         check("live", rows + more)
         assert seen[200] > 0 and seen["proxy 200"] > 0
         assert proxy.get_kv_state(None, "counts", "u1") == Counter(r["user"] for r in rows + more)["u1"]
+        assert proxy.get_kv_state(None, "counts", "u1", Types.STRING()) == Counter(r["user"] for r in rows + more)["u1"]
+        assert proxy._proxy._tasks, "the new attempt's subtasks asked directly"
     finally:
         if proc.poll() is None:
             subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],

@@ -149,6 +149,7 @@ class JobManager:
         self.iteration_rounds = IterationRounds()  # loops' termination rounds, this attempt (task/iteration.py)
         self.finished: set[int] = set()
         self.pids: dict[int, int] = {}
+        self.query_ports: dict[int, list] = {}  # slot -> [host, port, ticket]: the task's own lookup port
         self.parent_pids: dict[int, int] = {}  # slot -> the task's parent (PySpark's daemon, which forked it)
         self.failures: list[TaskFailure] = []
         self.all_failures: deque[TaskFailure] = deque(maxlen=FAILURE_HISTORY)  # every attempt's, newest last
@@ -343,6 +344,7 @@ class JobManager:
             self.finished.clear()
             self.pids.clear()
             self.parent_pids.clear()
+            self.query_ports.clear()
             self.metrics.clear()
             self.user_metrics.clear()  # counters restart with the tasks, as Flink's
             self.rates.clear()
@@ -422,6 +424,21 @@ class JobManager:
             raise QueryError(400, f"consistency must be live or checkpoint, got {consistency!r}")
         return {"name": name, "operator": state.op.name, "uid": state.op.uid, "kind": state.kind,
                 "consistency": consistency, "results": results}
+
+    def query_route(self, name: str) -> dict[str, Any]:
+        """Where the live values of queryable state ``name`` are: each subtask's own lookup port and ticket
+        (a client that hashes keys as the job does asks them directly). 503 while the job is not running."""
+        state = self.queries.find(name)
+        with self._lock:
+            running = self.status.state == "RUNNING" and not self.fenced and len(self.running) >= self.parallelism
+            slots = range(state.op.first_slot, state.op.first_slot + state.op.parallelism)
+            ports = [self.query_ports.get(slot) for slot in slots]
+        if not running:
+            raise QueryError(503, f"the job is {self.status.state if self.status.state != 'RUNNING' else 'deploying'}",
+                             state=self.status.state, retry_after=1)
+        return {"name": name, "operator": state.op.name, "uid": state.op.uid, "kind": state.kind,
+                "key_type": repr(state.op.key_type), "max_parallelism": state.op.max_parallelism,
+                "parallelism": state.op.parallelism, "attempt": self.attempt, "subtasks": ports}
 
     def queryable_states(self) -> list[dict]:
         with self._lock:
@@ -908,6 +925,9 @@ class JobManager:
                 elif kind == C.QUERY_RESULT:
                     self.queries.on_result(msg)
                 elif kind == C.QUERYABLE:
+                    if msg.get("port"):
+                        with self._lock:
+                            self.query_ports[int(msg["slot"])] = list(msg["port"])
                     for problem in self.queries.register(msg.get("states") or []):
                         self.on_note(problem)
                 elif kind == C.COLLECT:

@@ -17,6 +17,12 @@ Frames: a 4-byte big-endian length, then that many bytes of a UTF-8 JSON object.
   REST body of ``POST /v1/state/{name}`` (``results``: per key ``found``, ``value``, ``key_group``,
   ``subtask``, ``checkpoint``), or ``{"id": ..., "status": 400|404|503, "error": ..., "retry_after": s}``.
 
+* ``{"id": ..., "route": "<state>"}`` asks where the state's live values are (Flink's KvStateLocation):
+  ``{"id": ..., "status": 200, "name", "operator", "uid", "kind", "key_type" (its repr), "max_parallelism",
+  "parallelism", "subtasks": [[host, port, ticket] or null, ...]}``: each subtask's own lookup port
+  (task/queryable.py) and the ticket it takes instead of the token. A client that can hash the job's
+  keys asks the subtasks directly and the job manager not at all (``QueryableStateClient`` does).
+
 A malformed frame (longer than ``MAX_FRAME``, not JSON, not an object) is answered with an error frame
 (id null) and the connection is closed: the stream cannot be trusted past it.
 """
@@ -25,19 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
-import struct
+import socket
 from typing import Any
 
+from ..queryable_frames import FrameError, encode, split
 from .queryable_state import QueryError
-
-HEADER = struct.Struct(">I")
-MAX_FRAME = 16 << 20
-
-
-def encode(doc: dict) -> bytes:
-    body = json.dumps(doc, separators=(",", ":"), default=str).encode()
-    return HEADER.pack(len(body)) + body
 
 
 def error_doc(request_id: Any, e: QueryError) -> dict:
@@ -61,36 +59,24 @@ class ProxyConnection(asyncio.Protocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            import socket
-
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        while len(buf) >= 4:
-            (n,) = HEADER.unpack_from(buf)
-            if n > MAX_FRAME:
-                return self._refuse(f"a frame of {n} bytes: at most {MAX_FRAME} (is this client speaking the "
-                                    f"proxy's protocol? 4-byte big-endian length, then JSON)")
-            if len(buf) < 4 + n:
-                return
-            frame = bytes(buf[4:4 + n])
-            del buf[:4 + n]
-            try:
-                doc = json.loads(frame)
-            except ValueError as e:
-                return self._refuse(f"a frame that is not JSON ({e})")
-            if not isinstance(doc, dict):
-                return self._refuse(f"a frame that is not a JSON object: {frame[:100]!r}")
-            if not self.hello:
-                if not self._greet(doc):
+        self.buf += data
+        try:
+            for doc in split(self.buf):
+                if self.closed:
                     return
-                continue
-            self._request(doc)
+                if not self.hello:
+                    if not self._greet(doc):
+                        return
+                    continue
+                self._request(doc)
+        except FrameError as e:
+            self._refuse(str(e))
 
     def _greet(self, doc: dict) -> bool:
         given = str(doc.get("token") or "")
@@ -109,6 +95,14 @@ class ProxyConnection(asyncio.Protocol):
 
     def _request(self, doc: dict) -> None:
         rid = doc.get("id")
+        if "route" in doc:
+            try:
+                answer = self.jm.query_route(str(doc["route"]))
+                answer["id"], answer["status"] = rid, 200
+            except QueryError as e:
+                answer = error_doc(rid, e)
+            self._send(answer)
+            return
         name, keys = doc.get("name"), doc.get("keys")
         if not isinstance(name, str) or not isinstance(keys, list):
             self._send({"id": rid, "status": 400,
@@ -147,4 +141,4 @@ async def serve(jm: Any, host: str, port: int, token: str) -> asyncio.base_event
     return await loop.create_server(lambda: ProxyConnection(jm, token), host, port)
 
 
-__all__ = ["HEADER", "MAX_FRAME", "ProxyConnection", "encode", "serve"]
+__all__ = ["ProxyConnection", "serve"]

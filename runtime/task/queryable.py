@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import hmac
 import json
 import os
 import pickle
+import secrets
+import selectors
 import signal
 import socket
 import sys
 import threading
 from typing import Any
 
+from .. import queryable_frames as frames
 from ..api.queryable import KeyTypeError, convert_key, to_json
 from ..keygroups import assign_to_key_group
 
@@ -134,78 +138,86 @@ def key_view(backend: Any, key: Any) -> Any:
 
 
 class QueryServer:
-    """Answers the job manager's lookups on a connection of its own, without waiting for the batch the
-    task is processing.
+    """Answers lookups without waiting for the batch the task is processing: the job manager's (on a
+    connection to it) and clients' own (on a port of its own, the subtask's lookup port: a client that
+    hashes keys as the job does asks the owning subtask directly, and the job manager's CPU and hop drop
+    out; the job manager hands clients the port and its ticket, ``QueryRouter``/``query_route``).
 
-    On Linux, in the task's main thread: signal-driven I/O. The connection raises SIGIO at the task's
-    own thread when a lookup arrives (``F_SETOWN_EX``), and Python runs the handler in that thread at
-    its next bytecode boundary: the lookup is answered within microseconds, between two records of the
-    batch in progress, by the thread that holds the GIL anyway. A lookup thread (the fallback, and what
-    other platforms get) must take the GIL from the task thread: on a machine whose cores the job fills,
-    the task thread then waits, GIL released, until the OS finds the lookup thread a core. Measured on
-    2 cores at 1,000 lookups/s (bench/queryable_state.py), that wait cost the job ~35% of its throughput
-    where signals cost it ~1%.
+    On Linux, in the task's main thread: signal-driven I/O. Every socket of the server raises SIGIO at
+    the task's own thread when a lookup (or a connection) arrives (``F_SETOWN_EX``), and Python runs the
+    handler in that thread at its next bytecode boundary: the lookup is answered within microseconds,
+    between two records of the batch in progress, by the thread that holds the GIL anyway. A lookup
+    thread (the fallback, and what other platforms get) must take the GIL from the task thread: on a
+    machine whose cores the job fills, the task thread then waits, GIL released, until the OS finds the
+    lookup thread a core. Measured on 2 cores at 1,000 lookups/s (bench/queryable_state.py), that wait
+    cost the job ~35% of its throughput where signals cost it ~1%.
 
     Either way the handler sees the state as it is between two bytecodes: a read through ``key_view``,
-    a value copied whole in one C call (see the module's docstring)."""
+    a value copied whole in one C call (see the module's docstring). SIGIO is not queued: each handler
+    run drains every socket until none has anything."""
+
+    MAX_PENDING = 64 << 20  # answers a client has not read; beyond it the client is dropped
 
     def __init__(self, address: tuple[str, int], slot: int, attempt: int, operators: dict[int, Any],
-                 key_type: Any, last_completed: Any, use_signals: bool | None = None):
+                 key_type: Any, last_completed: Any, use_signals: bool | None = None,
+                 listen_host: str = "127.0.0.1", advertise_host: str | None = None):
         self.operators, self.key_type, self.last_completed = operators, key_type, last_completed
         self.sock = socket.create_connection(address, timeout=30)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.sendall((json.dumps({"type": "query_channel", "slot": slot, "attempt": attempt}) + "\n").encode())
         self.sock.settimeout(None)
-        self.slot = slot
+        self.slot, self.attempt = slot, attempt
+        self.listener = socket.create_server((listen_host, 0))
+        self.listener.setblocking(False)
+        self.ticket = secrets.token_urlsafe(18)
+        self.port = [advertise_host or listen_host, self.listener.getsockname()[1], self.ticket]
+        self.clients: dict[int, _Client] = {}
         self._buf = b""
         self._serving = False
+        self._closed = False
         self._previous_handler: Any = None
         self._thread: threading.Thread | None = None
+        self._tid = 0
         if use_signals is None:
             use_signals = _signals_possible()
         if use_signals:
-            self._start_signals()
+            self._tid = threading.get_native_id()
+            self._previous_handler = signal.signal(signal.SIGIO, self._on_signal)
+            for sock in (self.sock, self.listener):
+                self._arm(sock)
+            self._on_signal()  # what came before the signal was armed
             return
         # A lookup's thread waits for the GIL once its request arrives: at most this long (Python's default,
         # 5 ms, would be most of a lookup's time); the task thread is only asked to let go while one waits.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.sock, selectors.EVENT_READ)
+        self._selector.register(self.listener, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._serve, name=f"queryable-state-{slot}", daemon=True)
         self._thread.start()
 
     # -- signal-driven (the task's own thread) -------------------------------------------------------
-    def _start_signals(self) -> None:
-        fd = self.sock.fileno()
-        self._previous_handler = signal.signal(signal.SIGIO, self._on_signal)
-        _own_signals(fd, threading.get_native_id())
+    def _arm(self, sock: socket.socket) -> None:
+        fd = sock.fileno()
+        _own_signals(fd, self._tid)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
-        self._on_signal()  # what came before the signal was armed
 
     def _on_signal(self, *_: Any) -> None:
         """SIGIO: answer every whole request there is. Never raises (it runs inside the task's code)."""
-        if self._serving:
+        if self._serving or self._closed:
             return  # a signal inside the handler: the loop below reads what it announced
         self._serving = True
         try:
-            while True:
-                try:
-                    data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
-                except (BlockingIOError, InterruptedError):
-                    break
-                if not data:
-                    self._stop_signals()  # the job manager went: nothing to answer
-                    break
-                self._buf += data
-                *lines, self._buf = self._buf.split(b"\n")
-                for line in lines:
-                    self._handle(line)
+            self._service()
         except Exception:  # noqa: BLE001 - a lookup's trouble must never surface in the task's code
-            self._stop_signals()
+            for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
+                self._disarm(sock)
         finally:
             self._serving = False
 
-    def _stop_signals(self) -> None:
+    def _disarm(self, sock: socket.socket) -> None:
         try:
-            fd = self.sock.fileno()
+            fd = sock.fileno()
             if fd >= 0:
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_ASYNC)
         except OSError:
@@ -213,12 +225,47 @@ class QueryServer:
 
     # -- a thread of its own --------------------------------------------------------------------------
     def _serve(self) -> None:
-        reader = self.sock.makefile("rb")
+        while not self._closed:
+            try:
+                self._selector.select()
+                self._service()
+            except (OSError, ValueError):
+                if self._closed:
+                    return
+
+    # -- both -----------------------------------------------------------------------------------------
+    def _service(self) -> None:
+        """Drain every socket until a pass finds nothing: the job manager's lookups, new clients, clients'
+        lookups, answers a client could not take at once."""
+        busy = True
+        while busy:
+            busy = self._from_job_manager()
+            busy |= self._accept()
+            for client in list(self.clients.values()):
+                try:
+                    busy |= self._from_client(client)
+                except Exception:  # noqa: BLE001 - one client's trouble is its own: it is dropped
+                    self._drop(client)
+
+    def _from_job_manager(self) -> bool:
+        if self.sock.fileno() < 0:
+            return False
         try:
-            for line in reader:
-                self._handle(line)
-        except (OSError, ValueError):
-            pass  # the job manager or the task went: nothing to answer
+            data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if not data:  # the job manager went: nothing to answer for it
+            if self._thread is not None:
+                self._selector.unregister(self.sock)
+            else:
+                self._disarm(self.sock)
+            self.sock.close()
+            return False
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            self._handle(line)
+        return True
 
     def _handle(self, line: bytes) -> None:
         msg = json.loads(line)
@@ -238,16 +285,118 @@ class QueryServer:
         except Exception as e:  # noqa: BLE001 - a lookup's failure is the lookup's, never the task's
             return [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in query["keys"]]
 
+    # -- clients on the lookup port ------------------------------------------------------------------
+    def _accept(self) -> bool:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False
+        sock.setblocking(True)  # reads and writes are MSG_DONTWAIT: never a wait in the task's thread
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client = self.clients[sock.fileno()] = _Client(sock)
+        if self._thread is not None:
+            self._selector.register(sock, selectors.EVENT_READ)
+        else:
+            self._arm(sock)
+        self._from_client(client)
+        return True
+
+    def _from_client(self, client: "_Client") -> bool:
+        if client.pending:
+            self._flush(client)
+        try:
+            data = client.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(client)
+            return False
+        client.buf += data
+        try:
+            for doc in frames.split(client.buf):
+                if client.sock.fileno() < 0:
+                    break
+                self._send(client, self._client_answer(client, doc))
+        except frames.FrameError as e:
+            client.closing = True
+            self._send(client, {"id": None, "status": 400, "error": str(e)})
+        return True
+
+    def _client_answer(self, client: "_Client", doc: dict) -> dict:
+        if not client.hello:
+            if not hmac.compare_digest(str(doc.get("ticket") or "").encode(), self.ticket.encode()):
+                client.closing = True
+                return {"status": 401, "error": "missing or wrong ticket (ask the job manager's proxy for the "
+                                                "route: {\"route\": name})"}
+            client.hello = True
+            return {"slot": self.slot, "attempt": self.attempt}
+        rid, name, keys = doc.get("id"), doc.get("name"), doc.get("keys")
+        if not isinstance(name, str) or not isinstance(keys, list):
+            return {"id": rid, "status": 400, "error": 'a request is {"id": ..., "name": "<state>", "keys": [...]}'}
+        op = next((op for op in self.operators.values()
+                   if op.keyed_backend is not None and name in op.keyed_backend.queryable), None)
+        if op is None:
+            return {"id": rid, "status": 404, "error": f"this subtask has no queryable state {name!r}"}
+        try:
+            results = lookup(op, name, keys, self.key_type(op.node))
+        except Exception as e:  # noqa: BLE001 - a lookup's failure is the lookup's, never the task's
+            return {"id": rid, "status": 500, "error": f"{type(e).__name__}: {e}"}
+        return {"id": rid, "status": 200, "results": results, "checkpoint": self.last_completed()}
+
+    def _send(self, client: "_Client", doc: dict) -> None:
+        client.pending += frames.encode(doc)
+        self._flush(client)
+        if client.closing or len(client.pending) > self.MAX_PENDING:
+            self._drop(client)
+
+    def _flush(self, client: "_Client") -> None:
+        try:
+            sent = client.sock.send(client.pending, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return  # the socket's space comes back with a SIGIO (or the selector's next turn)
+        except OSError:
+            client.pending.clear()
+            return
+        del client.pending[:sent]
+
+    def _drop(self, client: "_Client") -> None:
+        self.clients.pop(client.fd, None)
+        if self._thread is not None:
+            try:
+                self._selector.unregister(client.sock)
+            except (KeyError, ValueError):
+                pass
+        client.sock.close()
+
     def close(self) -> None:
+        self._closed = True
         if self._previous_handler is not None:
-            self._stop_signals()
+            for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
+                self._disarm(sock)
             signal.signal(signal.SIGIO, self._previous_handler)
             self._previous_handler = None
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.sock.close()
+        for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
+            sock.close()
+        self.clients.clear()
+
+
+class _Client:
+    """A client on the lookup port: its unread bytes, answers it has not taken, whether it showed its ticket."""
+
+    __slots__ = ("sock", "fd", "buf", "pending", "hello", "closing")
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.fd = sock, sock.fileno()
+        self.buf, self.pending = bytearray(), bytearray()
+        self.hello = self.closing = False
 
 
 _F_SETOWN_EX = 15  # fcntl.h (Linux): the owner of a descriptor's signals is one thread, not the process

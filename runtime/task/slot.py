@@ -369,7 +369,7 @@ class SlotRuntime:
         """``host``: the interface the data server listens on; ``advertise_host``: the address peers
         connect to (in a pod it listens on 0.0.0.0 and is reached at the pod's IP)."""
         self.graph = graph
-        self.advertise_host = advertise_host or host
+        self.listen_host, self.advertise_host = host, advertise_host or host
         deployment = deployment or {}
         self.job_id = deployment.get("job_id", "local")
         self.restore = deployment.get("restore")
@@ -800,9 +800,14 @@ class SlotRuntime:
         new = queryable.registrations(self.operators, self._queryable_reported)
         if new and self._query_server is None:  # a job without queryable state runs no lookup thread
             self._query_server = queryable.QueryServer(self.control.address, self.subtask, self.attempt,
-                                                       self.operators, self._key_type, lambda: self.last_completed)
+                                                       self.operators, self._key_type, lambda: self.last_completed,
+                                                       listen_host=self.listen_host, advertise_host=self.advertise_host)
+            port = self._query_server.port
+        else:
+            port = None
         if new:
-            self.control.send({"type": "queryable", "slot": self.subtask, "attempt": self.attempt, "states": new})
+            self.control.send({"type": "queryable", "slot": self.subtask, "attempt": self.attempt, "states": new,
+                               "port": port})
 
     def _key_type(self, node: Any) -> Any:
         for e in node.inputs:
