@@ -1,14 +1,16 @@
 """Queryable state under load: lookups of random keys while a keyed job runs at full speed.
 
     python bench/queryable_state.py [--keys 1000000] [--seconds 15] [--backends hashmap,rocksdb]
-                                    [--protocol proxy,rest]
+                                    [--protocol direct,proxy,rest]
 
 Per backend, one run of bench/jobs/queryable_job.py (parallelism 2, or --parallelism; 1 s checkpoints,
 or --checkpoint-interval; KEYS keys, a ValueState count per key queryable as "counts") on the embedded
 local Spark. Once every key has a
-count, a client process looks up random keys, per protocol: through the queryable state proxy's port
-(``proxy``: the job manager's KvStateClientProxy, cluster/query_proxy.py) and through the REST API
-(``rest``: GET /v1/state/counts?key=K). The client is bench/loadgen (Go, built on first use), as wrk
+count, a client process looks up random keys, per protocol: straight at the subtask that owns the key
+(``direct``: its own lookup port, the route asked of the proxy once, as ``QueryableStateClient`` does
+given the job's key type), through the queryable state proxy's port (``proxy``: the job manager's
+KvStateClientProxy, cluster/query_proxy.py) and through the REST API (``rest``: GET
+/v1/state/counts?key=K). The client is bench/loadgen (Go, built on first use), as wrk
 or hey would be, since on 2 cores every bit of CPU the client takes is taken from the job
 (``--client python``: aiohttp, in a process of its own, REST only):
 
@@ -152,12 +154,15 @@ def cpu_seconds(pid: int) -> dict[str, float]:
 
 
 def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float,
-         proxy: str | None = None) -> dict:
-    """One load phase; ``proxy``: HOST:PORT of the queryable state proxy (else the REST API)."""
+         proxy: str | None = None, protocol: str = "rest") -> dict:
+    """One load phase; ``proxy``: HOST:PORT of the queryable state proxy (protocol proxy: lookups through it;
+    direct: the route from it, lookups to the subtasks' own ports)."""
     target = url + "/v1/state/counts?key={key}"
-    if proxy is not None:
-        mode, target = mode + "-proxy", proxy + "/counts"
-    r = subprocess.run(client + [mode, target, str(keys), str(arg), str(seconds)],
+    if protocol != "rest":
+        mode, target = f"{mode}-{protocol}", proxy + "/counts"
+    # One OS thread for Go's scheduler: with two, its idle one spins looking for work at every wake-up
+    # (1,000 a second), CPU taken from the job on this 2-core machine.
+    r = subprocess.run(client + [mode, target, str(keys), str(arg), str(seconds)], env={**os.environ, "GOMAXPROCS": "1"},
                        capture_output=True, text=True, timeout=seconds * 4 + 120)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
@@ -192,7 +197,6 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
             rows = []
             for protocol in protocols:
                 out: dict = {"backend": backend, "protocol": protocol}
-                via = proxy if protocol == "proxy" else None
                 # The job alone, then with the open-loop lookups, then alone again (the mean of the two quiet
                 # windows is the baseline: the rate drifts as the state grows and the machine's load changes).
                 def rate_over(window: float) -> float:
@@ -203,7 +207,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
                 quiet1 = rate_over(seconds)
                 cpu1 = cpu_seconds(proc.pid)
                 a, t0 = records_in(url), time.perf_counter()
-                out["open"] = load(client, "open", url, keys, rate, seconds, via)
+                out["open"] = load(client, "open", url, keys, rate, seconds, proxy, protocol)
                 loaded = (records_in(url) - a) / (time.perf_counter() - t0)
                 cpu2 = cpu_seconds(proc.pid)
                 quiet2 = rate_over(seconds)
@@ -214,7 +218,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
                 out["job_quiet"] = (quiet1 + quiet2) / 2
                 out["job_loaded"] = loaded
                 for c in (1, 8, 32):
-                    out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds, via)
+                    out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds, proxy, protocol)
                 rows.append(out)
             return rows
         finally:
@@ -236,8 +240,9 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2,
                         help="the job's (2 fills the 2 cores; 1 leaves one to the job manager and the client)")
     parser.add_argument("--checkpoint-interval", type=int, default=1000, help="ms; 0: no checkpoints")
-    parser.add_argument("--protocol", default="proxy,rest",
-                        help="proxy (the queryable state proxy's port), rest (GET /v1/state/...), or both")
+    parser.add_argument("--protocol", default="direct,proxy,rest",
+                        help="direct (the subtasks' lookup ports, routed by key as QueryableStateClient does given "
+                             "the key type), proxy (the queryable state proxy's port), rest (GET /v1/state/...)")
     parser.add_argument("--client", choices=("go", "python"), default="go",
                         help="the load generator: bench/loadgen (Go; the default) or aiohttp")
     args = parser.parse_args()
@@ -248,8 +253,8 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}; "
           f"parallelism {args.parallelism}; checkpoints every {args.checkpoint_interval} ms")
     protocols = args.protocol.split(",")
-    if not binary and "proxy" in protocols:
-        protocols.remove("proxy")  # the Python client speaks HTTP only
+    if not binary:
+        protocols = [p for p in protocols if p == "rest"]  # the Python client speaks HTTP only
     rows = [r for b in args.backends.split(",") for r in bench_backend(client, b, args.keys, args.seconds, args.rate,
                                                                           protocols, args.parallelism,
                                                                           args.checkpoint_interval)]

@@ -7,7 +7,9 @@ port or its REST API.
 
 The proxy (``queryable-state.proxy.ports``, cluster/query_proxy.py) keeps one connection open and
 costs the job manager a fraction of an HTTP request; ``/v1/job`` names its port
-(``queryable_state_proxy_port``). Both answer the same.
+(``queryable_state_proxy_port``). Both answer the same. Given the job's key type (``key_type_info``),
+the proxy's client sends live lookups straight to the subtasks that own the keys (Flink's client asks
+a proxy on a TaskManager, which forwards to the state's server: one hop less here).
 
 PyFlink never shipped a client; the names and the argument order are the Java client's
 (``getKvState(jobId, queryableStateName, key, keyTypeInfo, stateDescriptor)``), with its blocking
@@ -30,6 +32,7 @@ from .api.types import Row, RowTypeInfo, _Composite
 from .keygroups import assign_to_key_group, operator_index_for_key_group
 from .rest_client import RestError, call
 
+CONNECT_TIMEOUT_S = 1.0  # to a subtask's lookup port; then the proxy answers
 _NOT_GIVEN = object()  # lookup() without the job's key type: through the proxy, which knows it
 
 
@@ -119,6 +122,7 @@ class _ProxyConnection:
         self._lock = threading.Lock()
         self._routes: dict[str, dict] = {}
         self._tasks: dict[tuple, socket.socket] = {}
+        self._unreachable: set[tuple] = set()  # (host, port) of subtask ports a connection failed to
 
     def lookup(self, job_id: str | None, name: str, keys: list, consistency: str, key_type_info: Any = _NOT_GIVEN
                ) -> dict:
@@ -157,7 +161,8 @@ class _ProxyConnection:
                 route = self._routes[name] = self._ask(self._connect(), {"route": name})
             except RestError:
                 return None  # the proxy's own answer to the lookup says why
-        if route.get("key_type") != repr(key_type_info) or None in route["subtasks"]:
+        if route.get("key_type") != repr(key_type_info) or None in route["subtasks"] \
+                or any(tuple(where[:2]) in self._unreachable for where in route["subtasks"]):
             return None
         max_p, p = int(route["max_parallelism"]), int(route["parallelism"])
         by_subtask: dict[int, list[int]] = {}
@@ -195,7 +200,14 @@ class _ProxyConnection:
         sock = self._tasks.get(key)
         if sock is None:
             host, port, ticket = where
-            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=min(self.timeout, CONNECT_TIMEOUT_S))
+            except OSError:
+                # Not reachable from here (a pod IP seen through kubectl port-forward): the proxy it is,
+                # for as long as this subtask runs there.
+                self._unreachable.add((host, port))
+                raise
+            sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._tasks[key] = sock
             sock.sendall(frames.encode({"ticket": ticket}))

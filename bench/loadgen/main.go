@@ -8,6 +8,12 @@
 //	loadgen open   URL KEYS RATE SECONDS          # RATE requests/s on a fixed schedule
 //	loadgen closed-proxy HOST:PORT/NAME KEYS CONCURRENCY SECONDS   # the same, through the queryable
 //	loadgen open-proxy   HOST:PORT/NAME KEYS RATE SECONDS          # state proxy's port (query_proxy.py)
+//	loadgen closed-direct HOST:PORT/NAME KEYS CONCURRENCY SECONDS  # the same, straight to the subtask
+//	loadgen open-direct   HOST:PORT/NAME KEYS RATE SECONDS         # that owns the key (its lookup port)
+//
+// The direct modes ask the proxy for the state's route once ({"route": NAME}: each subtask's lookup
+// port and ticket), then hash each key as the job does (integer keys: splitmix64, runtime/keygroups.py)
+// to the subtask owning its key group, as QueryableStateClient does given the job's key type.
 //
 // URL holds "{key}", replaced by a random key in [0, KEYS). The proxy modes speak the proxy's frames
 // (4-byte big-endian length, JSON) on connections kept open: one per worker in the closed loop,
@@ -82,6 +88,7 @@ type proxyConn struct {
 	mu      sync.Mutex
 	nextID  int
 	waiting map[int]chan string
+	lastRaw string // the last answer that was not a found value (the route's answer, for dialDirect)
 }
 
 func frame(doc any) []byte {
@@ -107,16 +114,24 @@ func readFrame(r *bufio.Reader) (map[string]any, error) {
 
 func dialProxy(target string) *proxyConn {
 	slash := strings.Index(target, "/")
-	conn, err := net.Dial("tcp", target[:slash])
+	p, _ := dial(target[:slash], target[slash+1:], map[string]any{"token": os.Getenv("STREAMJOB_REST_TOKEN")})
+	return p
+}
+
+// dial opens a connection speaking the frames, greets it (hello: the proxy's token or a subtask's
+// ticket) and starts its reader; returns the greeting's answer too.
+func dial(addr, name string, hello map[string]any) (*proxyConn, map[string]any) {
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	p := &proxyConn{conn: conn, name: target[slash+1:], waiting: map[int]chan string{}}
+	p := &proxyConn{conn: conn, name: name, waiting: map[int]chan string{}}
 	r := bufio.NewReaderSize(conn, 1<<16)
-	conn.Write(frame(map[string]any{"token": os.Getenv("STREAMJOB_REST_TOKEN")}))
-	if hello, err := readFrame(r); err != nil || hello["status"] != nil {
-		fmt.Fprintln(os.Stderr, "proxy hello:", hello, err)
+	conn.Write(frame(hello))
+	answer, err := readFrame(r)
+	if err != nil || answer["status"] != nil {
+		fmt.Fprintln(os.Stderr, "hello:", answer, err)
 		os.Exit(1)
 	}
 	go func() {
@@ -139,13 +154,69 @@ func dialProxy(target string) *proxyConn {
 				msg = string(b)
 			}
 			p.mu.Lock()
+			if msg != "" {
+				p.lastRaw = msg
+			}
 			ch := p.waiting[id]
 			delete(p.waiting, id)
 			p.mu.Unlock()
 			ch <- msg
 		}
 	}()
-	return p
+	return p, answer
+}
+
+// router sends each key to a connection of the subtask owning its key group.
+type router struct {
+	maxP, p int
+	conns   [][]*proxyConn // per subtask
+}
+
+func splitmix64(z uint64) uint64 {
+	z += 0x9E3779B97F4A7C15
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+func dialDirect(target string, perSubtask int) *router {
+	proxy := dialProxy(target)
+	ch := make(chan string, 1)
+	proxy.mu.Lock()
+	proxy.waiting[0] = ch
+	proxy.mu.Unlock()
+	proxy.conn.Write(frame(map[string]any{"id": 0, "route": proxy.name}))
+	<-ch // the reader takes the route for an error (it has no results): read it from the message
+	var route map[string]any
+	json.Unmarshal([]byte(proxy.lastRaw), &route)
+	if route["status"] != float64(200) {
+		fmt.Fprintln(os.Stderr, "route:", proxy.lastRaw)
+		os.Exit(1)
+	}
+	if kt := route["key_type"]; kt != "Long" && kt != "Integer" && kt != "None" {
+		fmt.Fprintln(os.Stderr, "the direct modes hash integer keys; this state's key type is", kt)
+		os.Exit(1)
+	}
+	rt := &router{maxP: int(route["max_parallelism"].(float64)), p: int(route["parallelism"].(float64))}
+	for _, s := range route["subtasks"].([]any) {
+		where := s.([]any)
+		addr := net.JoinHostPort(where[0].(string), strconv.Itoa(int(where[1].(float64))))
+		var conns []*proxyConn
+		for i := 0; i < perSubtask; i++ {
+			c, _ := dial(addr, proxy.name, map[string]any{"ticket": where[2]})
+			conns = append(conns, c)
+		}
+		rt.conns = append(rt.conns, conns)
+	}
+	proxy.conn.Close()
+	return rt
+}
+
+func (rt *router) conn(key int, i int) *proxyConn {
+	group := int(splitmix64(uint64(key)) % uint64(rt.maxP))
+	subtask := group * rt.p / rt.maxP
+	conns := rt.conns[subtask]
+	return conns[i%len(conns)]
 }
 
 func (p *proxyConn) lookup(key int) string {
@@ -167,7 +238,7 @@ func (p *proxyConn) lookup(key int) string {
 
 func main() {
 	if len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen closed|open|closed-proxy|open-proxy URL|HOST:PORT/NAME KEYS CONCURRENCY|RATE SECONDS")
+		fmt.Fprintln(os.Stderr, "usage: loadgen closed|open|closed-proxy|open-proxy|closed-direct|open-direct URL|HOST:PORT/NAME KEYS CONCURRENCY|RATE SECONDS")
 		os.Exit(2)
 	}
 	mode, template := os.Args[1], os.Args[2]
@@ -186,6 +257,10 @@ func main() {
 		for i := 0; i < proxyConnections; i++ {
 			conns = append(conns, dialProxy(template))
 		}
+	}
+	var direct *router
+	if mode == "open-direct" {
+		direct = dialDirect(template, proxyConnections/2)
 	}
 	start := time.Now()
 	stop := start.Add(time.Duration(seconds * float64(time.Second)))
@@ -219,6 +294,37 @@ func main() {
 				res.add(float64(time.Since(due).Microseconds())/1000, err)
 			}(conns[i%proxyConnections], rng.Intn(keys), due)
 		}
+	case "closed-direct":
+		for w := 0; w < int(arg); w++ {
+			wg.Add(1)
+			rt := dialDirect(template, 1)
+			go func(seed int64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed))
+				for time.Now().Before(stop) {
+					t0 := time.Now()
+					key := rng.Intn(keys)
+					err := rt.conn(key, 0).lookup(key)
+					res.add(float64(time.Since(t0).Microseconds())/1000, err)
+				}
+			}(int64(w) + 1)
+		}
+	case "open-direct":
+		rng := rand.New(rand.NewSource(1))
+		n := int(arg * seconds)
+		for i := 0; i < n; i++ {
+			due := start.Add(time.Duration(float64(i) / arg * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				time.Sleep(d)
+			}
+			wg.Add(1)
+			key := rng.Intn(keys)
+			go func(p *proxyConn, key int, due time.Time) {
+				defer wg.Done()
+				err := p.lookup(key)
+				res.add(float64(time.Since(due).Microseconds())/1000, err)
+			}(direct.conn(key, i), key, due)
+		}
 	case "closed":
 		for w := 0; w < int(arg); w++ {
 			wg.Add(1)
@@ -248,7 +354,7 @@ func main() {
 			}(keyURL(rng), due)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "mode must be closed, open, closed-proxy or open-proxy")
+		fmt.Fprintln(os.Stderr, "mode must be closed, open, closed-proxy, open-proxy, closed-direct or open-direct")
 		os.Exit(2)
 	}
 	wg.Wait()

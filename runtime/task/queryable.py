@@ -173,7 +173,7 @@ class QueryServer:
         self.port = [advertise_host or listen_host, self.listener.getsockname()[1], self.ticket]
         self.clients: dict[int, _Client] = {}
         self._buf = b""
-        self._serving = False
+        self._serving = self._again = False
         self._closed = False
         self._previous_handler: Any = None
         self._thread: threading.Thread | None = None
@@ -204,16 +204,27 @@ class QueryServer:
 
     def _on_signal(self, *_: Any) -> None:
         """SIGIO: answer every whole request there is. Never raises (it runs inside the task's code)."""
-        if self._serving or self._closed:
-            return  # a signal inside the handler: the loop below reads what it announced
+        if self._closed:
+            return
+        if self._serving:
+            # A signal inside the handler (Python runs it nested, at a bytecode boundary of ours): what it
+            # announced may have come after our last look at its socket, so the loop below looks again.
+            self._again = True
+            return
         self._serving = True
         try:
-            self._service()
+            while True:
+                self._again = False
+                self._service()
+                if not self._again:
+                    break
         except Exception:  # noqa: BLE001 - a lookup's trouble must never surface in the task's code
             for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
                 self._disarm(sock)
         finally:
             self._serving = False
+        if self._again:  # one that came between the loop's last look and the line above: never lost
+            self._on_signal()
 
     def _disarm(self, sock: socket.socket) -> None:
         try:
