@@ -237,6 +237,36 @@ def contents(table) -> dict:
     return dict(zip(list(table.keys_by_slot), table.acc[: len(table)].tolist()))
 
 
+@pytest.mark.parametrize("values", ["int", "float", "mixed", "one-str-last", "one-beyond-int64-last"])
+def test_a_large_value_table_frozen_copy_on_write_snapshots_columnar_when_its_types_allow(values):
+    """Beyond COPY_MAX_ENTRIES a table is frozen copy-on-write (no copy at the barrier); the writer still
+    finds it columnar when every key is an int and every value an int (or every one a float), and the
+    restore at another parallelism gets the same entries; writes during the snapshot stay out of it."""
+    from streamjob.runtime.state.tables import COPY_MAX_ENTRIES
+
+    n = COPY_MAX_ENTRIES + 1000
+    # The writer looks at the types and converts a slice at a time: an odd one in the last slice counts too.
+    make = {"int": lambda k: k * 3, "float": lambda k: k * 0.5, "mixed": lambda k: k if k % 2 else str(k),
+            "one-str-last": lambda k: str(k) if k == n - 1 else k,
+            "one-beyond-int64-last": lambda k: 1 << 70 if k == n - 1 else k}[values]
+    entries = {k: make(k) for k in range(n)}
+    b = HashMapKeyedStateBackend("op", 128, key_group_range(128, 1, 0))
+    b.restore_chunk("v", "value", dict(entries))
+    frozen = b.snapshot(1, full=True)
+    b.current_key = n + 5  # a write while the snapshot is being written: copy-on-write keeps it out
+    b.get_state(ValueStateDescriptor("v")).update(make(1))
+    data, index = serialize(frozen, 128, None)
+    b.thaw()
+    assert ("columnar" in index["keyed"]["v"]) is (values in ("int", "float"))
+    for half in (0, 1):  # restored at parallelism 2
+        groups = key_group_range(128, 2, half)
+        got: dict = {}
+        for name, kind, chunk in read_keyed(data, index, groups, "state.bin"):
+            got.update(chunk)
+        assert got == {k: v for k, v in entries.items() if assign_to_key_group(k, 128) in groups}
+        assert all(type(v) is type(entries[k]) for k, v in got.items())
+
+
 def test_int_key_accumulators_snapshot_columnar_and_rescale_by_key_group():
     b = backend()
     agg = RollingAggregator("sum", b.accumulators("sum-numeric"))

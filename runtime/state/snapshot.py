@@ -7,7 +7,8 @@ the key groups it now owns and nothing else. Key groups are computed here, in
 the asynchronous phase, not per record.
 
 Chunks are pickled, except for accumulator tables with int64 keys (the columnar
-rolling and window aggregations) and heap ``value`` tables whose keys are all ints
+rolling and window aggregations) and heap ``value`` tables (of any size: a large one, frozen
+copy-on-write, has its types checked by the writer) whose keys are all ints
 and values all ints or all floats that fit 64 bits (a KeyedProcessFunction's running
 sum: ``tables.FrozenDict.columns``; read back as the dict they were, so a restore,
 into either backend, sees no difference): such a table is *columnar*, two blocks of raw

@@ -22,6 +22,7 @@ what the snapshot writer is serialising.
 from __future__ import annotations
 
 import copy
+from itertools import islice
 from typing import Any, Iterator
 
 import numpy as np
@@ -154,7 +155,9 @@ class StateTable:
             if types <= _SCALARS:  # the table stays writable in place: no delta, nothing to thaw
                 return FrozenDict(base.copy(), self.order if len(types) == 1 else None)
         self.delta = {}
-        return FrozenDict(base)
+        # Copy-on-write: the base stays as it is until thaw, so the writer may still find it columnar
+        # (every key an int, every value an int or every one a float), checking the types itself.
+        return FrozenDict(base, self.order, check_types=True)
 
     def thaw(self) -> None:
         delta = self.delta
@@ -179,9 +182,10 @@ class FrozenDict:
     """The base of a table as of the barrier; read only by the snapshot writer. ``order``: the
     table's ``KeyOrder`` when the values are of one scalar type (a copy: see ``columns``)."""
 
-    def __init__(self, data: dict, order: KeyOrder | None = None):
+    def __init__(self, data: dict, order: KeyOrder | None = None, check_types: bool = False):
         self.data = data
         self.order = order
+        self.check_types = check_types  # the values' types were not looked at the barrier: columns does
 
     def columns(self) -> "FrozenAccumulators | None":
         """The entries as two int64 / float64 blocks when every key is an int that fits int64 and
@@ -194,12 +198,16 @@ class FrozenDict:
         n = len(data)
         if order is None or not n:
             return None
-        dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
-        if dtype is None or set(map(type, data)) != {int}:
+        if self.check_types:
+            types = _types(data.values(), n)
+            dtype = _COLUMN_DTYPES.get(types.pop()) if len(types) == 1 else None
+        else:
+            dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
+        if dtype is None or _types(data, n) != {int}:
             return None
         try:
-            keys = np.fromiter(data, dtype=np.int64, count=n)
-            values = np.fromiter(data.values(), dtype=dtype, count=n)
+            keys = _array(data, n, np.int64)
+            values = _array(data.values(), n, dtype)
         except OverflowError:  # an int beyond int64
             return None
         order.check(keys)
@@ -217,6 +225,31 @@ class FrozenDict:
         entries in table order: what ``keys`` and ``chunk`` give, with no Python code per key
         (the snapshot writer shares the GIL with the task thread)."""
         yield from group_entries(self.data, max_parallelism)
+
+
+# Entries per C call of the snapshot writer over a frozen table. A C call holds the GIL from start to end:
+# the task thread, and a queryable state lookup answered in it, wait for at most one slice (~1-2 ms)
+# rather than a whole table (~15 ms for 500k entries, several times per snapshot).
+_SLICE = 1 << 16
+
+
+def _types(entries: Any, n: int) -> set:
+    """The types of ``entries`` (n of them), a slice per C call; stops once there are two."""
+    it, types = iter(entries), set()
+    for _ in range(0, n, _SLICE):
+        types.update(map(type, islice(it, _SLICE)))
+        if len(types) > 1:
+            break
+    return types
+
+
+def _array(entries: Any, n: int, dtype: Any) -> np.ndarray:
+    """``np.fromiter(entries)``, a slice per C call (OverflowError: an int beyond the dtype)."""
+    it, out = iter(entries), np.empty(n, dtype=dtype)
+    for start in range(0, n, _SLICE):
+        stop = min(n, start + _SLICE)
+        out[start:stop] = np.fromiter(islice(it, stop - start), dtype=dtype, count=stop - start)
+    return out
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

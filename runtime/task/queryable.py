@@ -180,6 +180,10 @@ class QueryServer:
         self._tid = 0
         if use_signals is None:
             use_signals = _signals_possible()
+        # A thread waiting for the GIL asks its holder to let go after the switch interval: Python's 5 ms
+        # would be most of a lookup's time, whether the lookup waits in the lookup thread or in the task
+        # thread while the snapshot writer holds the GIL. Only a waiting thread makes it matter.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         if use_signals:
             self._tid = threading.get_native_id()
             self._previous_handler = signal.signal(signal.SIGIO, self._on_signal)
@@ -187,9 +191,6 @@ class QueryServer:
                 self._arm(sock)
             self._on_signal()  # what came before the signal was armed
             return
-        # A lookup's thread waits for the GIL once its request arrives: at most this long (Python's default,
-        # 5 ms, would be most of a lookup's time); the task thread is only asked to let go while one waits.
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.sock, selectors.EVENT_READ)
         self._selector.register(self.listener, selectors.EVENT_READ)
