@@ -16,6 +16,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .task.task_time import backpressure_level
+
 
 def _rate(n: float) -> str:
     if n >= 1e6:
@@ -23,6 +25,10 @@ def _rate(n: float) -> str:
     if n >= 1e3:
         return f"{n / 1e3:.1f}k/s"
     return f"{n:.0f}/s"
+
+
+def _level(ratio: float) -> str:
+    return f"{backpressure_level(ratio)} {ratio * 100:.0f}%"
 
 
 def _bytes(n: float) -> str:
@@ -44,6 +50,7 @@ class ProgressDisplay:
         self._last: dict[str, list[int]] = {}
         self._last_t = time.monotonic()
         self._rates: dict[str, tuple[float, float]] = {}
+        self._task_times: dict = {}  # (task name, subtask) -> busy / back-pressured / idle ms per second
         self._lock = threading.Lock()
         self.started = time.time()
         self.coordinator: Any = None  # the checkpoint coordinator, when checkpointing is on
@@ -66,7 +73,10 @@ class ProgressDisplay:
         """A status line for the person at the terminal (stderr, not the job's output)."""
         self.err.print(text, markup=False, highlight=False, soft_wrap=True)  # URLs and paths stay whole
 
-    def update(self, totals: dict[str, list[int]]) -> None:
+    def update(self, totals: dict[str, list[int]], task_times: dict | None = None) -> None:
+        """``task_times``: (task name, subtask) -> its busy / back-pressured / idle ms per second."""
+        if task_times is not None:
+            self._task_times = task_times
         now = time.monotonic()
         dt = now - self._last_t
         if dt >= 0.5:
@@ -89,6 +99,10 @@ class ProgressDisplay:
         table.add_column("in/s" if not final else "avg in/s", justify="right")
         table.add_column("records out", justify="right")
         table.add_column("out/s" if not final else "avg out/s", justify="right")
+        if not final:
+            table.add_column("busy", justify="right")  # its task's busiest subtask (busyTimeMsPerSecond)
+            table.add_column("back pressure", justify="right")
+        task_of = {o: v.name(self.graph) for v in self.graph.tasks for o in v.operators}
         for op_id in self.graph.operator_order():
             name = self.graph.operators[op_id].name
             rin, rout = totals.get(str(op_id), [0, 0])
@@ -97,7 +111,13 @@ class ProgressDisplay:
                 r_in, r_out = rin / secs, rout / secs
             else:
                 r_in, r_out = self._rates.get(str(op_id), (0.0, 0.0))
-            table.add_row(Text(name), f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out))
+            row = [Text(name), f"{rin:,}", _rate(r_in), f"{rout:,}", _rate(r_out)]
+            if not final:
+                times = [t for (task, _), t in self._task_times.items() if task == task_of.get(op_id)]
+                busy = max((t["busyTimeMsPerSecond"] for t in times), default=None)
+                bp = max((t["backPressuredTimeMsPerSecond"] for t in times), default=None)
+                row += ["" if busy is None else f"{busy / 10:.0f}%", "" if bp is None else _level(bp / 1000)]
+            table.add_row(*row)
         line = self.checkpoint_line()
         if line:
             table.caption = Text(line)

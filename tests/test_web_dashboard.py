@@ -116,6 +116,14 @@ def test_dashboard_shows_a_running_job_and_takes_a_savepoint(spark_slots, page, 
         expect(row.locator("td").nth(6)).to_have_text(re.compile(r"^1970-01-01 00:00:\d\d\.\d{3}$"))  # row i at i ms
         expect(row.locator("td").nth(7)).to_have_text(re.compile(r"^(OK|LOW|HIGH) \d+%$"))
         expect(page.locator("#graph .vertex").nth(1).locator(".rate-in").first).to_have_text(re.compile(r"k?/s$"))
+        # busy / back-pressured / idle per subtask (Flink's task time metrics), and each vertex's busy share,
+        # the colour of its box
+        expect(page.locator("#subtasks tbody tr")).to_have_count(4)  # 2 tasks x 2 subtasks
+        times = page.locator("#subtasks tbody tr").first.locator("td")
+        expect(times.nth(2)).to_have_text(re.compile(r"^\d+$"))
+        expect(times.nth(5)).to_have_text(re.compile(r"^(busy|backPressured|idle)$"))
+        expect(page.locator("#graph .vertex").nth(1).locator(".busy")).to_have_text(re.compile(r"^busy \d+%$"))
+        assert page.locator("#graph .vertex").nth(1).evaluate("e => e.style.background") != ""
 
         # -- checkpoint history: a completed one with its numbers
         done = page.locator("#checkpoints tbody tr.status-completed").first

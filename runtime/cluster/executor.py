@@ -499,7 +499,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             jvm_exit: str | None = None  # how the JVM ended, when it did during this attempt
             while attempt.alive():
                 attempt.join(0.25)
-                display.update(jm.operator_totals())
+                display.update(jm.operator_totals(), jm.task_time_metrics())
                 if jvm_exit is None:
                     jvm_exit = deployment.jvm_exit()
                     if jvm_exit is not None:

@@ -34,13 +34,12 @@ from .queryable_state import QueryError, QueryRouter
 from .rates import CounterRates
 from .tracebacks import map_user_frames
 from ..task.iteration_rounds import REPORT as ITERATION_REPORT, IterationRounds
+from ..task.task_time import BACK_PRESSURED, BUSY, IDLE, METRICS, backpressure_level
 
 # The JVM's death first: every other failure of that attempt (lost tasks, peers) follows from it.
 CAUSE_PRIORITY = ("jvm", "operator", "task", "restore", "storage", "checkpoint", "lost", "peer")
 TICK = 0.01  # s between checkpoint coordinator ticks
 CONTROL_LINE_LIMIT = 256 << 20  # bytes of one control message
-# Flink's back pressure levels: the share of time a task could not emit
-BACKPRESSURE_LEVELS = ((0.1, "OK"), (0.5, "LOW"), (float("inf"), "HIGH"))
 
 
 class BindError(RuntimeError):
@@ -123,7 +122,8 @@ class JobManager:
         self.plan = plan or {"vertices": [], "edges": []}  # JobGraph.plan(): what the dashboard draws
         self.rates = CounterRates()  # per-second rates of the counters in the tasks' metric reports
         self.restored: tuple[CompletedCheckpoint, float] | None = None  # what the current attempt restored, when
-        self.backpressure: dict[int, dict[str, list]] = {}  # slot -> task name -> [seconds, now]
+        # slot -> task name -> [busy s, back-pressured s, idle s, state] (task/task_time.py), cumulative
+        self.task_time: dict[int, dict[str, list]] = {}
         self.rest_config = rest  # (host, port, bearer token) of the REST API, None: no API
         self.rest: Any = None
         self.host = host  # where the control server (and by default the REST API) listens
@@ -333,7 +333,7 @@ class JobManager:
             self.restore = restore
             if restore is not None:
                 self.restored = (restore, time.time())
-            self.backpressure.clear()
+            self.task_time.clear()
             self.registered.clear()
             self.addresses.clear()
             self.running.clear()
@@ -540,7 +540,8 @@ class JobManager:
                     **self._live_plan()}
 
     def _live_plan(self) -> dict[str, Any]:
-        """The job graph with each operator's records, rates and watermark, each task's back pressure."""
+        """The job graph with each operator's records, rates and watermark, each task's busy, back-pressured
+        and idle time per subtask (its back pressure level: Flink's, from the back-pressured time)."""
         rates = self.rates.per_slot(time.monotonic())
         totals = self.operator_totals()
         watermarks: dict[str, dict[int, int]] = {}
@@ -563,13 +564,18 @@ class JobManager:
                                   "records_out_per_second": rate(("out", op["id"])),
                                   "watermark": _low_watermark(wm) if wm else None})
             subtasks = []
-            for slot in sorted(self.backpressure):
-                seconds, now = self.backpressure[slot].get(v["name"], (0.0, False))
-                subtasks.append({"subtask": slot, "ratio": round(min(1.0, rates.get(slot, {}).get(("bp", v["name"]), 0.0)), 3),
-                                 "back_pressured": bool(now), "seconds": seconds})
+            for slot in sorted(self.task_time):
+                if v["name"] not in self.task_time[slot]:
+                    continue
+                _, seconds, _, state = self.task_time[slot][v["name"]]
+                times = task_time_per_second(rates.get(slot, {}), v["name"])
+                subtasks.append({"subtask": slot, "ratio": round(times[METRICS[BACK_PRESSURED]] / 1000.0, 3),
+                                 "back_pressured": state == BACK_PRESSURED, "seconds": seconds, "state": state,
+                                 **times})
             worst = max((s["ratio"] for s in subtasks), default=0.0)
-            vertices.append({**v, "operators": operators, "backpressure": {
-                "level": next(level for bound, level in BACKPRESSURE_LEVELS if worst <= bound),
+            busiest = max((s[METRICS[BUSY]] for s in subtasks), default=0.0)
+            vertices.append({**v, "operators": operators, "busy_ratio": round(busiest / 1000.0, 3), "backpressure": {
+                "level": backpressure_level(worst),
                 "ratio": worst, "subtasks": subtasks}})
         return {"vertices": vertices, "edges": self.plan["edges"]}
 
@@ -634,7 +640,9 @@ class JobManager:
                 if done:
                     s = done[-1]
                     last = {**s.summary(), "completed_time": s.trigger_time + (s.duration_ms or 0.0) / 1000.0}
-            bp = {(task, slot): tuple(v) for slot, per in self.backpressure.items() for task, v in per.items()}
+            rates = self.rates.per_slot(time.monotonic())
+            times = {(task, slot): (*v, task_time_per_second(rates.get(slot, {}), task))
+                     for slot, per in self.task_time.items() for task, v in per.items()}
             return {"state": self.status.state, "uptime": time.time() - self.status.started,
                     "restarts": self.restarts,
                     "checkpoints": {"completed": cc.counts["COMPLETED"] if cc else 0,
@@ -647,8 +655,15 @@ class JobManager:
                     "restored_time": self.restored[1] if self.restored else None,
                     "records": {self.operator_names.get(k, k): v for k, v in self.operator_totals().items()},
                     "watermarks": self._watermarks_unlocked(),
-                    "backpressure": bp,
+                    "task_time": times,
                     "user": self._user_metrics_unlocked()}
+
+    def task_time_metrics(self) -> dict[tuple[str, int], dict[str, float]]:
+        """(task name, subtask) -> its busy, back-pressured and idle milliseconds per second."""
+        rates = self.rates.per_slot(time.monotonic())
+        with self._lock:
+            return {(task, slot): task_time_per_second(rates.get(slot, {}), task)
+                    for slot, per in self.task_time.items() for task in per}
 
     def operator_metrics(self) -> list[tuple[str, str, int, list]]:
         """(operator id, its metric name, subtask, entries) of every user and connector metric
@@ -908,7 +923,7 @@ class JobManager:
                     with self._lock:
                         self.metrics[int(msg["slot"])] = msg["ops"]
                         self.user_metrics[int(msg["slot"])] = msg.get("user") or []
-                        self.backpressure[int(msg["slot"])] = msg.get("backpressure") or {}
+                        self.task_time[int(msg["slot"])] = msg.get("task_time") or {}
                         self.windows[int(msg["slot"])] = (msg.get("started"), msg.get("ended"))
                         self.rates.observe(int(msg["slot"]), time.monotonic(), _counters(msg))
                 elif kind == C.ADDRESS:
@@ -992,13 +1007,19 @@ def _low_watermark(per_subtask: dict[int, int]) -> dict[str, Any]:
 
 def _counters(msg: dict) -> dict[tuple, float]:
     """The cumulative counters of a task's metric report, for rates: records in/out per operator,
-    back-pressured seconds per task."""
+    busy, back-pressured and idle seconds per task."""
     out: dict[tuple, float] = {}
     for op, values in (msg.get("ops") or {}).items():
         out[("in", op)], out[("out", op)] = values[0], values[1]
-    for task, (seconds, _now) in (msg.get("backpressure") or {}).items():
-        out[("bp", task)] = seconds
+    for task, (busy, back_pressured, idle, _state) in (msg.get("task_time") or {}).items():
+        out[(BUSY, task)], out[(BACK_PRESSURED, task)], out[(IDLE, task)] = busy, back_pressured, idle
     return out
+
+
+def task_time_per_second(rates: dict, task: str) -> dict[str, float]:
+    """A task's busy, back-pressured and idle milliseconds per second (Flink's names) from one slot's rates."""
+    return {METRICS[k]: round(min(1000.0, max(0.0, rates.get((k, task), 0.0) * 1000.0)), 1)
+            for k in (BUSY, BACK_PRESSURED, IDLE)}
 
 
 def _same_request(earlier: SavepointRequest, target: str, stop: bool, drain: bool) -> SavepointRequest:

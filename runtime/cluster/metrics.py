@@ -28,7 +28,11 @@ streamjob_num_restarts_total                                  numRestarts
 streamjob_uptime_seconds / streamjob_job_state{state}          uptime, and 1 for the current state
 streamjob_num_records_in_total / _out_total {operator}        numRecordsIn / numRecordsOut
 streamjob_current_output_watermark {operator, subtask}        currentOutputWatermark (ms; event time only)
+streamjob_busy_time_seconds_total {task, subtask}             busyTimeMsPerSecond, as a counter
 streamjob_back_pressured_time_seconds_total {task, subtask}   backPressuredTimeMsPerSecond, as a counter
+streamjob_idle_time_seconds_total {task, subtask}             idleTimeMsPerSecond, as a counter
+streamjob_busy_time_ms_per_second {task, subtask}             busyTimeMsPerSecond (and the same for
+streamjob_back_pressured_time_ms_per_second, _idle_time_...)  the other two): over the last few seconds
 streamjob_is_back_pressured {task, subtask}                   isBackPressured
 =============================================================  ==========================================
 
@@ -56,6 +60,8 @@ from typing import Any, Iterable, Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from ..task.task_time import BACK_PRESSURED, METRICS
 
 log = logging.getLogger("streamjob.metrics")
 
@@ -161,15 +167,29 @@ class JobMetrics:
             for subtask, value in sorted(per.items()):
                 wm.add_metric([*values, name, str(subtask)], float(value))
         yield wm
-        bp = CounterMetricFamily("streamjob_back_pressured_time_seconds",
-                                 "Time a task could not emit because downstream had no room (rate() = "
-                                 "backPressuredTimeMsPerSecond / 1000)", labels=[*labels, "task", "subtask"])
+        task_labels = [*labels, "task", "subtask"]
+        seconds = {
+            "busy": CounterMetricFamily("streamjob_busy_time_seconds", "Time a task processed records and events "
+                                        "(rate() * 1000 = busyTimeMsPerSecond)", labels=task_labels),
+            "bp": CounterMetricFamily("streamjob_back_pressured_time_seconds", "Time a task could not go on because "
+                                      "downstream had no room or was working off its output (rate() * 1000 = "
+                                      "backPressuredTimeMsPerSecond)", labels=task_labels),
+            "idle": CounterMetricFamily("streamjob_idle_time_seconds", "Time a task had no input (rate() * 1000 = "
+                                        "idleTimeMsPerSecond)", labels=task_labels)}
+        per_second = {name: GaugeMetricFamily(f"streamjob_{snake(name)}", f"Flink's {name} over the last few "
+                                              f"seconds of the task's reports", labels=task_labels)
+                      for name in METRICS.values()}
         is_bp = GaugeMetricFamily("streamjob_is_back_pressured", "1 while a task is back-pressured (isBackPressured)",
-                                  labels=[*labels, "task", "subtask"])
-        for (task, subtask), (seconds, now) in sorted(snap["backpressure"].items()):
-            bp.add_metric([*values, task, str(subtask)], seconds)
-            is_bp.add_metric([*values, task, str(subtask)], 1.0 if now else 0.0)
-        yield bp
+                                  labels=task_labels)
+        for (task, subtask), (busy, bp, idle, state, rates) in sorted(snap["task_time"].items()):
+            label_values = [*values, task, str(subtask)]
+            for key, value in (("busy", busy), ("bp", bp), ("idle", idle)):
+                seconds[key].add_metric(label_values, value)
+            for name, value in rates.items():
+                per_second[name].add_metric(label_values, value)
+            is_bp.add_metric(label_values, 1.0 if state == BACK_PRESSURED else 0.0)
+        yield from seconds.values()
+        yield from per_second.values()
         yield is_bp
         yield from operator_families(labels, values, snap["user"])
 
@@ -228,17 +248,23 @@ def operator_families(labels: list[str], values: list[str], reported: Iterable[t
 
 
 
-def vertex_metrics(plan: dict, reported: Iterable[tuple], vertex_id: int) -> dict[str, str] | None:
-    """The user and connector metrics of one task vertex, by Flink's REST metric id
-    ``<subtask>.<operator>.<groups...>.<name>`` (a key-value group is its key and value), with values
-    as strings, as Flink's ``/jobs/:jobid/vertices/:vertexid/metrics``. A meter's value is its rate
-    (its count is ``<id>.count``); a distribution has ``<id>.count``, ``.sum``, ``.min``, ``.max``.
-    None: no such vertex."""
+def vertex_metrics(plan: dict, reported: Iterable[tuple], vertex_id: int,
+                   task_times: dict[tuple[str, int], dict[str, float]] | None = None) -> dict[str, str] | None:
+    """The metrics of one task vertex by Flink's REST metric ids, with values as strings, as Flink's
+    ``/jobs/:jobid/vertices/:vertexid/metrics``: its task's ``<subtask>.busyTimeMsPerSecond``,
+    ``.backPressuredTimeMsPerSecond`` and ``.idleTimeMsPerSecond`` (``task_times``: (task name, subtask)
+    -> those), and its operators' user and connector metrics, ``<subtask>.<operator>.<groups...>.<name>``
+    (a key-value group is its key and value). A meter's value is its rate (its count is ``<id>.count``);
+    a distribution has ``<id>.count``, ``.sum``, ``.min``, ``.max``. None: no such vertex."""
     vertex = next((v for v in plan["vertices"] if v["id"] == vertex_id), None)
     if vertex is None:
         return None
     ops = {o["id"] for o in vertex["operators"]}
     out: dict[str, str] = {}
+    for (task, subtask), times in sorted((task_times or {}).items()):
+        if task == vertex["name"]:
+            for name, value in times.items():
+                out[f"{subtask}.{name}"] = _text(value)
     for op, operator, subtask, entries in reported:
         if op not in ops:
             continue

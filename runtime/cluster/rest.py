@@ -315,7 +315,7 @@ class RestServer:
         if not raw.isdigit():
             return _error(400, f"vertex id must be a non-negative integer (the ids of GET {API}/job's vertices), "
                                f"got {raw[:50]!r}")
-        found = vertex_metrics(self.jm.plan, self.jm.operator_metrics(), int(raw))
+        found = vertex_metrics(self.jm.plan, self.jm.operator_metrics(), int(raw), self.jm.task_time_metrics())
         if found is None:
             ids = ", ".join(str(v["id"]) for v in self.jm.plan["vertices"])
             return _error(404, f"no vertex {raw} in this job (its vertices: {ids})")
@@ -485,23 +485,33 @@ OPENAPI: dict[str, Any] = {
                                "subtasks": {"type": "object", "additionalProperties": {"type": "integer"},
                                             "description": "subtask index -> its current output watermark"}}},
             "Vertex": {
-                "type": "object", "required": ["id", "name", "parallelism", "operators", "backpressure"],
+                "type": "object", "required": ["id", "name", "parallelism", "operators", "backpressure", "busy_ratio"],
                 "description": "a task: operators chained together (called directly, no channel between them)",
                 "properties": {
                     "id": {"type": "integer"}, "name": {"type": "string"}, "parallelism": {"type": "integer"},
                     "operators": {"type": "array", "items": _ref("OperatorStats"), "description": "chain order"},
+                    "busy_ratio": {**_NUM, "description": "the busiest subtask's busyTimeMsPerSecond / 1000 (what "
+                                   "Flink's web UI colours a vertex by)"},
                     "backpressure": {
                         "type": "object", "required": ["level", "ratio", "subtasks"],
                         "properties": {
                             "level": {"enum": ["OK", "LOW", "HIGH"], "description": "as Flink's: ratio up to 0.1, "
                                       "up to 0.5, above"},
-                            "ratio": {**_NUM, "description": "the busiest subtask's share of the last seconds spent "
-                                      "unable to emit (downstream had no room)"},
+                            "ratio": {**_NUM, "description": "the most back-pressured subtask's "
+                                      "backPressuredTimeMsPerSecond / 1000: the share of the last seconds it could "
+                                      "not go on because downstream had no room or was working off its output"},
                             "subtasks": {"type": "array", "items": {
-                                "type": "object", "required": ["subtask", "ratio", "back_pressured", "seconds"],
+                                "type": "object", "required": ["subtask", "ratio", "back_pressured", "seconds", "state",
+                                                               "busyTimeMsPerSecond", "backPressuredTimeMsPerSecond",
+                                                               "idleTimeMsPerSecond"],
                                 "properties": {"subtask": {"type": "integer"}, "ratio": _NUM,
                                                "back_pressured": {"type": "boolean", "description": "now"},
-                                               "seconds": {**_NUM, "description": "back-pressured in all"}}}}}}}},
+                                               "seconds": {**_NUM, "description": "back-pressured in all"},
+                                               "state": {"enum": ["busy", "backPressured", "idle"],
+                                                         "description": "what its last step ended with"},
+                                               "busyTimeMsPerSecond": _NUM, "backPressuredTimeMsPerSecond": _NUM,
+                                               "idleTimeMsPerSecond": {**_NUM, "description": "the three sum to "
+                                                                       "~1000 (Flink's task time metrics)"}}}}}}}},
             "OperatorStats": {
                 "type": "object",
                 "required": ["id", "name", "kind", "uid", "records_in", "records_out", "records_in_per_second",

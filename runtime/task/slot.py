@@ -51,6 +51,7 @@ from .iteration import FeedbackLog, HeadLoop, ProbeForwarder
 from .iteration_rounds import IterationRounds
 from .sink import SinkOperator
 from .source import SourceOperator
+from .task_time import BACK_PRESSURED, BUSY, IDLE, TaskTime
 from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
@@ -115,8 +116,12 @@ class Task:
         self.stop_requested = False
         self.paused_for = 0  # a source waiting for its stop-with-savepoint to complete (or abort)
         self.wakeup_at = 0.0
-        self.backpressured = False  # the last step found an output without room
-        self.backpressured_s = 0.0  # seconds spent back-pressured in all
+        # Busy, back-pressured and idle time (task_time.py): what the last step ended with, and the tasks
+        # of this slot whose output (a local channel per gate index; None: from another slot) it took.
+        self.time = TaskTime(time.perf_counter())
+        self.step_state = IDLE
+        self.local_producers: list[Task | None] = []
+        self.fed_by: set[Task] = set()
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
@@ -175,6 +180,7 @@ class Task:
     def step(self, now: float) -> bool:
         for ch in self.feedback_channels:
             ch.grant_owed()  # a back-edge's credit goes back on arrival: the tails never wait for the head
+        self.step_state = IDLE
         if self.finished:
             return False
         if self.loop is not None and self.loop.wait_expired(now):
@@ -191,17 +197,23 @@ class Task:
         barriers = self.barriers
         if gate.priority:  # unaligned barriers overtake everything, backpressure included
             barriers.on_priority()  # type: ignore[union-attr]
+            self.step_state = BUSY
             return True  # back to the loop first: it submits the snapshot before this task takes more input
-        self.backpressured = False
+        producers = self.local_producers
         for _ in range(ITEMS_PER_STEP):
             if not self.writers_available():
-                self.backpressured = True
+                self.step_state = BACK_PRESSURED
                 break
             polled = gate.poll()
             if polled is None:
+                self.step_state = IDLE
                 break
             progressed = True
+            self.step_state = BUSY  # unless the next poll finds nothing
             index, item = polled
+            producer = producers[index]
+            if producer is not None:
+                self.fed_by.add(producer)
             if isinstance(item, RuntimeEvent):
                 self._on_event(index, item)
                 if self.finished:
@@ -224,11 +236,11 @@ class Task:
         if self.stop_requested:
             self.finish()
             return True
-        self.backpressured = False
+        self.step_state = IDLE
         if self.paused_for or now < self.wakeup_at:
             return False
         if not self.writers_available():
-            self.backpressured = True
+            self.step_state = BACK_PRESSURED
             return False
         batch = head.poll()
         if batch is None:
@@ -238,6 +250,7 @@ class Task:
             self.finish(end_of_input=True)
             return True
         head.emit(batch)
+        self.step_state = BUSY
         return True
 
     def _on_event(self, index: int, event: RuntimeEvent) -> None:
@@ -455,6 +468,8 @@ class SlotRuntime:
         if self.restore:
             self._restore_state(self.restore)
         local_inputs: dict[tuple[int, int], Any] = {}
+        local_from: dict[int, tuple[int, int]] = {}  # id of a local input channel -> (vertex id, subtask) feeding it
+        local_producers: dict[Task, list] = {}
         writers_of: dict[int, RecordWriter] = {}
         for e in g.edges.values():
             src_node = g.operators[e.source]
@@ -469,6 +484,7 @@ class SlotRuntime:
                 if peer == slot:
                     out, inp = local_pair(e.id, i, e.input_index, self.batch_size, self.buffer_timeout, self.credits)
                     local_inputs[(e.id, i)] = inp
+                    local_from[id(inp)] = (vertex_of[e.source].id, i)  # the producing task, in this slot
                 else:
                     out = self.transport.output_channel(e.id, peer, self.batch_size, self.buffer_timeout)
                 channels.append(out)
@@ -542,6 +558,10 @@ class SlotRuntime:
                     on_aligned=lambda barrier, ms, task=task: self.checkpoint_task(task, barrier, ms),
                     on_abort=lambda n, reason, task=task: self._decline(task, n, reason))
             self.tasks.append(task)
+            local_producers[task] = [local_from.get(id(ch)) for ch in gate.channels] if gate is not None else []
+        task_of = {(t.vertex.id, t.subtask): t for t in self.tasks}
+        for task, producers in local_producers.items():
+            task.local_producers = [task_of.get(p) if p is not None else None for p in producers]
 
     def _loop_of(self, vertex: TaskVertex) -> Any:
         """The loop (graph/iterations.py) this task vertex takes part in, if any (loops never share one)."""
@@ -714,19 +734,25 @@ class SlotRuntime:
         tasks = self.tasks
         user_out = self._user_out
         next_metrics = time.monotonic() + self.metrics_interval
-        last = time.monotonic()
+        clock = time.perf_counter
         while True:
             now = time.monotonic()
-            for task in tasks:
-                if task.backpressured:
-                    task.backpressured_s += now - last
-            last = now
             # Control first: a stop (or trigger) that the last transport poll brought in is acted on
             # before the sources step again, so a drain does not carry one more source batch with it.
             self._handle_control()
             progressed = False
             for task in tasks:
-                if task.step(now):
+                started = clock()
+                task.time.waited(started)
+                stepped = task.step(now)
+                ended = clock()
+                task.time.stepped(ended, stepped, task.step_state)
+                if task.fed_by:  # the producers in this slot whose output it worked off: back-pressured meanwhile
+                    for producer in task.fed_by:
+                        if producer is not task:
+                            producer.time.fed += ended - started
+                    task.fed_by.clear()
+                if stepped:
                     progressed = True
                 # Also for a task that finished outside its step (a loop's head, ended by its rounds).
                 if task.finished and task.last_checkpoint < self.last_trigger.checkpoint_id:
@@ -1045,9 +1071,8 @@ class SlotRuntime:
             self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
                                "user": self.user_metrics(),
                                "started": self.started_at, "ended": self.ended_at,
-                               "backpressure": {t.vertex.name(self.graph): [round(t.backpressured_s, 3),
-                                                                            t.backpressured]
-                                                for t in self.tasks}})
+                               "task_time": {t.vertex.name(self.graph): t.time.report(time.perf_counter())
+                                             for t in self.tasks}})
 
     def _report_failure(self, e: BaseException) -> None:
         if self.control is None or self.control.closed:

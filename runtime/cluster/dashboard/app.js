@@ -240,10 +240,11 @@ function buildGraph(j) {
     const head = el("div", { class: "vertex-head" });
     head.append(el("span", { class: "vertex-title", text: `Task ${v.id}` }),
                 el("span", { class: "muted", text: `parallelism ${v.parallelism}` }));
+    const busy = el("span", { class: "busy", text: "" });
     const bp = el("span", { class: "bp", text: "" });
-    head.append(bp);
+    head.append(busy, bp);
     box.append(head);
-    graphCells.set(`v${v.id}`, { bp });
+    graphCells.set(`v${v.id}`, { bp, busy, box });
     v.operators.forEach((op, i) => {
       if (i > 0) box.append(el("div", { class: "chain-arrow", text: "↓ chained (forward)" }));
       const row = el("div", { class: "op", "data-operator": op.id });
@@ -301,15 +302,28 @@ function renderGraph(j) {
     graphKey = key;
     buildGraph(j);
   }
-  const rows = [];
+  const rows = [], subtaskRows = [];
   for (const v of j.vertices) {
     const bp = v.backpressure;
     const bpText = `${bp.level} ${Math.round(bp.ratio * 100)}%`;
-    const bpCell = graphCells.get(`v${v.id}`).bp;
+    const cells = graphCells.get(`v${v.id}`);
+    const bpCell = cells.bp;
     bpCell.textContent = `back pressure ${bpText}`;
     bpCell.className = `bp bp-${bp.level.toLowerCase()}`;
     bpCell.title = bp.subtasks.map((s) => `subtask ${s.subtask}: ${Math.round(s.ratio * 100)}%` +
                                            (s.back_pressured ? " (now)" : "")).join("\n");
+    // As Flink's web UI: a vertex from blue (idle) to red (busy), dark grey where back pressure dominates.
+    cells.busy.textContent = `busy ${Math.round(v.busy_ratio * 100)}%`;
+    cells.box.style.background = bp.ratio > v.busy_ratio ? `hsl(210, 8%, ${95 - 35 * bp.ratio}%)`
+      : `hsl(${210 - 210 * v.busy_ratio}, 70%, ${96 - 14 * v.busy_ratio}%)`;
+    cells.box.dataset.busy = String(v.busy_ratio);
+    for (const s of bp.subtasks) {
+      const tr = el("tr", { "data-task": String(v.id), "data-subtask": String(s.subtask) });
+      tr.append(cell(`Task ${v.id}`), cell(String(s.subtask), "num"), cell(String(Math.round(s.busyTimeMsPerSecond)), "num busy-ms"),
+                cell(String(Math.round(s.backPressuredTimeMsPerSecond)), "num bp-ms"),
+                cell(String(Math.round(s.idleTimeMsPerSecond)), "num idle-ms"), cell(s.state));
+      subtaskRows.push(tr);
+    }
     for (const op of v.operators) {
       const c = graphCells.get(op.id);
       c.in.textContent = rate(op.records_in_per_second);
@@ -326,6 +340,7 @@ function renderGraph(j) {
     }
   }
   $("operators").tBodies[0].replaceChildren(...rows);
+  $("subtasks").tBodies[0].replaceChildren(...subtaskRows);
   drawEdges(j);
 }
 

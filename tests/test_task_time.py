@@ -1,0 +1,175 @@
+"""Busy, back-pressured and idle time per task (Flink's task time metrics), honest where tasks share a
+slot: the bookkeeping alone (task/task_time.py), then real jobs on local Spark read through REST,
+Prometheus and /v1/job."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamjob.runtime import StreamExecutionEnvironment, WatermarkStrategy
+from streamjob.runtime.connectors import DataGenSource, DiscardingSink
+from streamjob.runtime.task.task_time import BACK_PRESSURED, BUSY, IDLE, TaskTime, backpressure_level
+
+
+# -- the bookkeeping ---------------------------------------------------------------------------------
+def test_a_task_s_time_is_its_steps_and_its_waits_by_what_its_last_step_ended_with():
+    t = TaskTime(0.0)
+    t.waited(1.0)  # before its first step: idle
+    t.stepped(1.5, True, BUSY)  # 0.5 s processing, more to do
+    t.fed = 2.0  # a consumer in its slot worked 2 s on its output ...
+    t.waited(4.5)  # ... of the 3 s it waited for its turn: back-pressured 2, busy (waiting for the thread) 1
+    t.stepped(4.6, False, BACK_PRESSURED)  # found no room downstream
+    t.waited(5.6)  # its whole wait back-pressured
+    t.stepped(5.7, True, IDLE)  # processed what there was, then found its input empty
+    t.waited(6.7)
+    assert t.report(7.0) == [pytest.approx(0.5 + 1 + 0.1), pytest.approx(2 + 0.1 + 1), pytest.approx(1 + 1 + 0.3),
+                             IDLE]
+    assert sum(t.report(8.0)[:3]) == pytest.approx(8.0)  # every second accounted for, once
+
+
+def test_consumer_time_beyond_the_wait_is_not_counted_twice_and_an_idle_task_is_never_back_pressured():
+    t = TaskTime(0.0)
+    t.stepped(1.0, True, BUSY)
+    t.fed = 5.0  # more than it waited: capped
+    t.waited(2.0)
+    assert t.seconds[BACK_PRESSURED] == pytest.approx(1.0) and t.fed == 0.0
+    t.stepped(2.5, True, IDLE)
+    t.fed = 1.0  # its last output still being worked off, but it has nothing more to send
+    t.waited(3.5)
+    assert t.seconds[IDLE] == pytest.approx(1.0) and t.seconds[BACK_PRESSURED] == pytest.approx(1.0)
+
+
+def test_flink_s_back_pressure_levels():
+    assert [backpressure_level(r) for r in (0.0, 0.1, 0.11, 0.5, 0.51, 1.0)] == ["OK", "OK", "LOW", "LOW", "HIGH",
+                                                                                   "HIGH"]
+
+
+# -- real jobs -----------------------------------------------------------------------------------------
+def _slow(value: int) -> int:
+    end = time.perf_counter() + 0.0005  # 0.5 ms of work per record
+    while time.perf_counter() < end:
+        pass
+    return value
+
+
+def _get(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r) if "json" in r.headers.get("Content-Type", "") else r.read().decode()
+
+
+def _run(env: StreamExecutionEnvironment, name: str) -> tuple[object, str]:
+    client = env.execute_async(name)
+    assert client.wait_until_running(120)
+    jm = client.job_manager
+    deadline = time.monotonic() + 60
+    while (jm.rest is None or jm.rest.url is None) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return client, jm.rest.url
+
+
+def _settled(url: str, check, seconds: float = 60.0) -> dict:
+    """/v1/job once ``check`` holds of it (rates need a few seconds of task reports)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        job = _get(url + "/v1/job")
+        if check(job):
+            return job
+        assert time.monotonic() < deadline, json.dumps(job["vertices"], indent=1)[:4000]
+        time.sleep(0.5)
+
+
+def _subtask_times(job: dict, vertex: int) -> dict:
+    """The one subtask's times (a zero reading before the task's first report)."""
+    [v] = [v for v in job["vertices"] if v["id"] == vertex]
+    subtasks = v["backpressure"]["subtasks"]
+    return subtasks[0] if subtasks else {"busyTimeMsPerSecond": 0, "backPressuredTimeMsPerSecond": 0,
+                                          "idleTimeMsPerSecond": 0}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_slow_operator_sharing_its_source_s_slot_reads_busy_and_the_source_back_pressured(spark_slots):
+    """The default slot sharing: the source and a slow map (0.5 ms per record, not chained) in one slot,
+    one loop taking turns. The map reads busy; the source, waiting while the map works off its output,
+    reads back-pressured (HIGH), as it would in a thread of its own blocked on full buffers."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.get_config().set("execution.batch-size", 100)  # a batch is ~50 ms of the map's work
+    env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers").map(_slow).disable_chaining().name("slow") \
+        .sink_to(DiscardingSink())
+    client, url = _run(env, "slow map")
+    try:
+        def settled(job: dict) -> bool:
+            source, slow = _subtask_times(job, 1), _subtask_times(job, 2)
+            return source["backPressuredTimeMsPerSecond"] > 700 and slow["busyTimeMsPerSecond"] > 700
+
+        job = _settled(url, settled)
+        source, slow = _subtask_times(job, 1), _subtask_times(job, 2)
+        for s in (source, slow):  # each task's second, accounted for once
+            total = s["busyTimeMsPerSecond"] + s["backPressuredTimeMsPerSecond"] + s["idleTimeMsPerSecond"]
+            assert 900 <= total <= 1010, s  # rates of reports a few ms apart
+        vertices = {v["id"]: v for v in job["vertices"]}
+        assert vertices[1]["backpressure"]["level"] == "HIGH" and vertices[2]["backpressure"]["level"] == "OK"
+        assert vertices[2]["busy_ratio"] > 0.7 and slow["idleTimeMsPerSecond"] < 200
+
+        # Flink's REST shapes: per subtask, and aggregated over the subtasks.
+        wanted = "busyTimeMsPerSecond,backPressuredTimeMsPerSecond,idleTimeMsPerSecond"
+        per_subtask = {m["id"]: float(m["value"]) for m in _get(f"{url}/v1/vertices/2/metrics?get=0.{wanted.replace(',', ',0.')}")}
+        assert set(per_subtask) == {f"0.{n}" for n in wanted.split(",")} and per_subtask["0.busyTimeMsPerSecond"] > 500
+        aggregated = {m["id"]: m for m in _get(f"{url}/v1/vertices/1/subtasks/metrics?get={wanted}")}
+        assert aggregated["backPressuredTimeMsPerSecond"]["max"] > 500, aggregated
+        assert set(aggregated["busyTimeMsPerSecond"]) == {"id", "min", "max", "avg", "sum"}
+
+        # Prometheus: the counters and the per-second gauges, per task and subtask.
+        source_task, slow_task = vertices[1]["name"], vertices[2]["name"]
+        assert (source_task, slow_task) == ("Source: numbers", "slow")  # the sink: a task of its own (no chaining)
+        families = {f.name: f for f in text_string_to_metric_families(_get(url + "/metrics"))}
+        gauges = {s.labels["task"]: s.value for s in families["streamjob_busy_time_ms_per_second"].samples}
+        assert gauges[slow_task] > 500 and gauges[source_task] < 500, gauges
+        bp = {s.labels["task"]: s.value for s in families["streamjob_back_pressured_time_seconds"].samples
+              if s.name.endswith("_total")}
+        assert bp[source_task] > bp[slow_task], bp
+        tasks = {v["name"] for v in job["vertices"]}
+        assert {s.labels["task"] for s in families["streamjob_idle_time_seconds"].samples} == tasks
+        is_bp = {s.labels["task"]: s.value for s in families["streamjob_is_back_pressured"].samples}
+        assert set(is_bp) == tasks
+    finally:
+        client.cancel()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_quiet_source_reads_idle_and_a_fast_chain_is_not_back_pressured(spark_slots):
+    """A source with little to read (5 rows a second) is idle nearly all the time, and so is its chain;
+    a fast chain with input without end (source and map chained, one task) reads busy or idle as it is,
+    never back-pressured: nothing downstream holds it."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.from_source(DataGenSource(lambda i: i, rows_per_second=5), WatermarkStrategy.no_watermarks(), "quiet").map(lambda x: x + 1).name("plus") \
+        .sink_to(DiscardingSink())
+    env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "busy").map(lambda x: x * 2).name("double") \
+        .sink_to(DiscardingSink())
+    client, url = _run(env, "quiet and busy")
+    try:
+        def settled(job: dict) -> bool:
+            times = {v["name"]: v["backpressure"]["subtasks"] for v in job["vertices"]}
+            return all(times.values()) and all(s[0]["busyTimeMsPerSecond"] + s[0]["idleTimeMsPerSecond"] > 0
+                                               for s in times.values())
+
+        _settled(url, settled)
+        time.sleep(4)  # a whole rate window of reports
+        job = _get(url + "/v1/job")
+        times = {v["name"]: v["backpressure"]["subtasks"][0] for v in job["vertices"]}
+        quiet = next(s for name, s in times.items() if name.startswith("Source: quiet"))
+        busy = next(s for name, s in times.items() if name.startswith("Source: busy"))
+        assert quiet["idleTimeMsPerSecond"] > 800 and quiet["backPressuredTimeMsPerSecond"] < 100, quiet
+        assert busy["backPressuredTimeMsPerSecond"] < 100, busy
+        assert busy["busyTimeMsPerSecond"] + busy["idleTimeMsPerSecond"] > 850, busy
+        assert {v["backpressure"]["level"] for v in job["vertices"]} == {"OK"}
+    finally:
+        client.cancel()
