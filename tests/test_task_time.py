@@ -96,14 +96,23 @@ def _subtask_times(job: dict, vertex: int) -> dict:
 def test_a_slow_operator_sharing_its_source_s_slot_reads_busy_and_the_source_back_pressured(spark_slots):
     """The default slot sharing: the source and a slow map (0.5 ms per record, not chained) in one slot,
     one loop taking turns. The map reads busy; the source, waiting while the map works off its output,
-    reads back-pressured (HIGH), as it would in a thread of its own blocked on full buffers."""
+    reads back-pressured (HIGH), as it would in a thread of its own blocked on full buffers. A batch
+    (8,192 records, ~4 s of the map's work) is processed in slices: its counts and rate move within it."""
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(1)
-    env.get_config().set("execution.batch-size", 100)  # a batch is ~50 ms of the map's work
     env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers").map(_slow).disable_chaining().name("slow") \
         .sink_to(DiscardingSink())
     client, url = _run(env, "slow map")
     try:
+        seen: list[tuple[int, float]] = []  # the map's records in, and its rate, within its first batch
+        deadline = time.monotonic() + 60
+        while len({n for n, _ in seen if 0 < n < 8192}) < 3:
+            assert time.monotonic() < deadline, seen
+            ops = {op["name"]: op for v in _get(url + "/v1/job")["vertices"] for op in v["operators"]}
+            seen.append((ops["slow"]["records_in"], ops["slow"]["records_in_per_second"]))
+            time.sleep(0.2)
+        assert any(0 < n < 8192 and rate > 0 for n, rate in seen), seen
+
         def settled(job: dict) -> bool:
             source, slow = _subtask_times(job, 1), _subtask_times(job, 2)
             return source["backPressuredTimeMsPerSecond"] > 700 and slow["busyTimeMsPerSecond"] > 700
@@ -173,3 +182,44 @@ def test_a_quiet_source_reads_idle_and_a_fast_chain_is_not_back_pressured(spark_
         assert {v["backpressure"]["level"] for v in job["vertices"]} == {"OK"}
     finally:
         client.cancel()
+
+
+# -- slices of a slow batch ------------------------------------------------------------------------------
+@pytest.mark.parametrize("columnar", [False, True])
+def test_a_slow_batch_goes_through_the_chain_in_slices_in_order_with_its_timestamps(columnar):
+    """A batch whose work exceeds SLICE_S is cut: the chain sees the same records, in order, with their
+    timestamps, as smaller batches; the slot may report between slices. A fast batch stays whole."""
+    import numpy as np
+    import pyarrow as pa
+
+    from streamjob.runtime.task import slot as S
+
+    class Head:  # the chain's first operator, as Task calls it
+        def __init__(self, seconds_per_row: float):
+            self.seconds_per_row, self.calls = seconds_per_row, []
+
+        def process_batch(self, batch, input_index=0, ts=None):
+            rows = batch.column(0).to_pylist() if columnar else list(batch)
+            self.calls.append((rows, None if ts is None else ts.tolist()))
+            end = time.perf_counter() + self.seconds_per_row * len(rows)
+            while time.perf_counter() < end:
+                pass
+
+    n = 2000
+    batch = pa.record_batch({"v": list(range(n))}) if columnar else list(range(n))
+    ts = np.arange(n, dtype=np.int64) * 10
+    slow = Head(0.0002)  # 0.4 s for the batch: sliced
+    task = S.Task(None, [slow], [], None)
+    reports = []
+    task.on_slice = lambda: reports.append(len(slow.calls))
+    task._process(batch, 0, ts)
+    assert [r for rows, _ in slow.calls for r in rows] == list(range(n))
+    assert [t for _, stamps in slow.calls for t in stamps] == ts.tolist()
+    assert len(slow.calls) >= 4 and len(slow.calls[0][0]) == S.FIRST_SLICE
+    assert max(len(rows) for rows, _ in slow.calls[1:]) * 0.0002 <= S.SLICE_S * 1.5
+    assert reports == list(range(1, len(slow.calls)))  # between slices, not after the last
+    fast = Head(0.0)
+    task = S.Task(None, [fast], [], None)
+    task._process(batch, 0, None)
+    task._process(batch, 0, None)
+    assert [len(rows) for rows, _ in fast.calls] == [S.FIRST_SLICE, n - S.FIRST_SLICE, n]  # known fast: whole

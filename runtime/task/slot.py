@@ -18,7 +18,9 @@ import selectors
 from collections import deque
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
+
+import pyarrow as pa
 
 from ..api import transformations as T
 from ..api.functions import RuntimeContext
@@ -56,6 +58,11 @@ from .timers import processing_time_ms
 from .watermarks import WatermarkValve
 
 ITEMS_PER_STEP = 4
+# A batch whose processing would take longer goes through the chain in slices of about this much work, so
+# records in and out (and the task's time) are reported as they go (Flink counts per record). Until the
+# chain's cost per record is known, a large batch starts with a slice of FIRST_SLICE records.
+SLICE_S = 0.05
+FIRST_SLICE = 256
 IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking control
 
 
@@ -122,6 +129,8 @@ class Task:
         self.step_state = IDLE
         self.local_producers: list[Task | None] = []
         self.fed_by: set[Task] = set()
+        self.seconds_per_row: float | None = None  # the chain's cost per input record (_process)
+        self.on_slice: Callable[[], None] = lambda: None  # the slot's: report metrics if due
         self.barriers: BarrierHandler | None = None  # set when checkpointing is on and the task has inputs
         self.last_checkpoint = 0  # newest checkpoint this task snapshotted
         self._inputs_open: dict[int, int] = {}
@@ -226,10 +235,38 @@ class Task:
                     if self.feedback_log is not None and self.feedback_log.open:
                         self.feedback_log.on_batch(index, item)
                 if type(item) is Stamped:
-                    self.head.process_batch(item.batch, gate.channels[index].input_index, item.ts)
+                    self._process(item.batch, gate.channels[index].input_index, item.ts)
                 else:
-                    self.head.process_batch(item, gate.channels[index].input_index)
+                    self._process(item, gate.channels[index].input_index, None)
         return progressed
+
+    def _process(self, batch: Any, input_index: int, ts: Any) -> None:
+        """The batch through the chain, in slices of ~SLICE_S of its work where a batch takes longer (a
+        slow function, a large batch): its counters then move, and the slot reports them, every slice,
+        not once a batch (``on_slice``). The same records in the same order, as smaller batches would be."""
+        n = num_rows(batch)
+        per_row = self.seconds_per_row
+        if n <= FIRST_SLICE or (per_row is not None and per_row * n <= SLICE_S):
+            started = time.perf_counter()
+            self.head.process_batch(batch, input_index, ts)
+            self._learn(time.perf_counter() - started, n)
+            return
+        start = 0
+        while start < n:
+            size = FIRST_SLICE if self.seconds_per_row is None else max(1, int(SLICE_S / max(self.seconds_per_row, 1e-9)))
+            part = batch.slice(start, size) if isinstance(batch, pa.RecordBatch) else batch[start:start + size]
+            size = num_rows(part)
+            started = time.perf_counter()
+            self.head.process_batch(part, input_index, None if ts is None else ts[start:start + size])
+            self._learn(time.perf_counter() - started, size)
+            start += size
+            if start < n:
+                self.on_slice()
+
+    def _learn(self, seconds: float, rows: int) -> None:
+        """The chain's cost per record: a moving average over the batches it processed."""
+        per_row = seconds / max(rows, 1)
+        self.seconds_per_row = per_row if self.seconds_per_row is None else 0.8 * self.seconds_per_row + 0.2 * per_row
 
     def _step_source(self, now: float) -> bool:
         head: SourceOperator = self.head  # type: ignore[assignment]
@@ -398,6 +435,9 @@ class SlotRuntime:
         self.buffer_timeout = conf.get_int(Options.BUFFER_TIMEOUT)
         self.credits = conf.get_int(Options.BUFFERS_PER_CHANNEL)
         self.metrics_interval = conf.get_int(Options.METRICS_INTERVAL) / 1000.0
+        self._next_metrics = 0.0
+        self._stepping: Task | None = None  # the task whose step runs now, and up to when its producers
+        self._credited = 0.0  # in this slot were credited its time (task_time.py: their back pressure)
         self.feedback_memory = conf.get_bytes(Options.ITERATION_FEEDBACK_MEMORY)
         self.tmp_dir = conf.get_string(Options.IO_TMP_DIRS) or None
         self.transport = Transport(subtask, host, self.credits)
@@ -733,7 +773,9 @@ class SlotRuntime:
     def _loop(self) -> None:
         tasks = self.tasks
         user_out = self._user_out
-        next_metrics = time.monotonic() + self.metrics_interval
+        self._next_metrics = time.monotonic() + self.metrics_interval
+        for task in tasks:
+            task.on_slice = self._report_if_due
         clock = time.perf_counter
         while True:
             now = time.monotonic()
@@ -743,15 +785,14 @@ class SlotRuntime:
             progressed = False
             for task in tasks:
                 started = clock()
-                task.time.waited(started)
+                task.time.begin(started)
+                self._stepping, self._credited = task, started
                 stepped = task.step(now)
                 ended = clock()
+                self._credit_fed(ended)
+                self._stepping = None
                 task.time.stepped(ended, stepped, task.step_state)
-                if task.fed_by:  # the producers in this slot whose output it worked off: back-pressured meanwhile
-                    for producer in task.fed_by:
-                        if producer is not task:
-                            producer.time.fed += ended - started
-                    task.fed_by.clear()
+                task.fed_by.clear()
                 if stepped:
                     progressed = True
                 # Also for a task that finished outside its step (a loop's head, ended by its rounds).
@@ -772,9 +813,7 @@ class SlotRuntime:
                 self._collect_snapshots()
             if user_out is not None and user_out.pending:
                 user_out.flush()
-            if now >= next_metrics:
-                self._report_metrics()
-                next_metrics = now + self.metrics_interval
+            self._report_if_due(now)
             if progressed:
                 timeout = 0.0
             else:
@@ -1065,14 +1104,34 @@ class SlotRuntime:
                 out.append([str(op_id), op.ctx.get_index_of_this_subtask(), registry.report(now)])
         return out
 
+    def _credit_fed(self, until: float) -> None:
+        """The producers in this slot whose output the stepping task took: back-pressured meanwhile."""
+        task = self._stepping
+        if task is not None and task.fed_by:
+            for producer in task.fed_by:
+                if producer is not task:
+                    producer.time.fed += until - self._credited
+        self._credited = until
+
+    def _report_if_due(self, now: float | None = None) -> None:
+        """Every metrics.reporter.interval: from the loop, and from inside a long step (``Task._process``)."""
+        now = time.monotonic() if now is None else now
+        if now >= self._next_metrics:
+            self._report_metrics()
+            self._next_metrics = now + self.metrics_interval
+
     def _report_metrics(self) -> None:
         if self.control is not None:
             self._report_queryable()
             self.control.send({"type": "metrics", "slot": self.subtask, "ops": self.operator_metrics(),
                                "user": self.user_metrics(),
                                "started": self.started_at, "ended": self.ended_at,
-                               "task_time": {t.vertex.name(self.graph): t.time.report(time.perf_counter())
-                                             for t in self.tasks}})
+                               "task_time": self._task_times()})
+
+    def _task_times(self) -> dict[str, list]:
+        now = time.perf_counter()
+        self._credit_fed(now)  # a report from inside a step: its producers' wait so far is back pressure
+        return {t.vertex.name(self.graph): t.time.report(now) for t in self.tasks}
 
     def _report_failure(self, e: BaseException) -> None:
         if self.control is None or self.control.closed:

@@ -33,13 +33,19 @@ def backpressure_level(ratio: float) -> str:
 class TaskTime:
     """One task's cumulative seconds in each state (``seconds``), and the state its last step ended in."""
 
-    __slots__ = ("seconds", "state", "mark", "fed")
+    __slots__ = ("seconds", "state", "mark", "fed", "stepping")
 
     def __init__(self, now: float):
         self.seconds = {BUSY: 0.0, BACK_PRESSURED: 0.0, IDLE: 0.0}
         self.state = IDLE
         self.mark = now  # the end of what is accounted for
         self.fed = 0.0  # seconds consumers in the slot spent on this task's output since its last step
+        self.stepping = False  # a step in progress (a report from inside it: the time so far is busy)
+
+    def begin(self, now: float) -> None:
+        """Its step starts: the time before it was a wait."""
+        self.waited(now)
+        self.stepping = True
 
     def waited(self, now: float) -> None:
         """The time since the last mark was a wait for this task's turn (see the module's docstring)."""
@@ -61,9 +67,16 @@ class TaskTime:
             self.seconds[BUSY if progressed else state] += took
         self.state = state
         self.mark = now
+        self.stepping = False
 
     def report(self, now: float) -> list:
-        """[busy s, back-pressured s, idle s, the current state], the time up to ``now`` accounted for."""
+        """[busy s, back-pressured s, idle s, the current state], the time up to ``now`` accounted for (from
+        inside a step, one long enough to report from: busy so far)."""
+        if self.stepping:
+            self.seconds[BUSY] += max(0.0, now - self.mark)
+            self.mark = now
+            return [round(self.seconds[BUSY], 4), round(self.seconds[BACK_PRESSURED], 4),
+                    round(self.seconds[IDLE], 4), BUSY]
         self.waited(now)
         return [round(self.seconds[BUSY], 4), round(self.seconds[BACK_PRESSURED], 4), round(self.seconds[IDLE], 4),
                 self.state]
