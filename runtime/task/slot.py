@@ -127,7 +127,7 @@ class Task:
         # of this slot whose output (a local channel per gate index; None: from another slot) it took.
         self.time = TaskTime(time.perf_counter())
         self.step_state = IDLE
-        self.local_producers: list[Task | None] = []
+        self.local_producers: list[Task | None] = [None] * len(gate.channels) if gate is not None else []
         self.fed_by: set[Task] = set()
         self.seconds_per_row: float | None = None  # the chain's cost per input record (_process)
         self.on_slice: Callable[[], None] = lambda: None  # the slot's: report metrics if due
