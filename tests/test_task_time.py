@@ -223,3 +223,28 @@ def test_a_slow_batch_goes_through_the_chain_in_slices_in_order_with_its_timesta
     task._process(batch, 0, None)
     task._process(batch, 0, None)
     assert [len(rows) for rows, _ in fast.calls] == [S.FIRST_SLICE, n - S.FIRST_SLICE, n]  # known fast: whole
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_a_slow_function_chained_to_its_source_reports_its_counts_within_a_batch(spark_slots):
+    """The source's own chain is sliced as well: a slow map chained to the source (one task) shows its
+    records and rate moving within the first 8,192-record batch (~4 s of work), not once the batch ends."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers").map(_slow) \
+        .name("slow").sink_to(DiscardingSink())
+    client, url = _run(env, "slow chain")
+    try:
+        seen: list[tuple[int, float]] = []
+        deadline = time.monotonic() + 60
+        while len({n for n, _ in seen if 0 < n < 8192}) < 3:
+            assert time.monotonic() < deadline, seen
+            job = _get(url + "/v1/job")
+            ops = {op["name"]: op for v in job["vertices"] for op in v["operators"]}
+            seen.append((ops["slow"]["records_in"], ops["slow"]["records_in_per_second"]))
+            time.sleep(0.2)
+        assert len(job["vertices"]) == 1  # one chain: source, map, sink
+        assert any(0 < n < 8192 and rate > 0 for n, rate in seen), seen
+    finally:
+        client.cancel()

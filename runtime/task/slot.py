@@ -241,14 +241,18 @@ class Task:
         return progressed
 
     def _process(self, batch: Any, input_index: int, ts: Any) -> None:
-        """The batch through the chain, in slices of ~SLICE_S of its work where a batch takes longer (a
-        slow function, a large batch): its counters then move, and the slot reports them, every slice,
-        not once a batch (``on_slice``). The same records in the same order, as smaller batches would be."""
+        self._sliced(batch, ts, lambda part, part_ts: self.head.process_batch(part, input_index, part_ts))
+
+    def _sliced(self, batch: Any, ts: Any, process: Callable[[Any, Any], None]) -> None:
+        """The batch through the chain (``process``), in slices of ~SLICE_S of its work where a batch takes
+        longer (a slow function, a large batch): its counters then move, and the slot reports them, every
+        slice, not once a batch (``on_slice``). The same records in the same order, as smaller batches
+        would be, in one step (no barrier or watermark can come between two slices)."""
         n = num_rows(batch)
         per_row = self.seconds_per_row
         if n <= FIRST_SLICE or (per_row is not None and per_row * n <= SLICE_S):
             started = time.perf_counter()
-            self.head.process_batch(batch, input_index, ts)
+            process(batch, ts)
             self._learn(time.perf_counter() - started, n)
             return
         start = 0
@@ -257,7 +261,7 @@ class Task:
             part = batch.slice(start, size) if isinstance(batch, pa.RecordBatch) else batch[start:start + size]
             size = num_rows(part)
             started = time.perf_counter()
-            self.head.process_batch(part, input_index, None if ts is None else ts[start:start + size])
+            process(part, None if ts is None else ts[start:start + size])
             self._learn(time.perf_counter() - started, size)
             start += size
             if start < n:
@@ -286,7 +290,10 @@ class Task:
         if batch is END:
             self.finish(end_of_input=True)
             return True
-        head.emit(batch)
+        if type(batch) is Stamped:  # records with event timestamps (e.g. Kafka's)
+            self._sliced(batch.batch, batch.ts, lambda part, ts: head.emit(Stamped(part, ts)))
+        else:
+            self._sliced(batch, None, lambda part, _: head.emit(part))
         self.step_state = BUSY
         return True
 
