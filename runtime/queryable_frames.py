@@ -10,6 +10,8 @@ import socket
 import struct
 from typing import Any, Iterator
 
+from .sockets import recv_exact
+
 HEADER = struct.Struct(">I")
 MAX_FRAME = 16 << 20
 
@@ -46,23 +48,13 @@ def split(buf: bytearray) -> Iterator[dict]:
 
 def recv(sock: socket.socket) -> dict:
     """One frame, read blocking (ConnectionError: the peer closed the connection)."""
-    (n,) = HEADER.unpack(_exactly(sock, 4))
+    (n,) = HEADER.unpack(recv_exact(sock, 4, "a frame"))
     if n > MAX_FRAME:
         raise FrameError(f"a frame of {n} bytes: at most {MAX_FRAME}")
-    doc: Any = json.loads(_exactly(sock, n))
+    doc: Any = json.loads(recv_exact(sock, n, "a frame"))
     if not isinstance(doc, dict):
         raise FrameError(f"a frame that is not a JSON object: {str(doc)[:100]}")
     return doc
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the peer closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 __all__ = ["FrameError", "HEADER", "MAX_FRAME", "encode", "recv", "split"]

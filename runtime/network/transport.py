@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any
 
+from ..sockets import recv_exact
 from .channels import InputChannel, OutputChannel
 from .wire import ARROW, ARROW_STAMPED, CREDIT, CREDIT_GRANT, EVENT, HEADER, HELLO, PICKLE, decode, encode_batch, encode_event, frame
 
@@ -179,12 +180,12 @@ class Transport:
                 missing = sorted(set(peers) - set(self.in_conns))
                 raise PeerLost(missing[0], f"slots {missing} did not connect within {timeout:.0f}s") from None
             sock.settimeout(max(1.0, deadline - time.monotonic()))
-            header = _recv_exact(sock, HEADER.size)
+            header = recv_exact(sock, HEADER.size, "handshake")
             length, kind, _ = HEADER.unpack(header)
             if kind != HELLO or length != CREDIT.size:
                 sock.close()
                 continue
-            (peer,) = CREDIT.unpack(_recv_exact(sock, length))
+            (peer,) = CREDIT.unpack(recv_exact(sock, length, "handshake"))
             self._adopt(sock, peer, outgoing=False)
         self.server.close()
         for (edge, src), _ch in self.inputs.items():
@@ -274,11 +275,3 @@ def _has_end(ch: InputChannel) -> bool:
     return ch.finished or any(isinstance(i, EndOfPartition) for i in ch.queue)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("connection closed during handshake")
-        out += chunk
-    return bytes(out)
