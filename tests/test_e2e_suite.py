@@ -18,7 +18,7 @@ assertions below pin which tests pass and which are skipped for which reason, so
 stops running here (skipped, or silently passing nothing) fails this test.
 
 Run time: each scenario starts one or more Spark drivers (about 30-100 s each on 2 cores). CI runs
-a representative subset (CI_SCENARIOS: about 4 minutes on a 2-core machine shared with the rest of
+a representative subset (CI_SCENARIOS: about 3-4 minutes on a 2-core machine shared with the rest of
 the suite, the rescale in mode kubernetes half of it);
 STREAMJOB_E2E_ALL=1 runs them all (about 8 minutes, and the alert test then also waits for its
 `for: 1m` to fire); STREAMJOB_E2E_SCENARIOS=name,name runs the ones named.
@@ -46,17 +46,18 @@ REPO = Path(__file__).resolve().parent.parent
 NS = "default"
 
 # The CI subset: the rescale (apply, savepoint by annotation, kubectl scale, exactly once), the
-# API server refusals (skipped here: no validation), the storage-outage alert and Kafka (the click
-# event count example, its address from a Secret, a lost driver pod redeployed from its checkpoint,
-# an exact output topic). The others (the lost driver pod of the file-sink job, which the Kafka
-# scenario's lost driver covers; suspend/resume + upgrade, delete with savepointOnDeletion, missing
-# job file) exercise the same machinery as the operator's own e2e tests (tests/test_operator_e2e.py)
-# and run with STREAMJOB_E2E_ALL=1.
+# API server refusals (skipped here: no validation) and Kafka (the click event count example, its
+# address from a Secret, a lost driver pod redeployed from its checkpoint, an exact output topic).
+# The others (the lost driver pod of the file-sink job, which the Kafka scenario's lost driver covers;
+# suspend/resume + upgrade, delete with savepointOnDeletion, missing job file) exercise the same
+# machinery as the operator's own e2e tests (tests/test_operator_e2e.py), and the storage-outage alert
+# the shipped rule that tests/test_alert_delivery.py fires through real Prometheus and Alertmanager
+# on a real S3 outage; they run with STREAMJOB_E2E_ALL=1 (the whole suite keeps under 30 minutes).
 CI_SCENARIOS = ("test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once",
                 "test_api_server_refuses_invalid_specs",
-                "test_checkpoint_alert_fires_when_storage_fails",
                 "test_kafka_click_counts_survive_a_lost_driver_exactly_once")
-ALL_SCENARIOS = CI_SCENARIOS + ("test_deleted_driver_pod_is_redeployed_from_the_latest_checkpoint",
+ALL_SCENARIOS = CI_SCENARIOS + ("test_checkpoint_alert_fires_when_storage_fails",
+                                "test_deleted_driver_pod_is_redeployed_from_the_latest_checkpoint",
                                 "test_suspend_resume_and_upgrade_restore_savepoints",
                                 "test_delete_with_savepoint_on_deletion_leaves_a_savepoint_and_nothing_else",
                                 "test_missing_job_file_is_reported_on_the_field_and_nothing_else_is_lost")
