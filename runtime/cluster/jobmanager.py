@@ -660,8 +660,8 @@ class JobManager:
 
     def task_time_metrics(self) -> dict[tuple[str, int], dict[str, float]]:
         """(task name, subtask) -> its busy, back-pressured and idle milliseconds per second."""
-        rates = self.rates.per_slot(time.monotonic())
-        with self._lock:
+        with self._lock:  # the rates change as reports come in (the control loop, under the lock)
+            rates = self.rates.per_slot(time.monotonic())
             return {(task, slot): task_time_per_second(rates.get(slot, {}), task)
                     for slot, per in self.task_time.items() for task in per}
 
