@@ -161,7 +161,10 @@ class _ProxyConnection:
                 route = self._routes[name] = self._ask(self._connect(), {"route": name})
             except RestError:
                 return None  # the proxy's own answer to the lookup says why
-        if route.get("key_type") != repr(key_type_info) or None in route["subtasks"] \
+        if None in route["subtasks"]:  # a subtask of a (re)starting attempt not yet listening: ask again later
+            self._routes.pop(name, None)
+            return None
+        if route.get("key_type") != repr(key_type_info) \
                 or any(tuple(where[:2]) in self._unreachable for where in route["subtasks"]):
             return None
         max_p, p = int(route["max_parallelism"]), int(route["parallelism"])
@@ -202,6 +205,8 @@ class _ProxyConnection:
             host, port, ticket = where
             try:
                 sock = socket.create_connection((host, int(port)), timeout=min(self.timeout, CONNECT_TIMEOUT_S))
+            except ConnectionRefusedError:
+                raise  # reachable, but that subtask is gone (a restart): the route is asked again
             except OSError:
                 # Not reachable from here (a pod IP seen through kubectl port-forward): the proxy it is,
                 # for as long as this subtask runs there.

@@ -99,10 +99,11 @@ def test_a_job_restored_while_another_writes_into_the_same_folder_deletes_none_o
     the job fails over to that checkpoint: its restore deletes what it wrote after the checkpoint, and
     nothing of the other job's, whose in-progress files bear the same subtask indices and numbers."""
     marker, out = tmp_path / "killed", tmp_path / "out" / "counts"
-    # The other job first, with 27 s of events; the faulty one once the other writes (on a loaded machine
-    # a job takes 5-20 s to start: with 16 s of events the other had once ended before the kill): the
-    # kill, at the faulty job's first checkpoint, falls within the other's run, its in-progress files there.
-    procs = [start(tmp_path, 600)]
+    # The other job first, with 40 s of events; the faulty one once the other writes (on a loaded machine
+    # a job takes 5-30 s to start: with 16 s, and 27 s, of events the other had ended before the kill in
+    # CI): the kill, at the faulty job's first checkpoint, falls within the other's run, its in-progress
+    # files there.
+    procs = [start(tmp_path, 400)]
     deadline = time.monotonic() + 120
     while not (out.exists() and any(p.name.startswith(".") for p in out.iterdir())) and time.monotonic() < deadline:
         assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
