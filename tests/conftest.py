@@ -50,6 +50,19 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: within a file, as written
 
 
+def start_with_rest(env, name: str, running_timeout: float = 120):
+    """``env.execute_async(name)`` once running, and its REST API's URL (the server binds as the job starts)."""
+    import time
+
+    client = env.execute_async(name)
+    assert client.wait_until_running(running_timeout)
+    jm = client.job_manager
+    deadline = time.monotonic() + 60
+    while (jm.rest is None or jm.rest.url is None) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return client, jm.rest.url
+
+
 @pytest.fixture(scope="session")
 def spark_slots():
     """One real local Spark for the whole run (JVM start is the slow part), with 4 slots."""

@@ -18,7 +18,7 @@ import pytest
 from openapi_spec_validator import validate as validate_openapi
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import run_cli
+from conftest import run_cli, start_with_rest
 from jobs import counting
 from streamjob.runtime.checkpoint.storage import load_checkpoint
 
@@ -49,13 +49,8 @@ def conforms(doc: dict, openapi: dict, schema: str) -> None:
 def running_job(spark_slots, tmp_path):
     env = counting.build(str(tmp_path / "out"), str(tmp_path / "checkpoints"), 200_000, 5_000, interval_ms=200,
                          parallelism=2, conf={"rest.auth.token": TOKEN})
-    client = env.execute_async("counting")
-    assert client.wait_until_running(60)
-    jm = client.job_manager
-    deadline = time.monotonic() + 60
-    while (jm.rest is None or jm.rest.url is None) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield client, jm.rest.url
+    client, url = start_with_rest(env, "counting", running_timeout=60)
+    yield client, url
     if not client._finished.is_set():
         client.cancel()
     try:

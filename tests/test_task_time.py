@@ -11,6 +11,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import start_with_rest
+
 from streamjob.runtime import StreamExecutionEnvironment, WatermarkStrategy
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 from streamjob.runtime.task.task_time import BACK_PRESSURED, BUSY, IDLE, TaskTime, backpressure_level
@@ -62,16 +64,6 @@ def _get(url: str) -> object:
         return json.load(r) if "json" in r.headers.get("Content-Type", "") else r.read().decode()
 
 
-def _run(env: StreamExecutionEnvironment, name: str) -> tuple[object, str]:
-    client = env.execute_async(name)
-    assert client.wait_until_running(120)
-    jm = client.job_manager
-    deadline = time.monotonic() + 60
-    while (jm.rest is None or jm.rest.url is None) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return client, jm.rest.url
-
-
 def _settled(url: str, check, seconds: float = 60.0) -> dict:
     """/v1/job once ``check`` holds of it (rates need a few seconds of task reports)."""
     deadline = time.monotonic() + seconds
@@ -102,7 +94,7 @@ def test_a_slow_operator_sharing_its_source_s_slot_reads_busy_and_the_source_bac
     env.set_parallelism(1)
     env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers").map(_slow).disable_chaining().name("slow") \
         .sink_to(DiscardingSink())
-    client, url = _run(env, "slow map")
+    client, url = start_with_rest(env, "slow map")
     try:
         seen: list[tuple[int, float]] = []  # the map's records in, and its rate, within its first batch
         deadline = time.monotonic() + 60
@@ -163,7 +155,7 @@ def test_a_quiet_source_reads_idle_and_a_fast_chain_is_not_back_pressured(spark_
         .sink_to(DiscardingSink())
     env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "busy").map(lambda x: x * 2).name("double") \
         .sink_to(DiscardingSink())
-    client, url = _run(env, "quiet and busy")
+    client, url = start_with_rest(env, "quiet and busy")
     try:
         def settled(job: dict) -> bool:
             times = {v["name"]: v["backpressure"]["subtasks"] for v in job["vertices"]}
@@ -234,7 +226,7 @@ def test_a_slow_function_chained_to_its_source_reports_its_counts_within_a_batch
     env.set_parallelism(1)
     env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers").map(_slow) \
         .name("slow").sink_to(DiscardingSink())
-    client, url = _run(env, "slow chain")
+    client, url = start_with_rest(env, "slow chain")
     try:
         seen: list[tuple[int, float]] = []
         deadline = time.monotonic() + 60
