@@ -236,6 +236,7 @@ class CheckpointCoordinator:
         self.last_trigger = float("-inf")
         self.last_completion = float("-inf")
         self._final_requested = False
+        self._asked = False  # a checkpoint is wanted now, whatever the interval (request_checkpoint)
         self.final_completed = False
         self.shared = SharedStateRegistry()
         self.savepoints: dict[str, SavepointRequest] = {}
@@ -250,6 +251,18 @@ class CheckpointCoordinator:
     def request_final(self) -> None:
         """Every task reached the end of its input: take one last checkpoint now, so sinks can commit."""
         self._final_requested = True
+
+    def request_checkpoint(self) -> None:
+        """A checkpoint as soon as none is in flight, whatever the interval (a rescale waits for one)."""
+        self._asked = True
+
+    def reshape(self, parallelism: int, tasks: dict[int, int],
+                operator_parallelism: dict[str, tuple[int, int]]) -> None:
+        """The job runs at another parallelism from its next attempt on (a rescale): the shape its
+        checkpoints take from then on. Whatever is in flight now is aborted by the caller."""
+        self.parallelism = parallelism
+        self.tasks = dict(tasks)
+        self.operator_parallelism = dict(operator_parallelism)
 
     def withdraw_final(self) -> None:
         """A new attempt starts: its tasks report the end of their input anew."""
@@ -281,6 +294,8 @@ class CheckpointCoordinator:
             return not self.pending
         if not s.enabled:
             return False
+        if self._asked:
+            return not self.pending
         if len(self.pending) >= s.max_concurrent:
             return False
         if self._final_requested:
@@ -307,6 +322,7 @@ class CheckpointCoordinator:
         self._remember(stats)
         if savepoint is None:
             self.last_trigger = now
+            self._asked = False
         return pending
 
     # -- acknowledgements ------------------------------------------------------------

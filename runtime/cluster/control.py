@@ -40,6 +40,7 @@ END_OF_DATA = "end_of_data"
 TRIGGER = "trigger"
 COMPLETE = "complete"
 ABORT = "abort"
+END_ATTEMPT = "end_attempt"  # job manager -> task: the attempt is over (a rescale): end now, as on a failure
 ADDRESS = "address"
 PEERS = "peers"
 COLLECT = "collect"  # task -> job manager: records of a collect sink (connectors/collect.py)

@@ -33,7 +33,7 @@ from ..task.factory import operator_is_keyed
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
 from . import failover, pod, process_tree, spark_errors
-from . import resume
+from . import rescale, resume
 from .interrupts import NAMES, Interrupts, exit_code
 from .queryable_state import keyed_operators
 from .jobmanager import BindError, JobManager, TaskFailure
@@ -130,6 +130,8 @@ class _Attempt:
 # How long the stage's thread may take to notice that the JVM it waits on is gone (its py4j socket
 # closes with the JVM, so it is at once in practice); then the attempt is given up without it.
 _JVM_STAGE_GRACE_S = 5.0
+# How long the tasks of an attempt ended for a rescale may take to end themselves before Spark cancels them.
+_RESCALE_END_GRACE_S = 2.0
 # How long the killed tasks of an attempt whose JVM died may take to disconnect before the next one starts.
 _ORPHAN_GRACE_S = 5.0
 # New JVMs that fail to start this many times in a row, with no attempt running in between, fail the job
@@ -381,11 +383,11 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     if initial is not None:
         for note in check_restorable(initial, graph, config.get_bool(Options.ALLOW_NON_RESTORED_STATE)):
             display.note(note)
-        rescale = (f", rescaling from parallelism {initial.metadata.parallelism} to {graph.parallelism}"
-                   if initial.metadata.parallelism != graph.parallelism else "")
+        rescaled_note = (f", rescaling from parallelism {initial.metadata.parallelism} to {graph.parallelism}"
+                         if initial.metadata.parallelism != graph.parallelism else "")
         other = (f" (taken of job {initial.metadata.job_name!r})"
                  if initial.metadata.job_name and initial.metadata.job_name != graph.job_name else "")
-        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{other}{rescale}")
+        display.note(f"Restoring from {initial.metadata.kind} {initial.checkpoint_id} at {initial.url}{other}{rescaled_note}")
         if claim == "CLAIM" and initial.metadata.kind == "savepoint":
             display.note("Claim mode applies to retained checkpoints; the savepoint stays the user's (NO_CLAIM)")
         elif claim == "CLAIM":
@@ -423,9 +425,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         settings, storage, job_id=job_id, job_name=graph.job_name, parallelism=graph.parallelism,
         max_parallelism=graph.max_parallelism,
         operators={n.state_key: n.name for n in graph.operators.values()},
-        tasks={t.id: t.parallelism for t in graph.tasks}, first_id=initial.checkpoint_id + 1 if initial else 1,
-        operator_parallelism={n.state_key: (n.parallelism, n.max_parallelism) for n in graph.operators.values()
-                              if n.parallelism != graph.parallelism or n.max_parallelism != graph.max_parallelism})
+        first_id=initial.checkpoint_id + 1 if initial else 1, **_checkpoint_shape(graph))
     coordinator.adopt(adopted)
     display.coordinator = coordinator if settings.enabled else None
     jm = JobManager(job_id, graph.job_name, graph.parallelism, host=addresses.bind, advertise=addresses.advertise,
@@ -439,6 +439,15 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                     on_note=display.note, default_parallelism=graph.default_parallelism,
                     executors=pod.requested_executors(spark_conf), keyed_operators=keyed_operators(graph),
                     job_config=graph.config)
+    unaligned = settings.enabled and config.unaligned_checkpoints()[0]
+    running: list[Any] = [graph, None]  # the job graph it runs (a rescale replaces it) and its deployment
+
+    def rescaler(parallelism: int | None, operators: dict[str, int]) -> tuple[JobGraph, JobGraph]:
+        current, dep = running
+        slots = dep.slot_limit() if dep is not None else None
+        return current, rescale.plan(current, parallelism, operators, slots=slots, unaligned=unaligned)
+
+    jm.rescaler = rescaler
     if client is not None:
         client._attach(jm)
     if lease is not None:
@@ -488,6 +497,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             raise JobInterrupted(_start_interrupted_message(graph.job_name, job_id, interrupts.first, initial),
                                  interrupts.first) from None  # type: ignore[arg-type]
         spark_started = True
+        running[1] = deployment
         interrupts.install()  # again: a SparkContext made in the main thread (restart_jvm) installs PySpark's own
         while True:
             if jm.cancel_requested:  # canceled while restarting: no new attempt is deployed
@@ -497,8 +507,11 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             attempt = _Attempt(deployment, job_id, attempt_no, f"streamjob {graph.job_name}", payload, jm_address)
             cancel_at: float | None = None
             jvm_exit: str | None = None  # how the JVM ended, when it did during this attempt
+            rescaling = None  # the rescale this attempt is ended for (rescale.py)
+            cancel_rescaled_at: float | None = None
             while attempt.alive():
-                attempt.join(0.25)
+                # A rescale waiting for its checkpoint is acted on within 50 ms of it (the pause it makes).
+                attempt.join(0.05 if jm.rescale is not None and jm.rescale.status == rescale.CHECKPOINTING else 0.25)
                 display.update(jm.operator_totals(), jm.task_time_metrics())
                 if jvm_exit is None:
                     jvm_exit = deployment.jvm_exit()
@@ -531,6 +544,17 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if jm.cancel_requested and jm.status.state != "CANCELED":
                     jm.status.state = "CANCELED"
                     attempt.cancel()
+                if jm.rescale_due.is_set() and rescaling is None and cancel_at is None \
+                        and jm.status.state == "RUNNING" and not stop.started:
+                    # Its checkpoint completed: end the attempt now (fenced first: nothing after that checkpoint
+                    # completes or commits) and start the new one from it, below.
+                    rescaling = jm.rescale
+                    jm.end_for_rescale()  # its tasks end themselves at once, as on a failure
+                    jm.status.state = "RESTARTING"
+                    cancel_rescaled_at = time.monotonic() + _RESCALE_END_GRACE_S
+                if rescaling is not None and cancel_rescaled_at is not None and time.monotonic() > cancel_rescaled_at:
+                    attempt.cancel()  # a task busy in a user function for that long: Spark ends it
+                    cancel_rescaled_at = None
                 if jm.failure_event.is_set() and cancel_at is None:
                     # Failover: never wait for Spark to notice; the job manager owns restarts.
                     jm.status.state = "RESTARTING" if jm.status.state == "RUNNING" else jm.status.state
@@ -544,7 +568,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                 if jvm_exit is not None:
                     jm.report(_jvm_failure(jvm_exit, attempt_no))
             failure = jm.root_failure()
-            if error is not None and failure is None and jm.status.state != "CANCELED":
+            if error is not None and failure is None and jm.status.state != "CANCELED" and rescaling is None:
                 jm.failure_event.wait(2.0)  # the failure report may still be on its way
                 failure = jm.root_failure()
             if jm.status.state == "CANCELED":
@@ -564,6 +588,18 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                                             f"not committed")
                 final_state = "FINISHED"
                 break
+            if rescaling is not None and failure is None and jvm_exit is None:
+                # -- ended for a rescale: not a failure; the same checkpoint, at the new parallelism --------
+                jm.rescale_due.clear()
+                coordinator.abort_all(f"rescaling (rescale {rescaling.id})", time.monotonic())
+                try:
+                    graph, payload = _rescaled(rescaling.graph, jm, coordinator, display, deployment)
+                except Exception as e:  # noqa: BLE001 - the job goes on at its old parallelism
+                    jm.rescale_failed(f"{type(e).__name__}: {e}; the job goes on at its old parallelism")
+                running[0] = graph
+                restore = coordinator.latest() or restore
+                attempt_no += 1
+                continue
             # -- the attempt failed: restart or give up -------------------------------------------
             # Fenced before anything else: once the restore point is chosen below, no checkpoint of this
             # attempt may complete and no sink of it commit, whatever its task processes still do.
@@ -610,6 +646,16 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             delay = strategy.next_delay_ms(int(time.time() * 1000))
             if delay is None:
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
+            if jm.rescale is not None and jm.rescale.status in (rescale.CHECKPOINTING, rescale.RESTARTING):
+                # A rescale underway when the attempt failed: the restart carries it out (it restores anyway).
+                jm.rescale_due.clear()
+                try:
+                    graph, payload = _rescaled(jm.rescale.graph, jm, coordinator, display, deployment)
+                    running[0] = graph
+                    jm.rescale.status, jm.rescale.checkpointed = rescale.RESTARTING, time.time()
+                    jm.rescale.checkpoint_id = restore.checkpoint_id if restore else None
+                except Exception as e:  # noqa: BLE001
+                    jm.rescale_failed(f"{type(e).__name__}: {e}; the job restarts at its old parallelism")
             where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"
             new_jvm = "; starting a new one" if jvm_exit is not None else ""
             display.note(f"Attempt {attempt_no + 1} failed: {what}{new_jvm}. Restarting from {where} in {delay} ms "
@@ -721,6 +767,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             # and `stop` print what stays to resume from, and that checkpoint is not deleted after they read it.
             jm.settle(text)
             _leave_termination_message(config, jm.final_result(), display.note)
+        jm.rescale_failed(f"the job ended {jm.status.state} before the rescale was done")
         interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before
         _linger(config, jm, display)
         jm.shutdown()
@@ -910,6 +957,30 @@ def _linger(config: Configuration, jm: JobManager, display: Any) -> None:
         display.note(f"Job {jm.status.state}; its result stays at {jm.rest.url}/v1/job for up to {seconds:g} s, "
                      f"until read ({Options.REST_RESULT_LINGER})")
     jm.linger(seconds)
+
+
+def _checkpoint_shape(graph: JobGraph) -> dict[str, Any]:
+    """What the checkpoint coordinator needs to know of the graph's parallelism: each task vertex's, and
+    the operators that differ from the job's slots (their metadata entries carry their own)."""
+    return {"tasks": {t.id: t.parallelism for t in graph.tasks},
+            "operator_parallelism": {n.state_key: (n.parallelism, n.max_parallelism) for n in graph.operators.values()
+                                     if n.parallelism != graph.parallelism or n.max_parallelism != graph.max_parallelism}}
+
+
+def _rescaled(graph: JobGraph, jm: JobManager, coordinator: CheckpointCoordinator | None, display: Any,
+              deployment: Any) -> tuple[JobGraph, bytes]:
+    """Make ``graph`` (a rescale's) the one the next attempt runs: its slots from Spark first (executor pods
+    on Kubernetes), then the job manager, the checkpoint coordinator and the progress display. Raises
+    before changing anything when Spark cannot give the slots or the graph does not serialize."""
+    payload = serialize_graph(graph)
+    deployment.resize(graph.parallelism, slot_needs(graph))
+    if coordinator is not None:
+        shape = _checkpoint_shape(graph)
+        coordinator.reshape(graph.parallelism, shape["tasks"], shape["operator_parallelism"])
+    jm.reshape(graph.parallelism, graph.default_parallelism or graph.parallelism, graph.plan(), _metric_names(graph),
+               keyed_operators(graph), deployment.executors())
+    display.graph = graph
+    return graph, payload
 
 
 def _metric_names(graph: JobGraph) -> dict[str, str]:

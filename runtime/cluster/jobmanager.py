@@ -32,6 +32,7 @@ from .collect import CollectBuffer
 from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefused
 from .queryable_state import QueryError, QueryRouter
 from .rates import CounterRates
+from . import rescale as R
 from .tracebacks import map_user_frames
 from ..task.iteration_rounds import REPORT as ITERATION_REPORT, IterationRounds
 from ..task.task_time import BACK_PRESSURED, BUSY, IDLE, METRICS, backpressure_level
@@ -155,6 +156,14 @@ class JobManager:
         self.all_failures: deque[TaskFailure] = deque(maxlen=FAILURE_HISTORY)  # every attempt's, newest last
         self.failure_count = 0  # all failures ever, also those all_failures no longer holds
         self.restarts = 0
+        # Rescaling in place (rescale.py): the executor's planner (requested parallelism -> the job graph
+        # to run, or RescaleRefused), the requests by id, the one underway, and its signal to the executor
+        # that its checkpoint completed and the attempt is to end.
+        self.rescaler: Callable[[int | None, dict[str, int]], Any] | None = None
+        self.rescales: dict[str, R.RescaleRequest] = {}
+        self.rescale: R.RescaleRequest | None = None
+        self.rescale_due = threading.Event()
+        self.ending_for_rescale = False  # see end_for_rescale
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._query_writers: dict[int, asyncio.StreamWriter] = {}  # slot -> its task's lookup connection
         self._lock = threading.RLock()
@@ -330,6 +339,7 @@ class JobManager:
         with self._lock:
             self.attempt = attempt
             self.fenced = self.cancel_requested  # a cancel while restarting: the new attempt stays fenced
+            self.ending_for_rescale = False
             self.restore = restore
             if restore is not None:
                 self.restored = (restore, time.time())
@@ -354,6 +364,14 @@ class JobManager:
             self.status.state = "RUNNING"
         self.collected.begin_attempt(attempt)
 
+    def end_for_rescale(self) -> None:
+        """The attempt is ended for the rescale whose checkpoint completed: fenced, and what its tasks report
+        as they are ended (their peers gone) is not a failure."""
+        with self._lock:
+            self.ending_for_rescale = True
+        self.fence()
+        self._broadcast({"type": C.END_ATTEMPT, "why": f"attempt {self.attempt + 1} is ended for a rescale"})
+
     def fence(self) -> dict[int, int]:
         """The current attempt is over: see ``fenced``. Returns slot -> process id of its tasks still
         connected (a connected control channel means the process that registered is alive), so the
@@ -362,6 +380,18 @@ class JobManager:
             self.fenced = True
             self._fail_queries(f"attempt {self.attempt + 1} of the job is over")
             return {slot: pid for slot, pid in self.pids.items() if slot in self._writers}
+
+    def reshape(self, parallelism: int, default_parallelism: int, plan: dict[str, Any],
+                operator_names: dict[str, str], keyed_operators: dict, executors: int | None) -> None:
+        """The job runs at another parallelism from the next attempt on (a rescale, or a failover that
+        carried one out): what the API shows and how lookups are routed."""
+        with self._lock:
+            self.parallelism = parallelism
+            self.default_parallelism = default_parallelism
+            self.plan = plan
+            self.operator_names = operator_names
+            self.executors = executors
+            self.queries = QueryRouter(keyed_operators)
 
     def report(self, failure: TaskFailure) -> None:
         """A failure the driver saw itself (the Spark JVM's exit), recorded as a task's would be."""
@@ -373,6 +403,7 @@ class JobManager:
         for the job's last words (None: a REST client, ``streamjob stop``)."""
         self.stop_by = self.stop_by or by
         self.stop_requested = True
+        self.rescale_failed("the job is being stopped")
         self._broadcast({"type": C.STOP})
 
     def _broadcast(self, msg: dict) -> None:
@@ -396,6 +427,7 @@ class JobManager:
             self.cancel_requested = True
             self.fenced = True
             self._fail_queries("the job is being canceled")
+        self.rescale_failed("the job is being canceled")
 
     # -- queryable state ------------------------------------------------------------------
     async def query_state(self, name: str, raw_keys: list, consistency: str = "live") -> dict[str, Any]:
@@ -494,6 +526,62 @@ class JobManager:
             if w is not None and not w.is_closing():
                 w.write(C.encode({"type": C.COLLECT_ACK, "id": sink_id, "seq": seq}))
 
+    def request_rescale(self, parallelism: int | None, operators: dict[str, int]) -> tuple[R.RescaleRequest, bool]:
+        """Rescale in place (rescale.py): returns the request and whether it is new (False: the same one is
+        underway, or the job runs at that parallelism already: a completed request with no change). Raises
+        RescaleRefused saying why it cannot be done."""
+        cc = self.coordinator
+        with self._lock:
+            underway = self.rescale if self.rescale is not None and self.rescale.status in (
+                R.CHECKPOINTING, R.RESTARTING) else None
+            if underway is not None:
+                if underway.same_target(parallelism, operators):
+                    return underway, False
+                raise R.RescaleRefused(f"rescale {underway.id} is underway ({underway.status}); ask again once it "
+                                       f"is done")
+            if self.status.state != "RUNNING" or self.cancel_requested or self.stop_requested or self.fenced:
+                state = "stopping" if self.stop_requested else self.status.state
+                raise R.RescaleRefused(f"the job is {state}; only a running job is rescaled")
+            if cc is None or not cc.settings.enabled:
+                raise R.RescaleRefused("the job runs without checkpointing, and a rescale restarts it from a "
+                                       "checkpoint: enable execution.checkpointing.interval, or stop it with a "
+                                       "savepoint and run it again at the new parallelism")
+            if any(r.stop and r.status in ("QUEUED", "IN_PROGRESS") for r in cc.savepoints.values()):
+                raise R.RescaleRefused("the job is being stopped with a savepoint")
+            if cc.final_completed or cc._final_requested:
+                raise R.RescaleRefused("the job is finishing (its input ended): nothing to rescale")
+            if self.rescaler is None:
+                raise R.RescaleRefused("this job cannot be rescaled in place (it was not built by build_job_graph)")
+            graph, new = self.rescaler(parallelism, operators)
+            request = R.new_request(graph, new, parallelism, operators)
+            if R.unchanged(graph, new):
+                request.status, request.completed = R.COMPLETED, time.time()
+                return request, False
+            self.rescales[request.id] = self.rescale = request
+            while len(self.rescales) > SAVEPOINT_HISTORY:
+                self.rescales.pop(next(iter(self.rescales)))
+            cc.request_checkpoint()
+        self.on_note(f"Rescaling {_changes(request)}: at the next completed checkpoint (rescale {request.id})")
+        return request, True
+
+    def _rescale_checkpointed(self, checkpoint_id: int) -> None:
+        """Under the lock: a checkpoint completed; a rescale waiting for one goes ahead from it."""
+        r = self.rescale
+        if r is not None and r.status == R.CHECKPOINTING:
+            r.status, r.checkpoint_id, r.checkpointed = R.RESTARTING, checkpoint_id, time.time()
+            self.rescale_due.set()
+
+    def rescale_failed(self, error: str) -> None:
+        """The rescale underway, if any, ends FAILED with ``error``."""
+        with self._lock:
+            r = self.rescale
+            underway = r is not None and r.status in (R.CHECKPOINTING, R.RESTARTING)
+            if underway:
+                r.status, r.error, r.completed = R.FAILED, error, time.time()
+            self.rescale_due.clear()
+        if underway:
+            self.on_note(f"Rescale {r.id} failed: {error}")
+
     def trigger_savepoint(self, target_dir: str | None = None, stop: bool = False,
                           drain: bool = False, request_id: str | None = None) -> SavepointRequest:
         """Queue a savepoint (the coordinator triggers it when no checkpoint is in flight).
@@ -516,7 +604,10 @@ class JobManager:
             if self.status.state != "RUNNING" or self.cancel_requested:
                 raise SavepointRefused(f"the job is {self.status.state}; savepoints are taken of running jobs")
             try:
-                return cc.request_savepoint(target, stop, drain, self.inline_threshold, trigger_id=request_id)
+                request = cc.request_savepoint(target, stop, drain, self.inline_threshold, trigger_id=request_id)
+                if stop:
+                    self.rescale_failed("the job is being stopped with a savepoint")
+                return request
             except SavepointConflict as e:
                 raise SavepointRefused(str(e)) from None
 
@@ -537,6 +628,7 @@ class JobManager:
                     # event time: the lowest watermark over an operator's subtasks (Flink's low watermark)
                     "watermarks": {op: _low_watermark(w) for op, w in self._watermarks_unlocked().items()},
                     "savepoint_dir": self.savepoint_dir,
+                    "rescale": None if self.rescale is None else self.rescale.summary(),
                     **self._live_plan()}
 
     def _live_plan(self) -> dict[str, Any]:
@@ -705,6 +797,8 @@ class JobManager:
                                        "", "checkpoint", self.attempt))
                 cc.consecutive_failures = 0
                 return
+            if self.rescale is not None and self.rescale.status == R.CHECKPOINTING and not cc.pending:
+                cc.request_checkpoint()  # the one it asked for failed: ask again
             if cc.should_trigger(now):
                 p = cc.trigger(now)
                 msg = {"type": C.TRIGGER, "id": p.checkpoint_id, "ts": p.timestamp_ms}
@@ -761,6 +855,8 @@ class JobManager:
             # An intermediate savepoint is not announced: sinks commit its output with the next checkpoint.
             if done is not None and (done.savepoint is None or done.savepoint.stop):
                 self._broadcast({"type": C.COMPLETE, "id": done.checkpoint_id, "final": done.final})
+            if done is not None and done.savepoint is None and not done.final:
+                self._rescale_checkpointed(done.checkpoint_id)
 
     def _on_decline(self, msg: dict) -> None:
         cc = self.coordinator
@@ -847,6 +943,8 @@ class JobManager:
 
     def _fail(self, failure: TaskFailure) -> None:
         with self._lock:
+            if self.ending_for_rescale and failure.cause != "jvm":
+                return  # the attempt's tasks see their peers go as it is ended: no failure of the job
             self.failures.append(failure)
             self.all_failures.append(failure)
             self.failure_count += 1
@@ -953,6 +1051,13 @@ class JobManager:
                     with self._lock:
                         self.running.add(int(msg["slot"]))
                         all_running = len(self.running) >= self.parallelism
+                        rescaled = self.rescale if all_running and self.rescale is not None \
+                            and self.rescale.status == R.RESTARTING else None
+                        if rescaled is not None:
+                            rescaled.status, rescaled.completed = R.COMPLETED, time.time()
+                    if rescaled is not None:
+                        self.on_note(f"Rescaled {_changes(rescaled)} from checkpoint {rescaled.checkpoint_id}: every "
+                                     f"task runs ({rescaled.completed - rescaled.checkpointed:.1f} s after it)")
                     if all_running:
                         self.collected.attempt_running(attempt or 0)
                 elif kind == C.END_OF_DATA:
@@ -1020,6 +1125,11 @@ def task_time_per_second(rates: dict, task: str) -> dict[str, float]:
     """A task's busy, back-pressured and idle milliseconds per second (Flink's names) from one slot's rates."""
     return {METRICS[k]: round(min(1000.0, max(0.0, rates.get((k, task), 0.0) * 1000.0)), 1)
             for k in (BUSY, BACK_PRESSURED, IDLE)}
+
+
+def _changes(r: R.RescaleRequest) -> str:
+    moved = [f"{name} {r.before.get(name, '-')} -> {p}" for name, p in r.after.items() if r.before.get(name) != p]
+    return "; ".join(moved) or "nothing"
 
 
 def _same_request(earlier: SavepointRequest, target: str, stop: bool, drain: bool) -> SavepointRequest:

@@ -25,6 +25,7 @@ from .jobmanager_limits import FAILURE_HISTORY, SAVEPOINT_HISTORY, SavepointRefu
 from .metrics import AGGREGATIONS, JobMetrics, subtask_aggregates, vertex_metrics
 from .pod import is_wildcard
 from .queryable_state import QueryError, url_key
+from .rescale import RescaleRefused, parse_request
 
 if TYPE_CHECKING:
     from .jobmanager import JobManager  # it starts this server
@@ -93,6 +94,8 @@ class RestServer:
         app.router.add_get(f"{API}/savepoints", self.savepoints)
         app.router.add_post(f"{API}/savepoints", self.trigger_savepoint)
         app.router.add_get(f"{API}/savepoints/{{trigger_id}}", self.savepoint)
+        app.router.add_put(f"{API}/jobs/{{job_id}}/parallelism", self.rescale)
+        app.router.add_get(f"{API}/jobs/{{job_id}}/rescales/{{rescale_id}}", self.rescale_status)
         app.router.add_post(f"{API}/stop", self.stop)
         app.router.add_post(f"{API}/cancel", self.cancel)
         app.router.add_get(f"{API}/state", self.queryable_states)
@@ -237,6 +240,38 @@ class RestServer:
         # (`streamjob stop -p`): that one reads GET /v1/job too, for what the job says to resume with.
         return await self._sent(request, summary, final=summary["stop"] and summary["status"] == "COMPLETED"
                                 and not self.jm.reader_waiting)
+
+    # -- rescaling in place ----------------------------------------------------------------------
+    def _this_job(self, request: web.Request) -> web.Response | None:
+        job_id = request.match_info["job_id"]
+        if job_id != self.jm.job_id:
+            return _error(404, f"no job {job_id!r} here: this job manager runs job {self.jm.job_id}")
+        return None
+
+    async def rescale(self, request: web.Request) -> web.Response:
+        other = self._this_job(request)
+        if other is not None:
+            return other
+        body = await _json_body(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            parallelism, operators = parse_request(body)
+            # Building the rescaled graph runs the planner (user functions' pickling is not involved).
+            req, new = self.jm.request_rescale(parallelism, operators)
+        except RescaleRefused as e:
+            return _error(e.status, str(e))
+        location = f"{API}/jobs/{self.jm.job_id}/rescales/{req.id}"
+        return web.json_response(req.summary(), status=202 if new else 200, headers={"Location": location})
+
+    async def rescale_status(self, request: web.Request) -> web.Response:
+        other = self._this_job(request)
+        if other is not None:
+            return other
+        req = self.jm.rescales.get(request.match_info["rescale_id"])
+        if req is None:
+            return _error(404, f"no rescale with id {request.match_info['rescale_id']!r} on this job")
+        return web.json_response(req.summary())
 
     async def stop(self, request: web.Request) -> web.Response:
         wait = _flag(request, "wait")
@@ -475,6 +510,8 @@ OPENAPI: dict[str, Any] = {
                         "additionalProperties": _ref("Watermark")},
                     "savepoint_dir": {"type": ["string", "null"], "description": "where a savepoint goes when the "
                                       "request names no target_dir (execution.checkpointing.savepoint-dir)"},
+                    "rescale": {"oneOf": [_ref("Rescale"), {"type": "null"}],
+                                "description": "the latest rescale in place (PUT /v1/jobs/{id}/parallelism)"},
                     "vertices": {"type": "array", "items": _ref("Vertex"),
                                  "description": "the job graph's tasks (chains of operators), in plan order"},
                     "edges": {"type": "array", "items": _ref("Edge"), "description": "every edge between operators"}}},
@@ -615,6 +652,29 @@ OPENAPI: dict[str, Any] = {
                 "savepoints": {"type": "array", "items": _ref("Savepoint"),
                                "description": f"newest first, at most {SAVEPOINT_HISTORY}"}}},
             "Accepted": {"type": "object", "required": ["state"], "properties": {"state": {"type": "string"}}},
+            "RescaleRequest": {
+                "type": "object", "additionalProperties": False, "minProperties": 1,
+                "properties": {
+                    "parallelism": {"type": "integer", "minimum": 1, "description": "the job's (operators without "
+                                    "one of their own take it)"},
+                    "operators": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1},
+                                  "description": "operator uid (else op<n>, its place in the program) -> "
+                                                 "parallelism; the operators chained to it go with it"}}},
+            "Rescale": {
+                "type": "object", "required": ["id", "status", "before", "after", "checkpoint_id", "error"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "status": {"enum": ["CHECKPOINTING", "RESTARTING", "COMPLETED", "FAILED"],
+                               "description": "waiting for the next completed checkpoint; ending the attempt and "
+                                              "starting the new one from it; every new task runs; refused or "
+                                              "ended without it"},
+                    "parallelism": {"type": ["integer", "null"]}, "operators": {"type": "object"},
+                    "before": {"type": "object", "description": "task vertex name -> parallelism"},
+                    "after": {"type": "object", "description": "task vertex name -> parallelism"},
+                    "checkpoint_id": {"type": ["integer", "null"]}, "error": _NULLABLE_STR,
+                    "requested_time": _NUM, "completed_time": _NULLABLE_NUM,
+                    "checkpoint_wait_s": _NULLABLE_NUM, "restart_s": {**_NULLABLE_NUM, "description":
+                                                                      "checkpoint completed to every new task running"}}},
             "AggregatedMetrics": {"type": "array", "items": {
                 "type": "object", "required": ["id"], "additionalProperties": False,
                 "properties": {"id": {"type": "string"}, **{a: _NUM for a in AGGREGATIONS}}}},
@@ -666,6 +726,27 @@ OPENAPI: dict[str, Any] = {
             "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
             "responses": {"200": _json(_ref("Savepoint"), "the savepoint"),
                           "404": _json(_ref("Error"), "no such savepoint"), **_ERRORS}}},
+        f"{API}/jobs/{{job_id}}/parallelism": {"put": {
+            "summary": "Rescale in place: at the next completed checkpoint (asked for at once) the attempt ends and "
+                       "the job restarts from that checkpoint at the new parallelism, without a savepoint or a new "
+                       "driver; exactly once",
+            "parameters": [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("RescaleRequest")}}},
+            "responses": {"202": _json(_ref("Rescale"), "underway; poll Location"),
+                          "200": _json(_ref("Rescale"), "the same rescale is underway, or the job runs at that "
+                                                        "parallelism already (COMPLETED, before = after)"),
+                          "400": _json(_ref("Error"), "malformed request, an unknown operator, a parallelism above "
+                                                      "the max parallelism"),
+                          "404": _json(_ref("Error"), "another job's id"),
+                          "409": _json(_ref("Error"), "not now: the job is not running, runs without "
+                                                      "checkpointing, another rescale is underway, or Spark has too "
+                                                      "few slots (local)"), **_ERRORS}}},
+        f"{API}/jobs/{{job_id}}/rescales/{{rescale_id}}": {"get": {
+            "summary": "A rescale's status",
+            "parameters": [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                           {"name": "rescale_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": _json(_ref("Rescale"), "the rescale"),
+                          "404": _json(_ref("Error"), "no such job or rescale"), **_ERRORS}}},
         f"{API}/stop": {"post": {
             "summary": "Graceful stop: sources end their input, everything drains, the final checkpoint commits",
             "parameters": [{"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"},

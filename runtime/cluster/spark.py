@@ -21,6 +21,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -966,6 +967,53 @@ class SparkDeployment:
         if 0 <= report.registered * report.slots_per_executor < self.parallelism:
             self._spark.stop()  # releases the executor pods that did come
             raise NotEnoughSlotsError(report.message())
+
+    # -- rescaling in place (rescale.py) ------------------------------------------------------------
+    def slot_limit(self) -> int | None:
+        """The most slots a rescaled job can have here: local[N]'s N, a standalone cluster's cores; None on
+        Kubernetes, where ``resize`` asks for executor pods."""
+        if self.local:
+            return _local_slots(self.master)
+        if self.master.startswith("k8s://"):
+            return None
+        return self.spark_context.defaultParallelism
+
+    def _slots_per_executor(self) -> int:
+        conf = self.spark_context.getConf()
+        return max(1, int(conf.get("spark.executor.cores", "1")) // int(conf.get("spark.task.cpus", "1")))
+
+    def executors(self) -> int | None:
+        """Executor pods the job needs (Spark on Kubernetes), None elsewhere."""
+        if not self.master.startswith("k8s://"):
+            return None
+        return -(-self.parallelism // self._slots_per_executor())
+
+    def resize(self, parallelism: int, needs: SlotNeeds, timeout: float = 120.0) -> None:
+        """The next stages run ``parallelism`` tasks. On Kubernetes: ask Spark for as many executor pods as
+        they need and wait (up to ``timeout``) until they registered, or let the ones beyond go (no stage
+        runs now: every executor is idle). Raises NotEnoughSlotsError, changing nothing, when they do not come."""
+        before = (self.parallelism, self.needs)
+        self.parallelism, self.needs = parallelism, needs
+        if not self.master.startswith("k8s://"):
+            return
+        sc = self.spark_context
+        wanted = self.executors() or 0
+        jsc = sc._jsc.sc()
+        jsc.requestTotalExecutors(wanted, 0, sc._jvm.scala.collection.immutable.Map.empty())
+        ids = [e.executorId() for e in jsc.statusTracker().getExecutorInfos() if e.executorId() != "driver"]
+        if len(ids) > wanted:
+            extra = sorted(ids, key=lambda i: int(i) if i.isdigit() else 0)[wanted:]
+            jsc.killExecutors(sc._jvm.scala.jdk.javaapi.CollectionConverters.asScala(extra).toList())
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.slot_report()
+            if report.registered * report.slots_per_executor >= parallelism:
+                return
+            if time.monotonic() > deadline:
+                self.parallelism, self.needs = before
+                raise NotEnoughSlotsError(report.message())
+            time.sleep(0.5)
 
     def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int],
                   attempt: int = 0) -> list[str]:

@@ -127,6 +127,34 @@ class JobGraph:
 
     default_parallelism: int | None = None  # the job's (env.set_parallelism); None: same as ``parallelism``
     iterations: list[Iteration] = field(default_factory=list)  # the job's loops (stream.iterate())
+    # Parallelism set from outside the program (a rescale: pipeline.jobvertex-parallelism-overrides),
+    # operator key -> parallelism; kept by the next rescale unless it sets them again.
+    overrides: dict[str, int] = field(default_factory=dict)
+    # What the graph was built from, to build it again at another parallelism (``rescaled``). Driver
+    # only: never sent to the tasks (``__getstate__``).
+    definition: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "definition": None}
+
+    def rescaled(self, parallelism: int | None = None, overrides: dict[str, int] | None = None) -> "JobGraph":
+        """The same job at another parallelism: ``parallelism`` the job's (None: unchanged), ``overrides``
+        operator key (uid, else ``op<position>``) -> its own, on top of the earlier overrides. Raises
+        ``JobDefinitionError`` as the build does (above an operator's max parallelism, a forward edge ...)."""
+        if self.definition is None:
+            raise JobDefinitionError("this job graph was not built by build_job_graph: it cannot be rebuilt")
+        transformations, config, job_name = self.definition
+        config = Configuration(dict(config))
+        if parallelism is not None:
+            config.set(Options.PARALLELISM, parallelism)
+        return build_job_graph(transformations, config, job_name, {**self.overrides, **(overrides or {})})
+
+    def operator_by_key(self) -> dict[str, OperatorNode]:
+        """Operators by the keys a rescale names them with: uid, else ``op<position>`` (their state key)."""
+        return {op.state_key: op for op in self.operators.values()}
+
+    def task_of(self, operator_id: int) -> "TaskVertex":
+        return next(t for t in self.tasks if operator_id in t.operators)
 
     def operator_order(self) -> list[int]:
         return [o for t in self.tasks for o in t.operators]
@@ -183,7 +211,10 @@ def _display_names(nodes: list[Transformation]) -> dict[int, str]:
     return names
 
 
-def build_job_graph(transformations: list[Transformation], config: Configuration, job_name: str) -> JobGraph:
+def build_job_graph(transformations: list[Transformation], config: Configuration, job_name: str,
+                    overrides: dict[str, int] | None = None) -> JobGraph:
+    """``overrides``: operator key (uid, else ``op<position>``) -> parallelism, above the program's own
+    (``set_parallelism``): what a rescale sets. A key no operator has is refused, naming those there are."""
     parallelism = config.get_int(Options.PARALLELISM)
     max_parallelism = config.get_int(Options.MAX_PARALLELISM)
     if parallelism < 1:
@@ -202,15 +233,22 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     loops = [t.name for t in transformations if t.kind == T.FEEDBACK]
     mode = _runtime_mode(config, [t for t in real if t.kind == T.SOURCE], loops)
     names = _display_names(real)
+    overrides = dict(overrides or {})
     operators = {
         t.id: OperatorNode(t.id, t.kind, names[t.id], t.uid, t.fn, dict(t.params), position=pos,
-                           parallelism=t.parallelism or parallelism,
+                           parallelism=overrides.get(t.uid or f"op{pos}") or t.parallelism or parallelism,
                            max_parallelism=t.max_parallelism or max_parallelism,
                            chaining=t.chaining)
         for pos, t in enumerate(sorted(real, key=lambda t: t.id), start=1)
     }
+    unknown = sorted(set(overrides) - {op.state_key for op in operators.values()})
+    if unknown:
+        raise JobDefinitionError(f"no operator {', '.join(map(repr, unknown))} in the job; its operators are "
+                                 f"{', '.join(repr(op.state_key) for op in operators.values())} (uids, else op<n>)")
     given = {t.id: t.slot_sharing_group for t in real}
     for op in operators.values():
+        if op.parallelism < 1:
+            raise JobDefinitionError(f"operator {op.name!r}: parallelism must be >= 1, got {op.parallelism}")
         if op.parallelism > op.max_parallelism:
             raise JobDefinitionError(f"operator {op.name!r}: parallelism {op.parallelism} is above its max parallelism "
                                      f"{op.max_parallelism}; raise the max parallelism (set_max_parallelism) or lower "
@@ -318,7 +356,8 @@ def build_job_graph(transformations: list[Transformation], config: Configuration
     slots = assign_slots(tasks)
     return JobGraph(job_name, slots, max_parallelism, operators, edges, tasks,
                     {**config.to_dict(), Options.RUNTIME_MODE: mode}, default_parallelism=parallelism,
-                    iterations=iterations)
+                    iterations=iterations, overrides=overrides,
+                    definition=(transformations, config.to_dict(), job_name))
 
 
 def queryable_names(fn: Any) -> set[str]:

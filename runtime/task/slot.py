@@ -66,6 +66,10 @@ FIRST_SLICE = 256
 IDLE_WAIT = 0.05  # s; the loop never sleeps longer than this without checking control
 
 
+class AttemptEnded(RuntimeError):
+    """The job manager ended this attempt on purpose (a rescale): not a failure of the job."""
+
+
 class RestoreError(RuntimeError):
     """A checkpoint could not be restored. Unless the cause was ``transient`` (storage unreachable:
     the same checkpoint is tried again after the restart), the job manager decides whether an older one
@@ -862,6 +866,10 @@ class SlotRuntime:
                 self.collect_channel.on_ack(msg)  # type: ignore[union-attr]
             elif kind == "job_manager_lost":
                 raise ConnectionError("lost the connection to the job manager")
+            elif kind == "end_attempt":
+                # A rescale: the attempt is fenced, its checkpoint taken. Ended as on a failure (nothing is
+                # committed or snapshotted on the way out), at once: Spark's cancel would give it 2 s more.
+                raise AttemptEnded(str(msg.get("why") or "the attempt was ended"))
 
     # -- queryable state --------------------------------------------------------------
     def _report_queryable(self) -> None:
