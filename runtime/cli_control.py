@@ -1,5 +1,5 @@
 """The ``streamjob`` commands against running jobs, as Flink's CLI has them: ``list``, ``status``,
-``checkpoints``, ``savepoint``, ``stop``, ``cancel``.
+``checkpoints``, ``savepoint``, ``rescale``, ``stop``, ``cancel``.
 
 A job is named by its id, a unique prefix of it, or its name (the local registry of running jobs,
 ``registry``), or by ``--address URL`` (its REST API, e.g. a job in a pod). Every command that changes a
@@ -175,7 +175,7 @@ JOB_HELP = ("JOB is a running job's id, a unique prefix of it, or its name, as `
 
 
 def add_commands(main: click.Group) -> None:
-    for command in (list_jobs, status, checkpoints, savepoint, stop, cancel):
+    for command in (list_jobs, status, checkpoints, savepoint, rescale, stop, cancel):
         main.add_command(command)
 
 
@@ -361,6 +361,70 @@ def cancel(job: str | None, address: str | None, token: str, timeout: float) -> 
     echo_end(end)
     if end["state"] == "FAILED":
         sys.exit(1)
+
+
+def _operator_parallelism(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        uid, sep, n = value.rpartition("=")
+        if not sep or not uid or not n.strip().isdigit() or int(n) < 1:
+            fail(f"--operator {value!r}: expected UID=N (an operator's uid and a parallelism >= 1)")
+        out[uid] = int(n)
+    return out
+
+
+@click.command(epilog=JOB_HELP + " The job restarts from its next checkpoint at the new parallelism, in place: no "
+                                 "savepoint, no new driver, exactly once (as Flink's adaptive scheduler rescales).")
+@_job_arg
+@_address
+@_token
+@click.option("-p", "--parallelism", type=click.IntRange(min=1), help="The job's new parallelism (operators "
+                                                                      "without one of their own take it).")
+@click.option("--operator", "operators", multiple=True, metavar="UID=N",
+              help="One operator's parallelism (its uid, else op<n>; the operators chained to it go with it); "
+                   "repeat for more.")
+@click.option("--no-wait", is_flag=True, help="Print the rescale's id and return; do not wait for the outcome.")
+@_json_flag
+@_timeout
+def rescale(job: str | None, address: str | None, token: str, parallelism: int | None, operators: tuple[str, ...],
+            no_wait: bool, as_json: bool, timeout: float) -> None:
+    """Change a running job's parallelism, or single operators', in place."""
+    ops = _operator_parallelism(operators)
+    if parallelism is None and not ops:
+        fail("nothing to change: give -p N (the job's parallelism) and/or --operator UID=N")
+    t = target(job, address, token)
+    job_id = t.call("GET", "/v1/job?peek=true")["id"]
+    body: dict = {"operators": ops} if ops else {}
+    if parallelism is not None:
+        body["parallelism"] = parallelism
+    doc = t.call("PUT", f"/v1/jobs/{job_id}/parallelism", body, doing="rescale")
+    if no_wait:
+        echo(doc["id"])
+        return
+    changes = "; ".join(f"{name} {doc['before'].get(name, '-')} -> {p}" for name, p in doc["after"].items()
+                        if doc["before"].get(name) != p)
+    from rich.console import Console
+    from rich.text import Text
+
+    deadline = time.monotonic() + timeout
+    with Console(stderr=True).status(Text(f"rescaling {changes or '(no change)'}")) as shown:
+        while doc["status"] in ("CHECKPOINTING", "RESTARTING"):
+            if time.monotonic() > deadline:
+                fail(f"rescale {doc['id']} did not complete within {timeout:.0f} s (still {doc['status']})")
+            shown.update(Text(f"rescaling {changes}: {doc['status'].lower()}"
+                              + (f" from checkpoint {doc['checkpoint_id']}" if doc.get("checkpoint_id") else "")))
+            time.sleep(POLL_S)
+            doc = t.call("GET", f"/v1/jobs/{job_id}/rescales/{doc['id']}")
+    if as_json:
+        print_json(doc)
+    if doc["status"] == "FAILED":
+        fail(f"rescale {doc['id']} failed: {doc['error']}")
+    if not as_json:
+        if not changes:
+            echo("the job runs at that parallelism already: nothing to do")
+        else:
+            echo(f"rescaled {changes} from checkpoint {doc['checkpoint_id']} (every task ran again "
+                 f"{doc['restart_s']:.1f} s after it)")
 
 
 def err_note(text: str) -> None:

@@ -186,3 +186,41 @@ def test_a_job_without_checkpointing_or_not_running_is_not_rescaled():
     with pytest.raises(R.RescaleRefused, match="without checkpointing") as e:
         jm.request_rescale(3, {})
     assert e.value.status == 409
+
+
+@pytest.mark.timeout(600)
+def test_streamjob_rescale_changes_a_detached_job_in_place_and_its_output_is_exact(tmp_path):
+    import re
+
+    from conftest import run_cli
+    from streamjob.runtime import registry
+
+    env = {"STREAMJOB_STATE_DIR": str(tmp_path / "state")}
+    out, checkpoints, rows = str(tmp_path / "out"), str(tmp_path / "checkpoints"), 24_000
+    r = run_cli("run", "-d", "--master", "local[4]", os.path.join(HERE, "jobs", "counting.py"), out, checkpoints,
+                str(rows), "1500", env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"JobID ([0-9a-f]{32})", r.stdout).group(1)
+    try:
+        r = run_cli("rescale", "counting", "-p", "2", "--operator", "count=4", env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert re.search(r"rescaled Source: numbers 3 -> 2; KeyedProcess -> Sink: FileSink\(jsonl\) 3 -> 4 from "
+                         r"checkpoint \d+ \(every task ran again [\d.]+ s after it\)", r.stdout), r.stdout
+        # the sink named alone: its chain (the count) goes with it
+        r = run_cli("rescale", job_id[:8], "--operator", "files=1", env=env, timeout=300)
+        assert r.returncode == 0 and "KeyedProcess -> Sink: FileSink(jsonl) 4 -> 1" in r.stdout, r.stdout + r.stderr
+        r = run_cli("rescale", job_id[:8], "--operator", "count=2", "--operator", "files=3", env=env, timeout=120)
+        assert r.returncode == 1 and "'count' and 'files' are chained in one task" in r.stderr, r.stderr
+        r = run_cli("rescale", job_id[:8], "--operator", "files=9", env=env, timeout=120)
+        assert r.returncode == 1 and "not enough slots" in r.stderr and "local[" in r.stderr, r.stderr
+        r = run_cli("rescale", job_id[:8], "--operator", "nope", env=env, timeout=60)
+        assert r.returncode == 1 and "expected UID=N" in r.stderr, r.stderr
+    finally:
+        deadline = time.monotonic() + 240
+        os.environ["STREAMJOB_STATE_DIR"], old = env["STREAMJOB_STATE_DIR"], os.environ.get("STREAMJOB_STATE_DIR")
+        try:
+            while any(e.id == job_id for e in registry.running()) and time.monotonic() < deadline:
+                time.sleep(0.5)
+        finally:
+            os.environ["STREAMJOB_STATE_DIR"] = old or ""
+    assert committed_rows(out) == counting.expected_rows(rows)
