@@ -226,6 +226,12 @@ def test_a_native_snapshot_restores_at_another_parallelism_by_key_group(tmp_path
         merged.update(read_all(part, mine))
         other = [k for k in KEYS if k not in mine]
         assert all(v == (0, [], [], None, None) for v in read_all(part, other).values())  # nothing foreign copied
+        # the part adopted the whole database and clipped it (delete-range): its own snapshot holds only its keys
+        again, _, _ = snapshot(part, storage, 2, name=f"part-{i}")
+        heap = HashMapKeyedStateBackend("op", 128, range(128))
+        restore_native(heap, again, storage.read(again), storage, 2, "test", first=True)
+        assert read_all(heap, mine) == read_all(part, mine)
+        assert all(v == (0, [], [], None, None) for v in read_all(heap, other).values())
         part.dispose()
     assert merged == expected
     heap = HashMapKeyedStateBackend("op", 128, range(128))

@@ -163,11 +163,11 @@ class StreamOperator:
         """Restore from the handles of every subtask of the snapshot (any parallelism, either backend)."""
         i, p = self.ctx.get_index_of_this_subtask(), self.ctx.get_number_of_parallel_subtasks()
         backend = self.keyed_backend
-        per_subtask: list[dict] = []
+        per_subtask: list[dict] = [{} for _ in handles]
         first_keyed = True
-        for old, handle in enumerate(handles):
+        for old in _restore_order(handles, backend.key_groups if backend is not None else None):
+            handle = handles[old]
             if handle is None:
-                per_subtask.append({})
                 continue
             where = f"{location.describe(handle)} of operator {self.name!r} (subtask {old + 1}/{len(handles)})"
             index = handle["index"]
@@ -194,7 +194,7 @@ class StreamOperator:
                 for name, kind, chunk in read_keyed(data, index, backend.key_groups, where):  # type: ignore[union-attr]
                     backend.restore_chunk(name, kind, chunk)  # type: ignore[union-attr]
                 first_keyed = False
-            per_subtask.append(read_operator(data, index, where) if "operator" in index else {})
+            per_subtask[old] = read_operator(data, index, where) if "operator" in index else {}
         self.operator_state.restore(per_subtask, i, p)
 
     def dispose(self) -> None:
@@ -286,3 +286,25 @@ class StreamOperator:
             raise
         except Exception as e:
             raise self.failure(e) from e
+
+
+def _restore_order(handles: list[dict | None], key_groups: range | None) -> list[int]:
+    """The order to restore old subtasks' handles in: a native RocksDB handle overlapping this subtask's key
+    groups most first (it becomes the base database, clipped: rocksdb_snapshot.restore_native), the rest as
+    they come. The overlap is read from the handle's index (no data)."""
+    def overlap(i: int) -> int:
+        native = ((handles[i] or {}).get("index") or {}).get("rocksdb")
+        if native is None or key_groups is None:
+            return 0
+        try:
+            lo, hi = (int(x) for x in native.get("key_groups", [0, 0]))
+        except (TypeError, ValueError):
+            return 0  # malformed: restore_native names what is wrong with it, in its turn
+        return max(0, min(hi, key_groups.stop) - max(lo, key_groups.start))
+
+    order = list(range(len(handles)))
+    best = max(order, key=overlap, default=None)
+    if best is not None and overlap(best) > 0:
+        order.remove(best)
+        order.insert(0, best)
+    return order
