@@ -17,6 +17,7 @@ class Reason(str, Enum):
     FINISHED = "JobFinished"
     UPGRADING = "Upgrading"
     RESCALING = "Rescaling"
+    RESCALED = "Rescaled"
     UPGRADE_BLOCKED = "UpgradeBlocked"
     SUSPENDING = "Suspending"
     SUSPENDED = "Suspended"

@@ -289,6 +289,17 @@ async def _act(action: R.Action, res: R.Resource, obs: Observation, memo: kopf.M
         await _trigger(action, obs, memo, ctx)
     elif isinstance(action, R.DisposeSavepoint):
         await _dispose(action.path, res, memo, ctx)
+    elif isinstance(action, R.RescaleJob):
+        await _rescale(action, obs, memo, ctx)
+
+
+async def _rescale(action: R.RescaleJob, obs: Observation, memo: kopf.Memo, ctx: JobContext) -> None:
+    if obs.pod is None or not obs.pod.ip or obs.job is None or not obs.job.job_id:
+        return  # next tick
+    code, doc = await memo.jm.call(obs.pod, ctx.token or "", "PUT", f"/v1/jobs/{obs.job.job_id}/parallelism",
+                                   {"parallelism": action.parallelism})
+    if code >= 400:
+        ctx.feedback.setdefault("rescale_errors", {})[action.parallelism] = f"{code}: {doc.get('error', '')}"
 
 
 async def _trigger(action: R.TriggerSavepoint, obs: Observation, memo: kopf.Memo, ctx: JobContext) -> None:

@@ -376,7 +376,9 @@ class Deployment(_Model):
 class Upgrade(_Model):
     """An upgrade (or rescale, suspend, rollback, redeploy) in progress: the write-ahead record."""
 
-    phase: Literal["STOPPING", "CANCELING", "DEPLOYING"]
+    # RESCALING: in place (the job manager restarts the job from its next checkpoint at the new
+    # parallelism: no savepoint, no new driver); the others: stop-with-savepoint or cancel, then redeploy.
+    phase: Literal["STOPPING", "CANCELING", "DEPLOYING", "RESCALING"]
     reason: Literal["upgrade", "rescale", "suspend", "rollback", "redeploy"]
     mode: UpgradeMode
     savepoint_request_id: str | None = None

@@ -57,6 +57,18 @@ class JobObservation:
     slots: int | None = None  # what its job graph needs (operators of their own parallelism, slot sharing groups)
     executors: int | None = None  # executor pods requested for them (mode kubernetes)
     queryable_state: tuple[str, ...] | None = None  # names its REST API answers lookups of (None: not said)
+    rescale: "RescaleObservation | None" = None  # the latest rescale in place it was asked for
+
+
+@dataclass(frozen=True)
+class RescaleObservation:
+    """``/v1/job``'s ``rescale``: the latest in-place rescale (PUT /v1/jobs/{id}/parallelism)."""
+
+    id: str
+    status: str  # CHECKPOINTING, RESTARTING, COMPLETED, FAILED
+    parallelism: int | None  # the job's parallelism it was asked for
+    checkpoint_id: int | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,7 @@ class Observation:
     disposed: frozenset[str] = frozenset()  # savepoint paths whose disposal succeeded
     dispose_errors: dict[str, str] = field(default_factory=dict)
     trigger_errors: dict[str, str] = field(default_factory=dict)  # request id -> why the trigger was refused
+    rescale_errors: dict[int, str] = field(default_factory=dict)  # parallelism -> why a rescale in place was refused
     # Problems with the spec the API server could not see: field path -> message.
     spec_errors: dict[str, str] = field(default_factory=dict)
     other_pods: tuple[str, ...] = ()  # driver pods of earlier deployments still present

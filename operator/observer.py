@@ -16,7 +16,8 @@ import aiohttp
 
 from .model import StreamJobStatus
 from .resources import DRIVER_CONTAINER, LABEL_COMPONENT, LABEL_JOB, REST_PORT
-from .observation import CheckpointObservation, JobObservation, Observation, PodObservation, SavepointObservation
+from .observation import (CheckpointObservation, JobObservation, Observation, PodObservation, RescaleObservation,
+                          SavepointObservation)
 
 REST_TIMEOUT = 3.0  # s: a job manager that does not answer by then is UNKNOWN for this tick
 
@@ -52,6 +53,13 @@ def _final_result(message: str | None) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
+def _rescale(doc: Any) -> RescaleObservation | None:
+    if not isinstance(doc, dict) or not doc.get("id"):
+        return None
+    return RescaleObservation(str(doc["id"]), str(doc.get("status")), doc.get("parallelism"), doc.get("checkpoint_id"),
+                              doc.get("error"))
+
+
 def job_observation(doc: dict) -> JobObservation:
     cp = doc.get("latest_checkpoint")
     return JobObservation(
@@ -60,7 +68,8 @@ def job_observation(doc: dict) -> JobObservation:
         slots=doc.get("slots"), executors=doc.get("executors"),
         latest_checkpoint=CheckpointObservation(int(cp["id"]), cp["path"], float(cp["completed_time"])) if cp else None,
         final_savepoint=doc.get("final_savepoint"), error=doc.get("error"),
-        queryable_state=tuple(doc["queryable_state"]) if isinstance(doc.get("queryable_state"), list) else None)
+        queryable_state=tuple(doc["queryable_state"]) if isinstance(doc.get("queryable_state"), list) else None,
+        rescale=_rescale(doc.get("rescale")))
 
 
 def savepoint_observation(request_id: str, status: int, doc: dict) -> SavepointObservation:
@@ -110,6 +119,7 @@ async def observe(kube: Any, jm: JobManagerClient, name: str, namespace: str, st
                        disposed=frozenset(feedback.pop("disposed", ())),
                        dispose_errors=feedback.pop("dispose_errors", {}),
                        trigger_errors=feedback.pop("trigger_errors", {}),
+                       rescale_errors=feedback.pop("rescale_errors", {}),
                        spec_errors=dict(feedback.get("spec_errors", {})))
 
 

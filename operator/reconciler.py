@@ -88,6 +88,13 @@ class CancelJob:
 
 
 @dataclass(frozen=True)
+class RescaleJob:
+    """PUT /v1/jobs/{id}/parallelism on the running job (idempotent: the same target twice is one rescale)."""
+
+    parallelism: int
+
+
+@dataclass(frozen=True)
 class DisposeSavepoint:
     path: str
 
@@ -99,7 +106,7 @@ class Event:
     type: Literal["Normal", "Warning"] = "Normal"
 
 
-Action = Deploy | DeletePod | TriggerSavepoint | CancelJob | DisposeSavepoint
+Action = Deploy | DeletePod | TriggerSavepoint | CancelJob | DisposeSavepoint | RescaleJob
 
 
 @dataclass
@@ -325,8 +332,70 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
     if st.lifecycle_state == LifecycleState.SUSPENDED.value and change != "suspend":
         st.last_reconciled_spec = new  # applied on resume
         return
+    if change == "rescale" and _rescalable_in_place(spec, st, obs):
+        _begin_rescale_in_place(spec, new, st, obs, plan)
+        return
     reason = {"suspend": "suspend", "rescale": "rescale"}.get(change, "upgrade")
     _begin_upgrade(res, spec, new, st, obs, plan, reason)
+
+
+# -- rescaling in place ------------------------------------------------------------------------------
+def _rescalable_in_place(spec: StreamJobSpec, st: StreamJobStatus, obs: Observation) -> bool:
+    """A healthy job with checkpointing is rescaled by its job manager (Flink's adaptive scheduler); anything
+    else takes today's path (stop-with-savepoint or cancel, then a new deployment)."""
+    return (spec.checkpointing is not None and spec.upgrade_mode != UpgradeMode.STATELESS.value
+            and _job_running(st, obs) and st.lifecycle_state in (LifecycleState.DEPLOYED.value,
+                                                                 LifecycleState.STABLE.value))
+
+
+def _begin_rescale_in_place(spec: StreamJobSpec, new: dict, st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
+    now = iso(obs.now)
+    st.upgrade = Upgrade(phase="RESCALING", reason="rescale", mode=spec.upgrade_mode, started_time=now, phase_time=now,
+                         target_spec=new)
+    st.lifecycle_state = LifecycleState.UPGRADING.value
+    plan.act(RescaleJob(spec.parallelism))
+    plan.event(Reason.RESCALING, f"rescaling in place to parallelism {spec.parallelism}: the job restarts from its "
+                                 f"next checkpoint, no savepoint, same driver")
+    plan.soon()
+
+
+def _rescaling(res: Resource, spec: StreamJobSpec | None, st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
+    up = st.upgrade
+    assert up is not None
+    if classify(st.last_reconciled_spec, up.target_spec) != "rescale":
+        # Edited meanwhile beyond the parallelism (or back): that needs a new deployment (or nothing).
+        st.upgrade = None
+        st.lifecycle_state = LifecycleState.DEPLOYED.value
+        if spec is not None and classify(st.last_reconciled_spec, up.target_spec) != "none":
+            _begin_upgrade(res, spec, dict(up.target_spec), st, obs, plan, "upgrade")
+        return
+    target = int(up.target_spec.get("parallelism") or 1)
+    seen = obs.job.rescale if obs.job is not None and obs.job.reachable else None
+    mine = seen if seen is not None and seen.parallelism == target else None
+    refused = obs.rescale_errors.get(target) or (f"{mine.status}: {mine.error}" if mine and mine.status == "FAILED"
+                                                 else None)
+    if mine is not None and mine.status == "COMPLETED":
+        st.last_reconciled_spec = st.deployment.spec = dict(up.target_spec)
+        st.deployment.parallelism = st.parallelism = target
+        st.upgrade = None
+        _settle_lifecycle(st, obs)
+        plan.event(Reason.RESCALED, f"rescaled in place to parallelism {target} from checkpoint {mine.checkpoint_id}")
+        return
+    if refused is None and not _job_running(st, obs) and not (obs.job and obs.job.reachable
+                                                             and obs.job.state == "RESTARTING"):
+        refused = f"the job is {st.job_status.state}"
+    if refused is not None:
+        # Not in place, then: today's upgrade (stop-with-savepoint, or the latest checkpoint) does it.
+        st.upgrade = None
+        plan.event(Reason.RESCALING, f"rescaling in place to parallelism {target} was not possible ({refused}): "
+                                     f"rescaling by a new deployment instead", warning=True)
+        if spec is not None:
+            st.lifecycle_state = LifecycleState.DEPLOYED.value
+            _begin_upgrade(res, spec, dict(up.target_spec), st, obs, plan, "rescale")
+        return
+    if mine is None:
+        plan.act(RescaleJob(target))  # not yet seen by the job manager (or the request was lost): ask again
+    plan.soon()
 
 
 # What a driver's first words say: (pattern of its error, what to blame: a spec field, or "spark" when Spark
@@ -456,6 +525,8 @@ def _advance_upgrade(res: Resource, spec: StreamJobSpec | None, st: StreamJobSta
         _cancel_step(res, st, obs, plan)
     elif up.phase == "DEPLOYING":
         _deploying(st, obs, plan)
+    elif up.phase == "RESCALING":
+        _rescaling(res, spec, st, obs, plan)
 
 
 def _stopping(res: Resource, spec: StreamJobSpec | None, st: StreamJobStatus, obs: Observation, plan: Plan) -> None:

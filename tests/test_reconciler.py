@@ -18,7 +18,7 @@ import pytest
 from streamjob.operator import reconciler as R
 from streamjob.operator.model import StreamJobSpec, StreamJobStatus
 from streamjob.operator.observation import (CheckpointObservation, JobObservation, Observation, PodObservation,
-                                            SavepointObservation)
+                                            RescaleObservation, SavepointObservation)
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BASE = {"image": "streamjob:1", "job": {"file": "/jobs/count.py"}, "parallelism": 2,
@@ -48,6 +48,8 @@ class World:
         self.dispose_fails = False
         self.dispose_errors: dict[str, str] = {}
         self.refuse_triggers = False
+        self.rescale_errors: dict[int, str] = {}
+        self.slot_limit: int | None = None  # the most slots a job manager can rescale to in place (None: any)
 
     # -- the test's levers ---------------------------------------------------------------------
     def edit(self, **changes) -> None:
@@ -93,10 +95,15 @@ class World:
             if p.get("unreachable") or ended or p.get("waiting"):
                 job = JobObservation(False, unreachable_reason="connection refused")
             else:
+                r = j.get("rescale")
                 job = JobObservation(True, j["state"], j["id"], j["restarts"], self.now.timestamp() - j["age"],
                                      j["parallelism"], j.get("checkpoint"), j.get("final_savepoint"),
                                      slots=j.get("slots"), executors=j.get("executors"),
-                                     queryable_state=j.get("queryable_state"))
+                                     queryable_state=j.get("queryable_state"),
+                                     rescale=RescaleObservation(r["id"], r["status"], r["parallelism"], r.get("checkpoint"))
+                                     if r else None)
+                if r and r["status"] == "RESTARTING":  # the job manager's rescale completes by the next look
+                    r["status"], r["checkpoint"], j["parallelism"] = "COMPLETED", 9, r["parallelism"]
         rid = (st.upgrade.savepoint_request_id if st.upgrade and st.upgrade.savepoint_request_id else
                st.savepoint_trigger.request_id if st.savepoint_trigger else None)
         if rid is not None and job is not None and job.reachable:
@@ -104,8 +111,9 @@ class World:
             sp = SavepointObservation(rid, t[1], t[2], t[3]) if t else SavepointObservation(rid, "UNKNOWN")
         obs = Observation(self.now, pod, job, sp, disposed=frozenset(self.feedback_disposed),
                           dispose_errors=dict(self.dispose_errors), trigger_errors=dict(self.trigger_errors),
+                          rescale_errors=dict(self.rescale_errors),
                           other_pods=tuple(sorted(n for n in self.pods if n != name)))
-        self.feedback_disposed, self.trigger_errors, self.dispose_errors = set(), {}, {}
+        self.feedback_disposed, self.trigger_errors, self.dispose_errors, self.rescale_errors = set(), {}, {}, {}
         return obs
 
     def resource(self) -> R.Resource:
@@ -153,6 +161,16 @@ class World:
                 self.savepoints_taken += 1
                 if action.stop:
                     job["rid"] = action.request_id
+        elif isinstance(action, R.RescaleJob):
+            self.rescales_asked = getattr(self, "rescales_asked", 0) + 1
+            job = self.job() if self.status.deployment.pod_name in self.jobs else None
+            if job is None or job["state"] != "RUNNING":
+                self.rescale_errors[action.parallelism] = "409 the job is not running"
+            elif self.slot_limit is not None and action.parallelism > self.slot_limit:
+                self.rescale_errors[action.parallelism] = (f"409 not enough slots: the job needs {action.parallelism} "
+                                                           f"slots, and Spark (local) has {self.slot_limit}")
+            elif (job.get("rescale") or {}).get("parallelism") != action.parallelism:
+                job["rescale"] = {"id": f"r{next(self.ids)}", "status": "RESTARTING", "parallelism": action.parallelism}
         elif isinstance(action, R.CancelJob):
             job = self.jobs[action.pod_name]
             if job["state"] in ("RUNNING", "RESTARTING"):
@@ -332,10 +350,49 @@ def test_periodic_savepoints():
 
 
 # -- rescale and upgrade ---------------------------------------------------------------------------
-def test_rescale_with_savepoint_mode_stops_with_savepoint_then_restores_it():
+def test_rescale_of_a_healthy_job_is_in_place_no_savepoint_no_new_driver():
     w = World()
     w.running()
+    w.edit(parallelism=4)
+    plan = w.tick()
+    assert w.status.upgrade.phase == "RESCALING" and lifecycle(w) == "UPGRADING"
+    assert [a for a in plan.actions if isinstance(a, R.RescaleJob)] == [R.RescaleJob(4)]
+    w.run_until(lambda: w.status.upgrade is None)
+    assert len(w.deploys) == 1 and w.savepoints_taken == 0 and "wc-driver-1" in w.pods
+    assert w.status.parallelism == 4 and w.status.deployment.parallelism == 4
+    assert w.status.last_reconciled_spec["parallelism"] == 4 and w.status.deployment.spec["parallelism"] == 4
+    assert lifecycle(w) in ("DEPLOYED", "STABLE")
+    assert {"Rescaling", "Rescaled"} <= set(w.reasons())
+    w.tick()
+    assert len(w.deploys) == 1 and w.status.upgrade is None  # nothing more to do
+    # a redeploy after that (the driver lost) runs at the new parallelism
+    del w.pods["wc-driver-1"]
+    w.run_until(lambda: len(w.deploys) == 2)
+    assert w.deploys[1].parallelism == 4
+
+
+def test_an_edit_beyond_the_parallelism_during_an_in_place_rescale_becomes_an_upgrade():
+    w = World()
+    w.running()
+    w.edit(parallelism=4)
+    w.tick(lose_actions=True)  # the PUT never reached the job manager
+    assert w.status.upgrade.phase == "RESCALING"
+    w.edit(image="streamjob:2")
+    w.tick()
+    assert w.status.upgrade.phase == "STOPPING" and w.status.upgrade.target_spec["image"] == "streamjob:2"
+    w.complete_savepoints()
+    w.run_until(lambda: len(w.deploys) == 2)
+    assert w.deploys[1].parallelism == 4 and w.deploys[1].spec["image"] == "streamjob:2"
+
+
+def test_rescale_with_savepoint_mode_stops_with_savepoint_then_restores_it():
+    """Where the job manager refuses in place (local[N] has too few slots), today's path: stop-with-savepoint."""
+    w = World()
+    w.slot_limit = 2
+    w.running()
     w.edit(parallelism=3)
+    w.tick()
+    assert w.status.upgrade.phase == "RESCALING"
     w.tick()
     up = w.status.upgrade
     assert up.phase == "STOPPING" and up.reason == "rescale" and lifecycle(w) == "UPGRADING"
@@ -369,14 +426,14 @@ def test_last_state_waits_for_a_first_checkpoint_instead_of_dropping_state():
     """Lesson: no implicit stateful -> stateless upgrade."""
     w = World({**BASE, "upgradeMode": "last-state"})
     w.running()
-    w.edit(parallelism=4)
+    w.edit(image="streamjob:2")  # (a parallelism edit alone is done in place, by the job manager)
     for _ in range(3):
         w.tick()
     assert len(w.deploys) == 1 and w.status.upgrade is None
     assert "first completed checkpoint" in w.status.error and "UpgradeBlocked" in w.reasons()
     w.checkpoint(1)
     w.run_until(lambda: len(w.deploys) == 2)
-    assert w.deploys[1].restore.kind == "checkpoint" and w.deploys[1].parallelism == 4
+    assert w.deploys[1].restore.kind == "checkpoint" and w.deploys[1].spec["image"] == "streamjob:2"
 
 
 def test_stateless_upgrade_starts_fresh():
@@ -433,7 +490,7 @@ def test_completed_savepoint_is_used_even_if_the_job_failed_while_stopping():
     """Lesson: a completed savepoint ignored because the job failed while stopping."""
     w = World()
     w.running()
-    w.edit(parallelism=1)
+    w.edit(parallelism=1, image="streamjob:2")  # an upgrade, not only a rescale
     w.tick()
     rid = w.status.upgrade.savepoint_request_id
     w.triggers[rid][1:3] = ["COMPLETED", "s3://b/sp/savepoint-final"]
@@ -462,7 +519,7 @@ def test_operator_restart_mid_upgrade_resumes_it_with_one_savepoint():
     lost once (the operator died right after writing status) and then replayed from status."""
     w = World()
     w.running()
-    w.edit(parallelism=3)
+    w.edit(parallelism=3, image="streamjob:2")  # an upgrade, not only a rescale
     for _ in range(4):
         w.tick(lose_actions=True)
         w.tick()
