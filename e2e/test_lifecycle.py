@@ -67,8 +67,10 @@ def wait_deployment(cluster, name, number, timeout) -> dict:
 
 def test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once(cluster, store, jobs, settings, mode, t):
     """kubectl apply -> RUNNING with everything it owns; kubectl annotate streamjob.io/savepoint=NONCE
-    -> a savepoint on S3 recorded with that nonce; kubectl scale --replicas=3 -> stop-with-savepoint
-    and a deployment at parallelism 3 restored from it; the output is exactly one run's."""
+    -> a savepoint on S3 recorded with that nonce; kubectl scale --replicas=3 -> in mode kubernetes a
+    rescale in place (a third executor pod, the same driver, no savepoint); in mode local (local[2] has no
+    third slot) stop-with-savepoint and a deployment at parallelism 3 restored from it; the output is
+    exactly one run's."""
     name = jobs.new("scale", mode)
     rows, rate = 16_000, 800
     cluster.create(streamjob(settings, name, mode, rows, rate))  # kubectl apply -f
@@ -96,21 +98,33 @@ def test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once(cluster,
 
     cluster.scale(name, 3)  # kubectl scale sj NAME --replicas=3
     assert cluster.get(name)["spec"]["parallelism"] == 3  # the scale subresource is spec.parallelism
-    st = wait_deployment(cluster, name, 2, t(STEP))
-    upgrade_sp = st["lastSavepoint"]
-    assert upgrade_sp["triggerType"] == "upgrade" and upgrade_sp["path"] != manual["path"]
-    assert (st["deployment"]["restoreKind"], st["deployment"]["restorePath"]) == ("savepoint", upgrade_sp["path"])
-    assert store.is_savepoint(upgrade_sp["path"])
+    if mode == "kubernetes":
+        # In place: the job manager asks Spark for a third executor pod and restarts the job from its next
+        # checkpoint at parallelism 3; the same driver, no savepoint.
+        wait_for(lambda: "Rescaled" in cluster.reasons(name), t(START),
+                 lambda: f"the rescale in place\n{cluster.describe(name)}")
+        st = cluster.status(name)
+        assert st["parallelism"] == 3 and st["deployment"]["number"] == 1 and st["deployment"]["parallelism"] == 3
+        assert st["lastSavepoint"]["path"] == manual["path"]
+        assert cluster.pod(f"{name}-driver-1") is not None
+        expected_savepoints = 1  # the annotation's
+    else:
+        # local[2] in the driver pod has no third slot: refused in place, so stop-with-savepoint and a new deployment.
+        st = wait_deployment(cluster, name, 2, t(STEP))
+        upgrade_sp = st["lastSavepoint"]
+        assert upgrade_sp["triggerType"] == "upgrade" and upgrade_sp["path"] != manual["path"]
+        assert (st["deployment"]["restoreKind"], st["deployment"]["restorePath"]) == ("savepoint", upgrade_sp["path"])
+        assert store.is_savepoint(upgrade_sp["path"])
+        wait_for(lambda: cluster.pod(f"{name}-driver-1") is None, t(STEP), "the first driver pod to go")
+        expected_savepoints = 2  # the annotation's and the rescale's, each taken once
     wait_for(lambda: cluster.status(name).get("parallelism") == 3 and job_state(cluster, name) in ("RUNNING", "FINISHED"),
              t(START), lambda: f"the job at parallelism 3\n{cluster.describe(name)}")
     assert cluster.get_scale(name)["status"]["replicas"] == 3  # what kubectl get --subresource=scale shows
-    wait_for(lambda: cluster.pod(f"{name}-driver-1") is None, t(STEP), "the first driver pod to go")
 
     wait_finished(cluster, name, t(FINISH))
     problem = exactly_once(store.committed_rows(f"{name}/out/"), rows)
     assert problem is None, problem
-    # The annotation's savepoint and the rescale's, each taken once.
-    assert len(store.savepoints(f"{name}/savepoints/")) == 2, store.savepoints(f"{name}/savepoints/")
+    assert len(store.savepoints(f"{name}/savepoints/")) == expected_savepoints, store.savepoints(f"{name}/savepoints/")
     reasons = cluster.reasons(name)
     assert {"SavepointCompleted", "Rescaling"} <= reasons, reasons
 

@@ -161,7 +161,7 @@ def test_e2e_suite_passes_against_the_test_api_server_and_fake_kubelet(kube_api,
             else:
                 want, reason = "passed", ""
             if outcome != want or reason not in message:
-                problems.append(f"{test_id}: {outcome} {message[:300]!r}, expected {want} {reason!r}")
+                problems.append(f"{test_id}: {outcome} {message[:int(os.environ.get('E2E_MSG', '300'))]!r}, expected {want} {reason!r}")
     assert not problems, "\n".join(problems) + "\n\n" + output[-12000:]
 
 

@@ -848,3 +848,13 @@ def test_a_driver_that_never_ran_is_blamed_on_what_failed(error, blamed):
     pod = PodObservation(name="j-driver-1", phase="Failed", exit_code=1, final_state="FAILED", final_error=error)
     field_, message = R.startup_failure(st, Observation(now=T0, pod=pod))
     assert field_ == blamed and message == f"the job did not start: {error}"
+
+
+def test_the_observer_reads_the_latest_rescale_of_the_job_manager():
+    from streamjob.operator.observer import job_observation
+
+    doc = {"state": "RUNNING", "id": "j", "parallelism": 3,
+           "rescale": {"id": "r1", "status": "COMPLETED", "parallelism": 3, "checkpoint_id": 7, "error": None}}
+    assert job_observation(doc).rescale == RescaleObservation("r1", "COMPLETED", 3, 7, None)
+    assert job_observation({"state": "RUNNING", "rescale": None}).rescale is None
+    assert job_observation({"state": "RUNNING"}).rescale is None  # a job manager of an older version

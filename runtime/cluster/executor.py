@@ -646,14 +646,25 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             delay = strategy.next_delay_ms(int(time.time() * 1000))
             if delay is None:
                 _raise_failure(graph, job_id, failure, error, strategy, attempt_no)
-            if jm.rescale is not None and jm.rescale.status in (rescale.CHECKPOINTING, rescale.RESTARTING):
+            underway = jm.rescale if jm.rescale is not None and jm.rescale.status in (
+                rescale.CHECKPOINTING, rescale.RESTARTING) else None
+            if underway is not None and running[0] is underway.graph:
+                # The first attempt at the new parallelism failed before every task ran (Spark could not give
+                # the slots, a task could not start there): the rescale failed; back to the old parallelism.
+                jm.rescale_failed(f"the job failed at the new parallelism before it ran ({what}); back to the old one")
+                try:
+                    graph, payload = _rescaled(underway.previous, jm, coordinator, display, deployment)
+                    running[0] = graph
+                except Exception as e:  # noqa: BLE001 - the restart strategy decides what comes of it
+                    display.note(f"Could not go back to the old parallelism: {type(e).__name__}: {e}")
+            elif underway is not None:
                 # A rescale underway when the attempt failed: the restart carries it out (it restores anyway).
                 jm.rescale_due.clear()
                 try:
-                    graph, payload = _rescaled(jm.rescale.graph, jm, coordinator, display, deployment)
+                    graph, payload = _rescaled(underway.graph, jm, coordinator, display, deployment)
                     running[0] = graph
-                    jm.rescale.status, jm.rescale.checkpointed = rescale.RESTARTING, time.time()
-                    jm.rescale.checkpoint_id = restore.checkpoint_id if restore else None
+                    underway.status, underway.checkpointed = rescale.RESTARTING, time.time()
+                    underway.checkpoint_id = restore.checkpoint_id if restore else None
                 except Exception as e:  # noqa: BLE001
                     jm.rescale_failed(f"{type(e).__name__}: {e}; the job restarts at its old parallelism")
             where = f"checkpoint {restore.checkpoint_id}" if restore else "the beginning (no checkpoint yet)"

@@ -45,6 +45,7 @@ class RescaleRequest:
     before: dict[str, int]  # task vertex name -> parallelism, before
     after: dict[str, int]  # ... after
     graph: Any = field(repr=False, default=None)  # the JobGraph to run
+    previous: Any = field(repr=False, default=None)  # the JobGraph it ran before (back to it if the new one fails)
     status: str = CHECKPOINTING
     checkpoint_id: int | None = None  # the checkpoint it restarts from
     error: str | None = None
@@ -135,7 +136,7 @@ def plan(graph: JobGraph, parallelism: int | None, operators: dict[str, int], *,
 
 def new_request(graph: JobGraph, new: JobGraph, parallelism: int | None, operators: dict[str, int]) -> RescaleRequest:
     return RescaleRequest(uuid.uuid4().hex[:16], parallelism, dict(operators), vertex_parallelism(graph),
-                          vertex_parallelism(new), new)
+                          vertex_parallelism(new), new, graph)
 
 
 def unchanged(graph: JobGraph, new: JobGraph) -> bool:

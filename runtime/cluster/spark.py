@@ -996,24 +996,28 @@ class SparkDeployment:
         self.parallelism, self.needs = parallelism, needs
         if not self.master.startswith("k8s://"):
             return
-        sc = self.spark_context
-        wanted = self.executors() or 0
-        jsc = sc._jsc.sc()
-        jsc.requestTotalExecutors(wanted, 0, sc._jvm.scala.collection.immutable.Map.empty())
-        ids = [e.executorId() for e in jsc.statusTracker().getExecutorInfos() if e.executorId() != "driver"]
-        if len(ids) > wanted:
-            extra = sorted(ids, key=lambda i: int(i) if i.isdigit() else 0)[wanted:]
-            jsc.killExecutors(sc._jvm.scala.jdk.javaapi.CollectionConverters.asScala(extra).toList())
-            return
-        deadline = time.monotonic() + timeout
-        while True:
-            report = self.slot_report()
-            if report.registered * report.slots_per_executor >= parallelism:
+        try:
+            sc = self.spark_context
+            wanted = self.executors() or 0
+            jsc = sc._jsc.sc()
+            jsc.requestTotalExecutors(wanted, 0, sc._jvm.PythonUtils.toScalaMap(sc._jvm.java.util.HashMap()))
+            conv = sc._jvm.scala.jdk.javaapi.CollectionConverters
+            ids = [str(i) for i in conv.asJava(jsc.getExecutorIds())]
+            if len(ids) > wanted:
+                extra = sorted(ids, key=lambda i: int(i) if i.isdigit() else 0)[wanted:]
+                jsc.killExecutors(conv.asScala(extra).toList())
                 return
-            if time.monotonic() > deadline:
-                self.parallelism, self.needs = before
-                raise NotEnoughSlotsError(report.message())
-            time.sleep(0.5)
+            deadline = time.monotonic() + timeout
+            while True:
+                report = self.slot_report()
+                if report.registered * report.slots_per_executor >= parallelism:
+                    return
+                if time.monotonic() > deadline:
+                    raise NotEnoughSlotsError(report.message())
+                time.sleep(0.5)
+        except BaseException:
+            self.parallelism, self.needs = before
+            raise
 
     def run_stage(self, job_id: str, description: str, graph_payload: bytes, jm_address: tuple[str, int],
                   attempt: int = 0) -> list[str]:
