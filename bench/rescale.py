@@ -3,8 +3,8 @@
     python bench/rescale.py [--keys 1000000] [--rate 30000] [--backends hashmap,rocksdb]
                             [--moves 2:1,1:2] [--settle 8]
 
-Per backend and move FROM:TO, one run of bench/jobs/rescale_job.py on the embedded local Spark
-(local[2]): a DataGen source at --rate rows/s over --keys keys at parallelism FROM, a ValueState count
+Per backend and move FROM:TO, one run of bench/jobs/rescale_job.py on local Spark with as many slots as
+the largest parallelism (local[2]: a job rescales in place only within the slots its master has): a DataGen source at --rate rows/s over --keys keys at parallelism FROM, a ValueState count
 per key, every 20th row written with its wall-clock processing time by the exactly-once FileSink, 1 s
 checkpoints (RocksDB: incremental). Once every key has a count (keys / rate seconds, plus --settle),
 the job is rescaled in place to TO (PUT /v1/jobs/{id}/parallelism, as `streamjob rescale`); --settle
@@ -81,7 +81,8 @@ def run(backend: str, keys: int, rate: float, start: int, steps: list[int], sett
     work = tempfile.mkdtemp(prefix=f"rescale-bench-{backend}-")
     out, checkpoints = os.path.join(work, "out"), os.path.join(work, "checkpoints")
     log: list[str] = []
-    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
+    proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress",
+                             "--master", f"local[{max([start, *steps])}]", "--",
                              backend, str(keys), str(rate), out, checkpoints, str(EVERY), str(start)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     threading.Thread(target=lambda: log.extend(iter(proc.stdout.readline, "")), daemon=True).start()  # type: ignore[union-attr]
