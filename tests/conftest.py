@@ -78,6 +78,13 @@ def _fresh_execution_context():
     execution_context.reset()
     execution_context.show_progress = False
     yield
+    # A job of execute_async that its test left running (the test failed before it ended it) would hold
+    # the session Spark's slots for good, and every later job would wait for them: canceled here.
+    left = [c for c in execution_context.clients if not c._finished.is_set()]
+    for client in left:
+        client.cancel()
+    for client in left:
+        client._finished.wait(60)
     execution_context.reset()
 
 
