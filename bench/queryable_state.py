@@ -153,6 +153,11 @@ def cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
+# --pin: the client's cores and the job's (None: both wherever the OS puts them).
+CLIENT_CPUS: set[int] | None = None
+JOB_CPUS: set[int] | None = None
+
+
 def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds: float,
          proxy: str | None = None, protocol: str = "rest") -> dict:
     """One load phase; ``proxy``: HOST:PORT of the queryable state proxy (protocol proxy: lookups through it;
@@ -163,7 +168,8 @@ def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds:
     # One OS thread for Go's scheduler: with two, its idle one spins looking for work at every wake-up
     # (1,000 a second), CPU taken from the job on this 2-core machine.
     r = subprocess.run(client + [mode, target, str(keys), str(arg), str(seconds)], env={**os.environ, "GOMAXPROCS": "1"},
-                       capture_output=True, text=True, timeout=seconds * 4 + 120)
+                       capture_output=True, text=True, timeout=seconds * 4 + 120,
+                       preexec_fn=(lambda: os.sched_setaffinity(0, CLIENT_CPUS)) if CLIENT_CPUS else None)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
     doc = json.loads(r.stdout)
@@ -175,12 +181,14 @@ def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds:
 
 
 def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float,
-                  protocols: list[str], parallelism: int = 2, interval: int = 1000) -> list[dict]:
+                  protocols: list[str], parallelism: int = 2, interval: int = 1000,
+                  snapshots: str = "full") -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
                                  backend, str(keys), str(10**10), os.path.join(tmp, "ck"), str(parallelism),
-                                 str(interval)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                 str(interval), snapshots],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, JOB_CPUS)) if JOB_CPUS else None)
         log: list[str] = []
         threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
         try:
@@ -196,7 +204,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
             proxy = f"127.0.0.1:{job['queryable_state_proxy_port']}"
             rows = []
             for protocol in protocols:
-                out: dict = {"backend": backend, "protocol": protocol}
+                out: dict = {"backend": backend, "protocol": protocol, "snapshots": snapshots}
                 # The job alone, then with the open-loop lookups, then alone again (the mean of the two quiet
                 # windows is the baseline: the rate drifts as the state grows and the machine's load changes).
                 def rate_over(window: float) -> float:
@@ -216,6 +224,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
                 out["cpu_us"] = {part: ((cpu2[part] - cpu1[part]) - (cpu1[part] - cpu0[part])) / n * 1e6
                                  for part in cpu0}
                 out["job_quiet"] = (quiet1 + quiet2) / 2
+                out["job_quiet_windows"] = [quiet1, quiet2]
                 out["job_loaded"] = loaded
                 for c in (1, 8, 32):
                     out[f"closed{c}"] = load(client, "closed", url, keys, c, seconds, proxy, protocol)
@@ -240,36 +249,54 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2,
                         help="the job's (2 fills the 2 cores; 1 leaves one to the job manager and the client)")
     parser.add_argument("--checkpoint-interval", type=int, default=1000, help="ms; 0: no checkpoints")
+    parser.add_argument("--rocksdb-snapshots", choices=("full", "incremental"), default="incremental",
+                        help="RocksDB's checkpoints: incremental (the default, as Flink advises for state this "
+                             "size: a checkpoint uploads the new SST files) or full (every entry, every checkpoint)")
     parser.add_argument("--protocol", default="direct,proxy,rest",
                         help="direct (the subtasks' lookup ports, routed by key as QueryableStateClient does given "
                              "the key type), proxy (the queryable state proxy's port), rest (GET /v1/state/...)")
     parser.add_argument("--client", choices=("go", "python"), default="go",
                         help="the load generator: bench/loadgen (Go; the default) or aiohttp")
+    parser.add_argument("--pin", action="store_true",
+                        help="the client on the last core, the job (driver, JVM, workers) on the others: what the "
+                             "lookups cost the job itself, not the client's CPU on its cores (in production the "
+                             "client runs elsewhere); use with --parallelism 1 on 2 cores")
     args = parser.parse_args()
+    if args.pin:
+        global CLIENT_CPUS, JOB_CPUS
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--pin needs 2 cores or more")
+        CLIENT_CPUS, JOB_CPUS = {cpus[-1]}, set(cpus[:-1])
     binary = loadgen_binary() if args.client == "go" else None
     if args.client == "go" and binary is None:
         print("no Go toolchain: the Python client (aiohttp) generates the load, and takes more of the CPU")
     client = [binary] if binary else [sys.executable, __file__, "--client"]
     print(f"load average at start: {os.getloadavg()[0]:.1f}; client: {'loadgen (Go)' if binary else 'aiohttp'}; "
-          f"parallelism {args.parallelism}; checkpoints every {args.checkpoint_interval} ms")
+          f"parallelism {args.parallelism}; checkpoints every {args.checkpoint_interval} ms"
+          + (f"; client on cores {sorted(CLIENT_CPUS)}, job on {sorted(JOB_CPUS)}" if CLIENT_CPUS else ""))
     protocols = args.protocol.split(",")
     if not binary:
         protocols = [p for p in protocols if p == "rest"]  # the Python client speaks HTTP only
     rows = [r for b in args.backends.split(",") for r in bench_backend(client, b, args.keys, args.seconds, args.rate,
                                                                           protocols, args.parallelism,
-                                                                          args.checkpoint_interval)]
+                                                                          args.checkpoint_interval,
+                                                                          args.rocksdb_snapshots if b == "rocksdb"
+                                                                          else "full")]
     print(f"\n| backend | via | load | lookups/s | p50 ms | p99 ms | errors | job records/s | vs no lookups "
           f"| CPU per lookup (beyond the job's own) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         o = r["open"]
-        print(f"| {r['backend']} | {r['protocol']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | "
-              f"{o['p99']:.1f} | {o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}) | "
+        name = r["backend"] + (" (incremental)" if r["snapshots"] == "incremental" else "")
+        print(f"| {name} | {r['protocol']} | open loop {args.rate:g}/s | {o['per_s']:,.0f} | {o['p50']:.1f} | "
+              f"{o['p99']:.1f} | {o['errors']} | {r['job_loaded']:,.0f} (alone {r['job_quiet']:,.0f}: "
+              f"{' before, '.join(f'{q:,.0f}' for q in r['job_quiet_windows'])} after) | "
               f"{(r['job_loaded'] / r['job_quiet'] - 1) * 100:+.1f}% | "
               f"{', '.join(f'{k} {v:.0f} us' for k, v in r['cpu_us'].items())} |")
         for c in (1, 8, 32):
             x = r[f"closed{c}"]
-            print(f"| {r['backend']} | {r['protocol']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | "
+            print(f"| {name} | {r['protocol']} | {c} concurrent | {x['per_s']:,.0f} | {x['p50']:.1f} | "
                   f"{x['p99']:.1f} | {x['errors']} | | | |")
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 

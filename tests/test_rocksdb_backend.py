@@ -327,3 +327,38 @@ def test_a_dropped_state_leaves_its_column_family_to_the_next_one_through_snapsh
                 heap.restore_chunk(name, kind, chunk)
         assert {n: {k: int(v) for k, v in entries.items()} for n, entries in states(heap).items()} == expected
         rdb.dispose()
+
+
+def test_a_write_back_of_many_chunks_and_the_memtables_flushed_before_the_checkpoint_restore_exactly(tmp_path):
+    """The cache is written back in batches of _FLUSH_CHUNK entries (a lookup on the task thread waits for one
+    batch, not all), and the memtables are flushed in RocksDB's threads before the native checkpoint: every
+    put and every removal of a write-back three chunks long is in the restored state."""
+    from streamjob.runtime.state import rocksdb as rocks_module
+
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", inline_threshold=0)
+    storage.initialize()
+    n = 3 * rocks_module._FLUSH_CHUNK + 17
+    rdb = RocksDBKeyedStateBackend("op", 128, range(0, 128), str(tmp_path / "local"),
+                                   RocksDBOptions(cache_size=4 * n), incremental=True, state_root=storage.url)
+    v = rdb.get_state(ValueStateDescriptor("v"))
+    for k in range(n):
+        rdb.current_key = k
+        v.update(k * 2)
+    for k in range(0, n, 5):
+        rdb.current_key = k
+        v.clear()
+    table = rdb.tables["v"]
+    assert len(table.dirty) == n  # one write-back of every entry, at the checkpoint
+    handle, _full, _uploaded = snapshot(rdb, storage, 1)
+    assert not table.dirty
+    assert all(cf.property_int_value("rocksdb.num-immutable-mem-table") == 0
+               and cf.property_int_value("rocksdb.cur-size-active-mem-table") < 4096  # an empty memtable
+               for cf, _h in rdb._cf_objects.values())
+    restored = rocks(tmp_path, root=storage.url)
+    restore_native(restored, handle, storage.read(handle), storage, 1, "test", first=True)
+    rv = restored.get_state(ValueStateDescriptor("v"))
+    for k in range(n):
+        restored.current_key = k
+        assert rv.value() == (None if k % 5 == 0 else k * 2), k
+    rdb.dispose()
+    restored.dispose()

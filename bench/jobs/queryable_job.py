@@ -1,10 +1,11 @@
 """The queryable state bench's job: a keyed count over KEYS keys at full speed, queryable as "counts".
 
     streamjob run bench/jobs/queryable_job.py BACKEND KEYS RECORDS CHECKPOINT_DIR [PARALLELISM] [INTERVAL_MS]
+                                              [full|incremental]
 
 A DataGenSource of RECORDS records {"k": i % KEYS}; per key a ValueState count (queryable "counts",
-a LONG key); checkpoints every INTERVAL_MS (default 1000; 0: none) into CHECKPOINT_DIR; the output is
-discarded.
+a LONG key); checkpoints every INTERVAL_MS (default 1000; 0: none) into CHECKPOINT_DIR, full (the default)
+or incremental (RocksDB: only new SST files are uploaded); the output is discarded.
 """
 
 import os
@@ -29,7 +30,8 @@ def main() -> None:
     backend, keys, records, checkpoints = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(int(sys.argv[5]) if len(sys.argv) > 5 else 2)
-    env.configure({"state.backend.type": backend})
+    incremental = len(sys.argv) > 7 and sys.argv[7] == "incremental"
+    env.configure({"state.backend.type": backend, "execution.checkpointing.incremental": incremental})
     interval = int(sys.argv[6]) if len(sys.argv) > 6 else 1000
     if interval:
         env.enable_checkpointing(interval)
