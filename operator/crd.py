@@ -49,8 +49,8 @@ SCALE = {
 # first; properties stay in model field order). All mean the same in Kubernetes' OpenAPI subset.
 # Anything else pydantic may emit one day (exclusiveMinimum as a number, uniqueItems, oneOf, ...)
 # is not structural or means something else there: _structural refuses it rather than guess.
-_KEYS = ("type", "description", "format", "enum", "default", "minimum", "maximum", "minLength", "maxLength",
-         "pattern", "minItems", "maxItems", "minProperties", "maxProperties", "items", "additionalProperties",
+_KEYS = ("type", "description", "format", "enum", "default", "minimum", "exclusiveMinimum", "maximum",
+         "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems", "minProperties", "maxProperties", "items", "additionalProperties",
          "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
          "properties", "required", "x-kubernetes-validations")
 _RULE_ORDER = ("rule", "message", "messageExpression", "reason", "fieldPath", "optionalOldSelf")
@@ -97,6 +97,10 @@ def _structural(node: dict, defs: dict) -> dict:
             continue  # titles are pydantic's names of classes and fields; a null default is "absent"
         if key == "const":  # a one-value Literal
             out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            # JSON Schema 2020's number is OpenAPI v3.0's bound with a flag (what the API server reads).
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         elif key == "properties":
             out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
         elif key == "items":

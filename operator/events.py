@@ -18,6 +18,8 @@ class Reason(str, Enum):
     UPGRADING = "Upgrading"
     RESCALING = "Rescaling"
     RESCALED = "Rescaled"
+    SCALING_REPORT = "ScalingReport"  # an autoscaler decision (dry run too), as the flink-kubernetes-operator's
+    AUTOSCALER_ERROR = "AutoscalerError"
     UPGRADE_BLOCKED = "UpgradeBlocked"
     SUSPENDING = "Suspending"
     SUSPENDED = "Suspended"

@@ -60,6 +60,9 @@ class JobContext:
     feedback: dict[str, Any] = field(default_factory=dict)  # action results for the next observation
     token: str | None = None
     checked: tuple[int, float] = (0, 0.0)  # (generation, monotonic time) of the last storage check
+    # The autoscaler's samples of the job's metrics (observer._remember): a restart of the operator
+    # starts its metrics window over, as it would after a rescale.
+    history: list = field(default_factory=list)
 
 
 def operator_config(memo: Any) -> OperatorConfig:
@@ -195,7 +198,8 @@ async def reconcile_once(obj: dict, memo: kopf.Memo, ctx: JobContext, logger: lo
     if ctx.token is None and current.deployment.pod_name:  # there is a job manager to ask
         ctx.token = await memo.kube.read_secret_value(res.namespace, resources.names.rest_token_secret(res.name), "token")
     await _check_storage(res, current, memo, ctx)
-    obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback)
+    obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback,
+                        ctx.history)
     plan = R.decide(res, current, obs)
     for _ in range(3):
         if await _write_status(memo, obj, current, plan.status, logger):
@@ -296,10 +300,12 @@ async def _act(action: R.Action, res: R.Resource, obs: Observation, memo: kopf.M
 async def _rescale(action: R.RescaleJob, obs: Observation, memo: kopf.Memo, ctx: JobContext) -> None:
     if obs.pod is None or not obs.pod.ip or obs.job is None or not obs.job.job_id:
         return  # next tick
-    code, doc = await memo.jm.call(obs.pod, ctx.token or "", "PUT", f"/v1/jobs/{obs.job.job_id}/parallelism",
-                                   {"parallelism": action.parallelism})
+    body: dict[str, Any] = {"parallelism": action.parallelism} if action.parallelism is not None else {}
+    if action.operators:
+        body["operators"] = dict(action.operators)
+    code, doc = await memo.jm.call(obs.pod, ctx.token or "", "PUT", f"/v1/jobs/{obs.job.job_id}/parallelism", body)
     if code >= 400:
-        ctx.feedback.setdefault("rescale_errors", {})[action.parallelism] = f"{code}: {doc.get('error', '')}"
+        ctx.feedback.setdefault("rescale_errors", {})[action.key] = f"{code}: {doc.get('error', '')}"
 
 
 async def _trigger(action: R.TriggerSavepoint, obs: Observation, memo: kopf.Memo, ctx: JobContext) -> None:
@@ -369,7 +375,8 @@ async def _teardown_once(obj: dict, memo: kopf.Memo, logger: logging.Logger) -> 
     current = _status_of(obj)
     if ctx.token is None:
         ctx.token = await memo.kube.read_secret_value(res.namespace, resources.names.rest_token_secret(res.name), "token")
-    obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback)
+    obs = await observe(memo.kube, memo.jm, res.name, res.namespace, current, ctx.token, _now(), ctx.feedback,
+                        ctx.history)
     plan, done = R.decide_delete(res, current, obs, (_now() - since).total_seconds(),
                                  operator_config(memo).delete_timeout)
     try:

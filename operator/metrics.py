@@ -33,6 +33,13 @@ class OperatorMetrics:
         self.conditions = Gauge("streamjob_operator_streamjob_condition",
                                 "1 while the StreamJob's condition is True (Ready, Progressing, Degraded)",
                                 ["namespace", "name", "condition"], registry=self.registry)
+        # The autoscaler's evaluation per job vertex (status.autoscaler.vertices), as the flink-kubernetes-
+        # operator's AutoScaler metrics: one series per job, vertex and metric.
+        self.autoscaler = Gauge("streamjob_operator_autoscaler", "The autoscaler's last evaluation of a job vertex: "
+                                "currentParallelism, recommendedParallelism, trueProcessingRate, targetDataRate, "
+                                "utilization, busyRatio, lag", ["namespace", "name", "vertex", "metric"],
+                                registry=self.registry)
+        self._autoscaled: dict[tuple[str, str], set[tuple[str, str]]] = {}  # (namespace, name) -> its series
         self._states: dict[str, str] = {}  # uid -> lifecycle state
         for state in LifecycleState:
             self.jobs.labels(state.value).set(0)
@@ -44,10 +51,28 @@ class OperatorMetrics:
         true = {c.type for c in status.conditions if c.status == "True"}
         for condition in CONDITIONS:
             self.conditions.labels(namespace, name, condition).set(1.0 if condition in true else 0.0)
+        self._autoscaler(status, namespace, name)
+
+    def _autoscaler(self, status: StreamJobStatus, namespace: str, name: str) -> None:
+        series: set[tuple[str, str]] = set()
+        for v in status.autoscaler.vertices if status.autoscaler is not None else []:
+            for metric, value in (("currentParallelism", v.current_parallelism),
+                                  ("recommendedParallelism", v.recommended_parallelism),
+                                  ("trueProcessingRate", v.true_processing_rate), ("targetDataRate", v.target_data_rate),
+                                  ("utilization", v.utilization), ("busyRatio", v.busy_ratio), ("lag", v.lag)):
+                if value is not None:
+                    self.autoscaler.labels(namespace, name, v.vertex, metric).set(value)
+                    series.add((v.vertex, metric))
+        for vertex, metric in self._autoscaled.pop((namespace, name), set()) - series:
+            self.autoscaler.remove(namespace, name, vertex, metric)
+        if series:
+            self._autoscaled[(namespace, name)] = series
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         """A deleted StreamJob leaves every per-job series."""
         self.set_state(uid, None)
+        for vertex, metric in self._autoscaled.pop((namespace, name), set()):
+            self.autoscaler.remove(namespace, name, vertex, metric)
         for condition in CONDITIONS:
             try:
                 self.conditions.remove(namespace, name, condition)

@@ -211,6 +211,42 @@ class HealthPolicy(_Model):
     rollback_timeout: Duration = "5m"
 
 
+class AutoscalerSpec(_Model):
+    """The job autoscaler (the flink-kubernetes-operator's, FLIP-271): per job vertex, the parallelism that
+    puts its utilization (target data rate / true processing rate, from busy time) at targetUtilization,
+    applied by rescaling in place. Durations as everywhere in the spec."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.maxParallelism) || self.minParallelism <= self.maxParallelism",
+         "message": "autoscaler: minParallelism must not exceed maxParallelism", "fieldPath": ".minParallelism"},
+        {"rule": "self.targetUtilization - self.targetUtilizationBoundary < 1.0",
+         "message": "autoscaler: targetUtilization - targetUtilizationBoundary must be below 1 (else no load "
+                    "is ever too high)", "fieldPath": ".targetUtilizationBoundary"},
+    ]})
+
+    enabled: bool = Field(False, description="Rescale the job's vertices to their load")
+    dry_run: bool = Field(False, description="Evaluate and report (status.autoscaler, ScalingReport events, "
+                                             "metrics) without rescaling")
+    target_utilization: float = Field(0.7, gt=0, le=1, description="Busy share each vertex is sized for")
+    target_utilization_boundary: float = Field(0.3, ge=0, le=1, description="Utilization within targetUtilization "
+                                                                            "+- this is left alone")
+    metrics_window: Duration = Field("10m", description="Metrics averaged over this window before a decision")
+    metrics_interval: Duration = Field("10s", description="How often the job's metrics are sampled")
+    stabilization_interval: Duration = Field("5m", description="No decision for this long after the job (re)starts "
+                                                               "or rescales")
+    scale_down_interval: Duration = Field("1h", description="A scale-down acts only once recommended for this long")
+    catch_up_duration: Duration = Field("15m", description="Time to work off a source's backlog (Kafka lag) after "
+                                                           "a scale-up")
+    restart_time: Duration = Field("5m", description="Expected rescale downtime until rescales have been measured")
+    min_parallelism: int = Field(1, ge=1, le=32768)
+    max_parallelism: int | None = Field(None, ge=1, le=32768, description="Upper bound per vertex (also bounded by "
+                                                                          "spec.maxParallelism and Kafka partitions)")
+    scale_up_max_factor: float = Field(100000.0, gt=0, description="A scale-up at most multiplies by 1 + this")
+    scale_down_max_factor: float = Field(0.6, ge=0, lt=1, description="A scale-down at most divides by 1 - this")
+    excluded_operators: list[Annotated[str, StringConstraints(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=256, description="Operator uids (or vertex names) never rescaled")
+
+
 # Set by the operator so its pods, Service and job manager agree: a user's value would break the
 # deployment (the ports the Service names, where the final result is written, the Spark master).
 RESERVED_KEYS = frozenset({"rest.address", "jobmanager.rpc.port", "spark.driver.port", "spark.driver.blockManager.port",
@@ -247,6 +283,16 @@ class StreamJobSpec(_Model):
          "fieldPath": ".config"},
         {"rule": "!self.savepointOnDeletion || (has(self.savepointDir) && size(self.savepointDir) > 0)",
          "message": "savepointOnDeletion needs savepointDir", "fieldPath": ".savepointDir"},
+        {"rule": "!has(self.autoscaler) || !self.autoscaler.enabled || has(self.checkpointing)",
+         "message": "autoscaler: it rescales the job in place from checkpoints; enable checkpointing",
+         "fieldPath": ".autoscaler.enabled"},
+        {"rule": "!has(self.autoscaler) || !self.autoscaler.enabled || self.upgradeMode != 'stateless'",
+         "message": "autoscaler: a stateless job would lose its state on every rescale; use upgradeMode "
+                    "savepoint or last-state", "fieldPath": ".upgradeMode"},
+        {"rule": "!has(self.autoscaler) || !has(self.autoscaler.maxParallelism) || "
+                 "self.autoscaler.maxParallelism <= self.maxParallelism",
+         "message": "autoscaler.maxParallelism must not exceed maxParallelism (the job's key groups)",
+         "fieldPath": ".autoscaler.maxParallelism"},
         {"rule": "!has(self.savepoints) || !has(self.savepoints.periodicInterval) || "
                  "(has(self.savepointDir) && size(self.savepointDir) > 0)",
          "message": "periodic savepoints need savepointDir", "fieldPath": ".savepointDir"},
@@ -284,6 +330,7 @@ class StreamJobSpec(_Model):
     redeploy: RedeployPolicy = Field(default_factory=RedeployPolicy)
     health: HealthPolicy = Field(default_factory=HealthPolicy)
     restart_nonce: int | None = Field(None, description="Change to redeploy with the same spec (as an upgrade)")
+    autoscaler: AutoscalerSpec | None = Field(None, description="Size each job vertex to its load (off when absent)")
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -379,7 +426,7 @@ class Upgrade(_Model):
     # RESCALING: in place (the job manager restarts the job from its next checkpoint at the new
     # parallelism: no savepoint, no new driver); the others: stop-with-savepoint or cancel, then redeploy.
     phase: Literal["STOPPING", "CANCELING", "DEPLOYING", "RESCALING"]
-    reason: Literal["upgrade", "rescale", "suspend", "rollback", "redeploy"]
+    reason: Literal["upgrade", "rescale", "suspend", "rollback", "redeploy", "autoscale"]
     mode: UpgradeMode
     savepoint_request_id: str | None = None
     restore_kind: Literal["savepoint", "checkpoint"] | None = None
@@ -387,9 +434,42 @@ class Upgrade(_Model):
     started_time: str
     phase_time: str
     target_spec: K8sObject = Field(description="The spec the next deployment runs")
+    operators: dict[str, int] | None = Field(None, description="RESCALING by the autoscaler: vertex -> parallelism")
     attempts: int = 0  # failed stop-with-savepoint attempts; the old job keeps running meanwhile
     last_error: str | None = None
     next_attempt_time: str | None = None
+
+
+class AutoscalerVertex(_Model):
+    """One job vertex as the autoscaler last evaluated it (rates in records per second, all subtasks)."""
+
+    vertex: str = Field(description="The vertex's head operator: its uid, else op<n> (what the rescale names)")
+    name: str
+    current_parallelism: int
+    recommended_parallelism: int
+    true_processing_rate: float | None = Field(None, description="Records in per second / busy share (None: too "
+                                                                 "idle to measure)")
+    target_data_rate: float
+    utilization: float | None = None
+    busy_ratio: float
+    lag: float | None = Field(None, description="A source's backlog (pendingRecords)")
+    reason: str = ""
+
+
+class AutoscalerStatus(_Model):
+    """What the autoscaler saw, decided and did (its memory between decisions, too)."""
+
+    vertices: list[AutoscalerVertex] = Field(default_factory=list)
+    last_evaluation_time: str | None = None
+    last_decision: str | None = Field(None, description="The last decision and why")
+    last_scaling_time: str | None = None
+    overrides: dict[str, int] = Field(default_factory=dict, description="Vertex -> parallelism the autoscaler set")
+    pending: dict[str, int] | None = Field(None, description="The rescale in place under way")
+    stable_since: str | None = Field(None, description="The job has run without a (re)start or rescale since")
+    scale_down_since: dict[str, str] = Field(default_factory=dict, description="Vertex -> since when a lower "
+                                                                               "parallelism is recommended")
+    restart_times: list[float] = Field(default_factory=list, description="Measured rescale downtimes, s")
+    error: str | None = None
 
 
 class Condition(_Model):
@@ -432,6 +512,7 @@ class StreamJobStatus(_Model):
     restart_history: list[str] = Field(default_factory=list, description="Times of recent job restarts")
     queryable_state: list[str] = Field(default_factory=list, description="Queryable state names the running job "
                                        "answers lookups of through its Service: GET /v1/state/<name>?key=<JSON>")
+    autoscaler: AutoscalerStatus | None = None
 
 
 class StreamJob(BaseModel):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .autoscaler import Collected, Vertex
+
 
 @dataclass(frozen=True)
 class PodObservation:
@@ -58,6 +60,11 @@ class JobObservation:
     executors: int | None = None  # executor pods requested for them (mode kubernetes)
     queryable_state: tuple[str, ...] | None = None  # names its REST API answers lookups of (None: not said)
     rescale: "RescaleObservation | None" = None  # the latest rescale in place it was asked for
+    vertices: tuple[Vertex, ...] = ()  # its job vertices as the autoscaler sees them
+    sample: Collected | None = None  # their metrics now (records in/out per second, busy time, backlog)
+
+
+AUTOSCALE = "autoscale"  # rescale_errors' key for the autoscaler's rescale
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,8 @@ class RescaleObservation:
     parallelism: int | None  # the job's parallelism it was asked for
     checkpoint_id: int | None = None
     error: str | None = None
+    operators: dict[str, int] | None = None  # per vertex (uid or op<n>), when it named them
+    restart_s: float | None = None  # from its checkpoint until every new task ran (the downtime it cost)
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,10 @@ class Observation:
     disposed: frozenset[str] = frozenset()  # savepoint paths whose disposal succeeded
     dispose_errors: dict[str, str] = field(default_factory=dict)
     trigger_errors: dict[str, str] = field(default_factory=dict)  # request id -> why the trigger was refused
-    rescale_errors: dict[int, str] = field(default_factory=dict)  # parallelism -> why a rescale in place was refused
+    # parallelism (AUTOSCALE: the autoscaler's per-vertex one) -> why a rescale in place was refused
+    rescale_errors: dict[int | str, str] = field(default_factory=dict)
+    # The job's samples over the autoscaler's metrics window, oldest first (kept by the glue, this one last).
+    metrics_history: tuple[Collected, ...] = ()
     # Problems with the spec the API server could not see: field path -> message.
     spec_errors: dict[str, str] = field(default_factory=dict)
     other_pods: tuple[str, ...] = ()  # driver pods of earlier deployments still present

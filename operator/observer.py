@@ -14,7 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from .model import StreamJobStatus
+from .autoscaler import Collected, Sample, Vertex
+from .model import StreamJobStatus, seconds
 from .resources import DRIVER_CONTAINER, LABEL_COMPONENT, LABEL_JOB, REST_PORT
 from .observation import (CheckpointObservation, JobObservation, Observation, PodObservation, RescaleObservation,
                           SavepointObservation)
@@ -56,12 +57,53 @@ def _final_result(message: str | None) -> dict:
 def _rescale(doc: Any) -> RescaleObservation | None:
     if not isinstance(doc, dict) or not doc.get("id"):
         return None
+    operators = doc.get("operators")
     return RescaleObservation(str(doc["id"]), str(doc.get("status")), doc.get("parallelism"), doc.get("checkpoint_id"),
-                              doc.get("error"))
+                              doc.get("error"), dict(operators) if isinstance(operators, dict) and operators else None,
+                              doc.get("restart_s"))
 
 
-def job_observation(doc: dict) -> JobObservation:
+def vertex_key(vertex: dict) -> str:
+    """A job vertex as a rescale names it: its head operator's key (uid, else op<n>)."""
+    head = (vertex.get("operators") or [{}])[0]
+    return str(head.get("key") or head.get("uid") or f"op{head.get('id', vertex.get('id'))}")
+
+
+def autoscaler_view(doc: dict, at: float) -> tuple[tuple[Vertex, ...], Collected | None]:
+    """``/v1/job``'s vertices and edges as the autoscaler's topology, and their metrics now: the head
+    operator's records in per second (a source's: what it emits), the last one's records out, the
+    subtasks' average busyTimeMsPerSecond, a source's pendingRecords (its backlog) and split count."""
+    raw = [v for v in doc.get("vertices") or [] if isinstance(v, dict) and v.get("operators")]
+    if not raw:
+        return (), None
+    key_of = {v["id"]: vertex_key(v) for v in raw}
+    edges = [e for e in doc.get("edges") or [] if isinstance(e, dict) and not e.get("chained")
+             and not e.get("feedback")]
+    vertices, samples = [], {}
+    for v in raw:
+        key = key_of[v["id"]]
+        ins = [e for e in edges if e.get("target_vertex") == v["id"] and e.get("source_vertex") in key_of]
+        inputs = tuple(dict.fromkeys(key_of[e["source_vertex"]] for e in ins))
+        vertices.append(Vertex(id=key, name=str(v.get("name", key)), parallelism=int(v.get("parallelism") or 1),
+                               max_parallelism=int(v.get("max_parallelism") or doc.get("max_parallelism") or 128),
+                               inputs=inputs, keyed=any(e.get("partitioner") == "HASH" for e in ins),
+                               partitions=v.get("splits") or None))
+        head, last = v["operators"][0], v["operators"][-1]
+        rate_in = float(head.get("records_in_per_second") or 0.0)
+        if not inputs:  # a source takes in nothing through a channel: what it reads is what it emits
+            rate_in = max(rate_in, float(head.get("records_out_per_second") or 0.0))
+        subtasks = (v.get("backpressure") or {}).get("subtasks") or []
+        busy = [float(s.get("busyTimeMsPerSecond") or 0.0) for s in subtasks]
+        pending = v.get("pending_records")
+        samples[key] = Sample(rate_in, float(last.get("records_out_per_second") or 0.0),
+                              sum(busy) / len(busy) if busy else 0.0,
+                              float(pending) if isinstance(pending, (int, float)) else None)
+    return tuple(vertices), Collected(at, samples)
+
+
+def job_observation(doc: dict, at: float = 0.0) -> JobObservation:
     cp = doc.get("latest_checkpoint")
+    vertices, sample = autoscaler_view(doc, at) if doc.get("state") == "RUNNING" else ((), None)
     return JobObservation(
         reachable=True, state=doc.get("state"), job_id=doc.get("id"), restarts=int(doc.get("restarts") or 0),
         start_time=doc.get("start_time"), parallelism=doc.get("parallelism"),
@@ -69,7 +111,7 @@ def job_observation(doc: dict) -> JobObservation:
         latest_checkpoint=CheckpointObservation(int(cp["id"]), cp["path"], float(cp["completed_time"])) if cp else None,
         final_savepoint=doc.get("final_savepoint"), error=doc.get("error"),
         queryable_state=tuple(doc["queryable_state"]) if isinstance(doc.get("queryable_state"), list) else None,
-        rescale=_rescale(doc.get("rescale")))
+        rescale=_rescale(doc.get("rescale")), vertices=vertices, sample=sample)
 
 
 def savepoint_observation(request_id: str, status: int, doc: dict) -> SavepointObservation:
@@ -107,15 +149,21 @@ class JobManagerClient:
 
 
 async def observe(kube: Any, jm: JobManagerClient, name: str, namespace: str, status: StreamJobStatus,
-                  token: str | None, now: datetime, feedback: dict[str, Any]) -> Observation:
+                  token: str | None, now: datetime, feedback: dict[str, Any],
+                  history: list[Collected] | None = None) -> Observation:
+    """``history``: the autoscaler's samples of this job so far (the caller's, kept across ticks): this
+    tick's is appended, and what is older than the longest window it may need is dropped."""
     pods = await kube.list("Pod", namespace, driver_selector(name))
     current_name = status.deployment.pod_name
     pod = next((pod_observation(p) for p in pods if p["metadata"]["name"] == current_name), None)
     others = tuple(sorted(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != current_name))
     job = savepoint = None
     if pod is not None and pod.ip and not pod.ended:
-        job, savepoint = await _ask_job_manager(jm, pod, token or "", request_in_flight(status))
+        job, savepoint = await _ask_job_manager(jm, pod, token or "", request_in_flight(status), now.timestamp())
+    if history is not None:
+        _remember(history, job, status, now.timestamp())
     return Observation(now=now, pod=pod, job=job, savepoint=savepoint, other_pods=others,
+                       metrics_history=tuple(history or ()),
                        disposed=frozenset(feedback.pop("disposed", ())),
                        dispose_errors=feedback.pop("dispose_errors", {}),
                        trigger_errors=feedback.pop("trigger_errors", {}),
@@ -123,13 +171,27 @@ async def observe(kube: Any, jm: JobManagerClient, name: str, namespace: str, st
                        spec_errors=dict(feedback.get("spec_errors", {})))
 
 
+def _remember(history: list[Collected], job: JobObservation | None, status: StreamJobStatus, now: float) -> None:
+    spec = (status.last_reconciled_spec or {}).get("autoscaler") or {}
+    if not spec.get("enabled"):
+        history.clear()
+        return
+    if job is not None and job.sample is not None:
+        if history and set(history[-1].samples) != set(job.sample.samples):
+            history.clear()  # another topology (a new deployment): the old samples say nothing of it
+        history.append(job.sample)
+    window = seconds(str(spec.get("metricsWindow") or "10m"))
+    while history and history[0].at < now - window - 60.0:
+        history.pop(0)
+
+
 async def _ask_job_manager(jm: JobManagerClient, pod: PodObservation, token: str,
-                           rid: str | None) -> tuple[JobObservation, SavepointObservation | None]:
+                           rid: str | None, now: float = 0.0) -> tuple[JobObservation, SavepointObservation | None]:
     try:
         code, doc = await jm.call(pod, token, "GET", "/v1/job")
         if code != 200:
             return JobObservation(False, unreachable_reason=f"GET /v1/job: {code} {doc.get('error', '')}"), None
-        job = job_observation(doc)
+        job = job_observation(doc, now)
         savepoint = None
         if rid is not None:
             code, doc = await jm.call(pod, token, "GET", f"/v1/savepoints/{rid}")

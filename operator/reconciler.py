@@ -22,9 +22,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from .events import Reason
-from .model import (CheckpointInfo, Condition, Deployment, JobInfo, JobStatusState, LifecycleState, SavepointInfo,
-                    SavepointTrigger, StreamJobSpec, StreamJobStatus, TriggerType, Upgrade, UpgradeMode, seconds)
-from .observation import Observation
+from . import scaling
+from .model import (AutoscalerStatus, CheckpointInfo, Condition, Deployment, JobInfo, JobStatusState, LifecycleState,
+                    SavepointInfo, SavepointTrigger, StreamJobSpec, StreamJobStatus, TriggerType, Upgrade, UpgradeMode,
+                    seconds)
+from .observation import AUTOSCALE, Observation
 from .resources import names
 
 SAVEPOINT_ANNOTATION = "streamjob.io/savepoint"
@@ -34,7 +36,7 @@ MAX_BACKOFF = 300.0
 
 # Fields whose change needs no new deployment: the operator's own policies.
 OPERATOR_ONLY_FIELDS = frozenset({"upgradeMode", "savepoints", "savepointOnDeletion", "redeploy", "health",
-                                  "initialSavepointPath", "allowNonRestoredState", "state"})
+                                  "initialSavepointPath", "allowNonRestoredState", "state", "autoscaler"})
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                           "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 
@@ -89,9 +91,16 @@ class CancelJob:
 
 @dataclass(frozen=True)
 class RescaleJob:
-    """PUT /v1/jobs/{id}/parallelism on the running job (idempotent: the same target twice is one rescale)."""
+    """PUT /v1/jobs/{id}/parallelism on the running job (idempotent: the same target twice is one rescale):
+    the job's parallelism, or (the autoscaler) some vertices' by their head operator's uid / op<n>."""
 
-    parallelism: int
+    parallelism: int | None
+    operators: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def key(self) -> int | str:
+        """How a refusal is fed back (Observation.rescale_errors)."""
+        return AUTOSCALE if self.operators else int(self.parallelism or 0)
 
 
 @dataclass(frozen=True)
@@ -322,6 +331,10 @@ def _start_next(res: Resource, spec: StreamJobSpec, st: StreamJobStatus, obs: Ob
             _redeploy_after_failure(res, spec, st, obs, plan)
         elif _job_running(st, obs):
             _maybe_savepoint(res, spec, st, obs, plan)
+            if st.savepoint_trigger is None:
+                _autoscale(spec, st, obs, plan)
+        if spec.autoscaler is None:
+            st.autoscaler = None
         return
     if change == "resume":
         st.last_reconciled_spec = new
@@ -362,6 +375,9 @@ def _begin_rescale_in_place(spec: StreamJobSpec, new: dict, st: StreamJobStatus,
 def _rescaling(res: Resource, spec: StreamJobSpec | None, st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
     up = st.upgrade
     assert up is not None
+    if up.reason == "autoscale":
+        _autoscale_rescaling(st, obs, plan)
+        return
     if classify(st.last_reconciled_spec, up.target_spec) != "rescale":
         # Edited meanwhile beyond the parallelism (or back): that needs a new deployment (or nothing).
         st.upgrade = None
@@ -395,6 +411,74 @@ def _rescaling(res: Resource, spec: StreamJobSpec | None, st: StreamJobStatus, o
         return
     if mine is None:
         plan.act(RescaleJob(target))  # not yet seen by the job manager (or the request was lost): ask again
+    plan.soon()
+
+
+# -- the autoscaler ------------------------------------------------------------------------------------
+def _stable_since(st: StreamJobStatus) -> str | None:
+    """When the job last started, restarted or was rescaled: its metrics before then describe another job."""
+    times = [t for t in (st.deployment.running_since, st.restart_history[-1] if st.restart_history else None,
+                         st.autoscaler.last_scaling_time if st.autoscaler else None) if t]
+    return max(times, key=lambda t: parse_time(t)) if times else None
+
+
+def _autoscale(spec: StreamJobSpec, st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
+    """A running, settled job with ``spec.autoscaler``: evaluate its vertices (``autoscaler.decide``), record it
+    in ``status.autoscaler``, report a scaling decision (event ScalingReport) and, unless a dry run, rescale
+    the vertices in place (PUT /v1/jobs/{id}/parallelism with their uids)."""
+    a = spec.autoscaler
+    if a is None or not a.enabled or obs.job is None or not obs.job.vertices:
+        return
+    if st.lifecycle_state not in (LifecycleState.DEPLOYED.value, LifecycleState.STABLE.value):
+        return
+    plan.soon(seconds(a.metrics_interval))
+    decision, st.autoscaler = scaling.evaluate(a, st.autoscaler or AutoscalerStatus(), obs.job.vertices,
+                                               obs.metrics_history, _stable_since(st), obs.now)
+    if not decision.parallelism:
+        return
+    plan.event(Reason.SCALING_REPORT, scaling.report(decision, a.dry_run))
+    if not decision.act:
+        return
+    now = iso(obs.now)
+    st.autoscaler.pending = dict(decision.parallelism)
+    st.upgrade = Upgrade(phase="RESCALING", reason="autoscale", mode=spec.upgrade_mode, started_time=now,
+                         phase_time=now, target_spec=dict(st.last_reconciled_spec or spec_dict(spec)),
+                         operators=dict(decision.parallelism))
+    st.lifecycle_state = LifecycleState.UPGRADING.value
+    plan.act(RescaleJob(None, tuple(sorted(decision.parallelism.items()))))
+    plan.soon()
+
+
+def _autoscale_rescaling(st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
+    """The autoscaler's rescale in place under way: done when the job manager says so; refused or failed, the
+    job keeps its parallelism (no redeploy for a recommendation) and the autoscaler tries again later."""
+    up = st.upgrade
+    assert up is not None and up.operators is not None
+    ast = st.autoscaler or AutoscalerStatus()
+    seen = obs.job.rescale if obs.job is not None and obs.job.reachable else None
+    mine = seen if seen is not None and seen.operators == up.operators and seen.parallelism is None else None
+    refused = obs.rescale_errors.get(AUTOSCALE) or (f"{mine.status}: {mine.error}" if mine and mine.status == "FAILED"
+                                                     else None)
+    changes = ", ".join(f"{v} -> {p}" for v, p in sorted(up.operators.items()))
+    if mine is not None and mine.status == "COMPLETED":
+        st.autoscaler = scaling.rescaled(ast, up.operators, mine.restart_s, obs.now)
+        st.upgrade = None
+        _settle_lifecycle(st, obs)
+        plan.event(Reason.RESCALED, f"autoscaler: rescaled in place ({changes}) from checkpoint {mine.checkpoint_id}"
+                   + (f", the job ran again {mine.restart_s:.1f} s after it" if mine.restart_s is not None else ""))
+        return
+    if refused is None and not _job_running(st, obs) and not (obs.job and obs.job.reachable
+                                                             and obs.job.state == "RESTARTING"):
+        refused = f"the job is {st.job_status.state}"
+    if refused is not None:
+        st.autoscaler = scaling.not_rescaled(ast, refused, obs.now)
+        st.upgrade = None
+        _settle_lifecycle(st, obs)
+        plan.event(Reason.AUTOSCALER_ERROR, f"autoscaler: rescaling in place ({changes}) was not possible: {refused}",
+                   warning=True)
+        return
+    if mine is None:
+        plan.act(RescaleJob(None, tuple(sorted(up.operators.items()))))  # not yet seen, or the request was lost
     plan.soon()
 
 
@@ -657,6 +741,8 @@ def _new_deployment(res: Resource, st: StreamJobStatus, obs: Observation, spec: 
                                restore_path=restore.path if restore else None, deploy_time=iso(obs.now),
                                spec=up.target_spec, previous_spec=previous)
     st.last_checkpoint = None  # belongs to the job that stopped; the new one reports its own
+    if st.autoscaler is not None:  # the new job runs its spec's parallelism: the autoscaler starts over
+        st.autoscaler.overrides, st.autoscaler.pending, st.autoscaler.scale_down_since = {}, None, {}
     st.job_status = JobInfo(state=JobStatusState.DEPLOYING.value, job_id=st.job_status.job_id if restore and
                             restore.kind == "checkpoint" else None)
     st.restart_history = []

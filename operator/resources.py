@@ -467,6 +467,10 @@ def driver_args(spec: StreamJobSpec, target: DeploymentTarget) -> list[str]:
     # may set_parallelism above spec.parallelism); mode kubernetes: it sizes the executors likewise.
     if spec.mode == DeploymentMode.KUBERNETES.value:
         args += ["--master", target.kubernetes_master]
+    elif spec.autoscaler is not None and spec.autoscaler.enabled:
+        # The autoscaler rescales in place, within the driver pod: local Spark gets the slots it may scale
+        # to up front (its task threads start as they are used), not only what the first graph needs.
+        args += ["--master", f"local[{spec.autoscaler.max_parallelism or spec.max_parallelism}]"]
     args += ["--conf-file", f"{CONFIG_DIR}/{JOB_CONF}"]
     if target.restore is not None:
         args += [f"--from-{target.restore.kind}", target.restore.path]

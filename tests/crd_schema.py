@@ -104,7 +104,7 @@ def strict_validator(schema: dict) -> jsonschema.Validator:
     for _, node in nodes(schema):
         if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
             node["additionalProperties"] = False
-    return jsonschema.Draft7Validator(schema)
+    return jsonschema.Draft4Validator(schema)  # OpenAPI v3.0 (the API server's): exclusiveMinimum is a flag
 
 
 @functools.lru_cache(maxsize=None)

@@ -164,10 +164,12 @@ def test_rules_sit_on_the_objects_of_their_models():
 
     assert SPEC["x-kubernetes-validations"] == rules_of(model.StreamJobSpec)
     assert SPEC["properties"]["job"]["x-kubernetes-validations"] == rules_of(model.JobSource)
+    assert SPEC["properties"]["autoscaler"]["x-kubernetes-validations"] == rules_of(model.AutoscalerSpec)
     # The name's, on the object itself (the API server lets root rules read metadata.name).
     assert [r["message"] for r in SCHEMA["x-kubernetes-validations"]] == [NAME]
     assert "self.metadata.name" in SCHEMA["x-kubernetes-validations"][0]["rule"]
-    assert len(RULES) == len(rules_of(model.StreamJobSpec)) + len(rules_of(model.JobSource)) + 1
+    assert len(RULES) == (len(rules_of(model.StreamJobSpec)) + len(rules_of(model.JobSource))
+                          + len(rules_of(model.AutoscalerSpec)) + 1)
 
 
 def _without_empty(value):
@@ -221,6 +223,10 @@ SCHEMA_CASES = [  # id, spec, valid
     ("config-256-entries", spec(config={f"k{i}": "v" for i in range(256)}), True),
     ("config-257-entries", spec(config={f"k{i}": "v" for i in range(257)}), False),
     ("spark-conf-257-entries", spec(sparkConf={f"spark.k{i}": "v" for i in range(257)}), False),
+    ("autoscaler-utilization-0", spec(autoscaler={"targetUtilization": 0}), False),
+    ("autoscaler-scale-down-factor-1", spec(autoscaler={"scaleDownMaxFactor": 1}), False),
+    ("autoscaler-window-words", spec(autoscaler={"metricsWindow": "10 minutes"}), False),
+    ("autoscaler-unknown-field", spec(autoscaler={"targetUtilisation": 0.5}), False),
 ]
 
 
@@ -243,6 +249,14 @@ LINES = "config and sparkConf: keys cannot contain '=' or line breaks, values ca
 ON_DELETION = "savepointOnDeletion needs savepointDir"
 PERIODIC = "periodic savepoints need savepointDir"
 ONE_SOURCE = "job: give exactly one of file or module"
+AUTOSCALER_CHECKPOINTS = "autoscaler: it rescales the job in place from checkpoints; enable checkpointing"
+AUTOSCALER_STATELESS = ("autoscaler: a stateless job would lose its state on every rescale; use upgradeMode savepoint "
+                        "or last-state")
+AUTOSCALER_MAX = "autoscaler.maxParallelism must not exceed maxParallelism (the job's key groups)"
+AUTOSCALER_MIN_MAX = "autoscaler: minParallelism must not exceed maxParallelism"
+AUTOSCALER_TARGET = ("autoscaler: targetUtilization - targetUtilizationBoundary must be below 1 (else no load is ever "
+                     "too high)")
+SCALED = {"upgradeMode": "savepoint", "savepointDir": "s3://b/sp", "checkpointing": {}}
 NAME = ("metadata.name: at most 45 lowercase letters, digits and '-', starting with a letter and ending with a letter "
         "or digit (it names the job's Service and prefixes its pods)")
 
@@ -295,6 +309,17 @@ CREATE_CASES = [  # id, spec, messages of the broken rules
     ("spark-conf-value-with-newline", spec(sparkConf={"spark.a": "b\nc"}), [LINES]),
     ("config-and-spark-conf", spec(config={"rest.address": "x\ny"}, sparkConf={"spark.master": "local"}),
      [SPARK_CONF_KEYS, CONFIG_KEYS, LINES]),
+    ("autoscaler", spec(**SCALED, autoscaler={"enabled": True, "maxParallelism": 64, "minParallelism": 2}), []),
+    ("autoscaler-disabled-anywhere", spec(autoscaler={"enabled": False}), []),
+    ("autoscaler-no-checkpointing", spec(**{**SCALED, "checkpointing": DELETE}, autoscaler={"enabled": True}),
+     [AUTOSCALER_CHECKPOINTS]),
+    ("autoscaler-stateless", spec(checkpointing={}, autoscaler={"enabled": True}), [AUTOSCALER_STATELESS]),
+    ("autoscaler-max-over-key-groups", spec(**SCALED, autoscaler={"enabled": True, "maxParallelism": 256}),
+     [AUTOSCALER_MAX]),
+    ("autoscaler-min-over-max", spec(**SCALED, autoscaler={"enabled": True, "minParallelism": 8, "maxParallelism": 4}),
+     [AUTOSCALER_MIN_MAX]),
+    ("autoscaler-no-upper-band", spec(**SCALED, autoscaler={"targetUtilization": 1.0, "targetUtilizationBoundary": 0}),
+     [AUTOSCALER_TARGET]),
     ("several", spec(parallelism=9, maxParallelism=8, upgradeMode="savepoint", savepointOnDeletion=True,
                      job={}), [PARALLELISM, SAVEPOINT_MODE, ON_DELETION, ONE_SOURCE]),
 ]

@@ -367,7 +367,12 @@ def test_kafka_pending_records_current_and_committed_offsets(spark_slots, kafka_
             n for p in panels(dashboard()) for t in p.get("targets", []) for n in metric_names(t["expr"])}
         assert {n for n in used if "pending" in n or "kafka" in n} <= KAFKA_SOURCE_METRICS
         assert first[0] > 0, f"records were waiting, yet pendingRecords was {first}"
+        # /v1/job says it per source vertex, with its partitions: what the operator's autoscaler reads.
+        [source_vertex] = [v for v in rest(client, "/v1/job")["vertices"] if v["operators"][0]["name"] == "Source: kafka"]
+        assert source_vertex["splits"] == 2 and source_vertex["pending_records"] is not None, source_vertex
         wait_until(lambda: pending(scrape(client)) == [0.0], 60, "pendingRecords to reach 0")
+        [source_vertex] = [v for v in rest(client, "/v1/job")["vertices"] if v["operators"][0]["name"] == "Source: kafka"]
+        assert source_vertex["pending_records"] == 0 and source_vertex["operators"][0]["key"] == "op1", source_vertex
         offsets = lambda name: {dict(k)["partition"]: v for k, v in values(  # noqa: E731
             scrape(client), f"streamjob_kafka_source_reader_{name}", topic=topic).items()}
         assert offsets("current_offset") == {"0": 800.0, "1": 800.0}

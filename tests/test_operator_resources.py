@@ -192,6 +192,17 @@ ARGS_CASES = {
         make_spec(allowNonRestoredState=True), target(parallelism=8, restore=("savepoint", "s3://sp/savepoint-7")),
         ["driver", "run", "/app/wordcount.py", "--parallelism", "8", "--conf-file", CONF_FILE,
          "--from-savepoint", "s3://sp/savepoint-7", "--allow-non-restored-state", "--no-progress", "--"]),
+    # The autoscaler rescales in place: mode local reserves the slots it may scale to.
+    "local, autoscaled": (
+        make_spec(checkpointing={}, upgradeMode="savepoint", savepointDir="s3://sp",
+                  autoscaler={"enabled": True, "maxParallelism": 8}), target(),
+        ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[8]",
+         "--conf-file", CONF_FILE, "--no-progress", "--"]),
+    "local, autoscaled up to the key groups": (
+        make_spec(checkpointing={}, upgradeMode="savepoint", savepointDir="s3://sp", maxParallelism=16,
+                  autoscaler={"enabled": True}), target(),
+        ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[16]",
+         "--conf-file", CONF_FILE, "--no-progress", "--"]),
     "from checkpoint": (
         make_spec(), target(restore=r.Restore("checkpoint", "s3://ckpt/wc")),
         ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--conf-file", CONF_FILE,

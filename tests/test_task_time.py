@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import start_with_rest
 
+from streamjob.operator.observer import autoscaler_view
 from streamjob.runtime import StreamExecutionEnvironment, WatermarkStrategy
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 from streamjob.runtime.task.task_time import BACK_PRESSURED, BUSY, IDLE, TaskTime, backpressure_level
@@ -117,6 +118,17 @@ def test_a_slow_operator_sharing_its_source_s_slot_reads_busy_and_the_source_bac
         vertices = {v["id"]: v for v in job["vertices"]}
         assert vertices[1]["backpressure"]["level"] == "HIGH" and vertices[2]["backpressure"]["level"] == "OK"
         assert vertices[2]["busy_ratio"] > 0.7 and slow["idleTimeMsPerSecond"] < 200
+
+        # The operator's autoscaler reads this /v1/job: the topology, and the slow map's true processing rate
+        # (records in per second / busy share) near what 0.5 ms a record allows (2,000 a second).
+        topology, sample = autoscaler_view(job, 0.0)
+        by_name = {v.name: v for v in topology}
+        source_v, slow_v, sink_v = by_name["Source: numbers"], by_name["slow"], by_name["Sink: Discard"]
+        assert source_v.source and slow_v.inputs == (source_v.id,) and sink_v.inputs == (slow_v.id,)
+        assert not slow_v.keyed and slow_v.max_parallelism == 128 and slow_v.parallelism == 1
+        s = sample.samples[slow_v.id]
+        true_rate = s.records_in_per_second / (s.busy_ms_per_second / 1000.0)
+        assert 800 < true_rate < 2600, (s, true_rate)
 
         # Flink's REST shapes: per subtask, and aggregated over the subtasks.
         wanted = "busyTimeMsPerSecond,backPressuredTimeMsPerSecond,idleTimeMsPerSecond"

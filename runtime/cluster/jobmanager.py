@@ -668,8 +668,26 @@ class JobManager:
             busiest = max((s[METRICS[BUSY]] for s in subtasks), default=0.0)
             vertices.append({**v, "operators": operators, "busy_ratio": round(busiest / 1000.0, 3), "backpressure": {
                 "level": backpressure_level(worst),
-                "ratio": worst, "subtasks": subtasks}})
+                "ratio": worst, "subtasks": subtasks}, **self._backlog(v)})
         return {"vertices": vertices, "edges": self.plan["edges"]}
+
+    def _backlog(self, vertex: dict) -> dict[str, Any]:
+        """A source vertex's backlog as its connector reports it: ``pending_records`` (Flink's pendingRecords,
+        summed over subtasks: Kafka's lag) and ``splits`` (the partitions its subtasks read, from their
+        per-partition currentOffset gauges): what the operator's autoscaler sizes sources by."""
+        ops = {o["id"] for o in vertex["operators"]}
+        pending: float | None = None
+        splits: set[tuple] = set()
+        for per_slot in self.user_metrics.values():
+            for op, _subtask, entries in per_slot:
+                if op not in ops:
+                    continue
+                for system, path, _groups, _variables, name, _kind, value in entries:
+                    if system and name == "pendingRecords" and isinstance(value, (int, float)):
+                        pending = (pending or 0) + value
+                    elif system and name == "currentOffset" and "partition" in path:
+                        splits.add(tuple(path))
+        return {"pending_records": pending, "splits": len(splits) or None}
 
     def exceptions_info(self) -> dict[str, Any]:
         """Task failures, newest attempt first: each attempt's root cause (as the job's error names it) and

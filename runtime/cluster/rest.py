@@ -526,7 +526,12 @@ OPENAPI: dict[str, Any] = {
                 "description": "a task: operators chained together (called directly, no channel between them)",
                 "properties": {
                     "id": {"type": "integer"}, "name": {"type": "string"}, "parallelism": {"type": "integer"},
+                    "max_parallelism": {"type": "integer", "description": "its key groups (its head operator's)"},
                     "operators": {"type": "array", "items": _ref("OperatorStats"), "description": "chain order"},
+                    "pending_records": {**_NULLABLE_NUM, "description": "a source's backlog, summed over "
+                                        "its subtasks (Flink's pendingRecords: Kafka's lag); null: not reported"},
+                    "splits": {"type": ["integer", "null"], "description": "the partitions a source's "
+                               "subtasks read (null: not reported)"},
                     "busy_ratio": {**_NUM, "description": "the busiest subtask's busyTimeMsPerSecond / 1000 (what "
                                    "Flink's web UI colours a vertex by)"},
                     "backpressure": {
@@ -557,6 +562,8 @@ OPENAPI: dict[str, Any] = {
                     "id": {"type": "string"}, "name": {"type": "string"},
                     "kind": {"type": "string", "description": "source, map, keyed_process, window, sink, ..."},
                     "uid": _NULLABLE_STR,
+                    "key": {"type": "string", "description": "how a rescale and a savepoint name it: its uid, else "
+                            "op<n>"},
                     "records_in": {"type": "integer", "description": "over all subtasks, this attempt"},
                     "records_out": {"type": "integer"},
                     "records_in_per_second": {**_NUM, "description": "over the last seconds of task reports"},

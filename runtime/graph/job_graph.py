@@ -172,8 +172,10 @@ class JobGraph:
         vertex_of = {o: t.id for t in self.tasks for o in t.operators}
         return {
             "vertices": [{"id": t.id, "name": t.name(self), "parallelism": t.parallelism,
+                          "max_parallelism": self.operators[t.head].max_parallelism,
                           "operators": [{"id": str(o), "name": self.operators[o].name, "kind": self.operators[o].kind,
-                                         "uid": self.operators[o].uid} for o in t.operators]}
+                                         "uid": self.operators[o].uid, "key": self.operators[o].state_key}
+                                        for o in t.operators]}
                          for t in self.tasks],
             "edges": [{"source": str(e.source), "target": str(e.target), "source_vertex": vertex_of[e.source],
                        "target_vertex": vertex_of[e.target], "partitioner": e.partitioner.upper(),
