@@ -449,7 +449,7 @@ class AutoscalerVertex(_Model):
     recommended_parallelism: int
     true_processing_rate: float | None = Field(None, description="Records in per second / busy share (None: too "
                                                                  "idle to measure)")
-    target_data_rate: float
+    target_data_rate: float | None = Field(None, description="None: not evaluated now (see reason)")
     utilization: float | None = None
     busy_ratio: float
     lag: float | None = Field(None, description="A source's backlog (pendingRecords)")

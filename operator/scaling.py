@@ -53,6 +53,9 @@ def evaluate(spec: AutoscalerSpec, status: AutoscalerStatus, vertices: tuple[A.V
     if decision.evaluations:
         names = {v.id: v.name for v in vertices}
         out.vertices = [_vertex(e, names.get(e.vertex, e.vertex)) for e in decision.evaluations.values()]
+    else:  # no evaluation now (stabilizing, collecting): what runs and its backlog, and why nothing is recommended
+        latest = history[-1].samples if history else {}
+        out.vertices = [_waiting(v, latest.get(v.id), decision.why) for v in vertices]
     return decision, out
 
 
@@ -65,6 +68,13 @@ def _vertex(e: A.Evaluation, name: str) -> AutoscalerVertex:
                             recommended_parallelism=e.recommended, true_processing_rate=_finite(e.true_processing_rate),
                             target_data_rate=round(e.target_data_rate, 3), utilization=_finite(e.utilization),
                             busy_ratio=round(e.busy_ratio, 3), lag=e.lag, reason=e.reason)
+
+
+def _waiting(v: A.Vertex, sample: A.Sample | None, why: str) -> AutoscalerVertex:
+    return AutoscalerVertex(vertex=v.id, name=v.name, current_parallelism=v.parallelism,
+                            recommended_parallelism=v.parallelism,
+                            busy_ratio=round(sample.busy_ms_per_second / 1000.0, 3) if sample else 0.0,
+                            lag=sample.pending_records if sample else None, reason=why)
 
 
 def report(decision: A.Decision, dry_run: bool) -> str:

@@ -117,6 +117,10 @@ def test_a_rate_step_scales_the_busy_vertex_up_in_place_then_stabilizes():
     assert len(w.deploys) == 1  # in place: never a new driver
     # Stabilization: right after the rescale no decision is taken; then the metrics window starts over.
     assert w.status.autoscaler.last_decision.startswith("stabilizing after the last (re)start")
+    waiting = {v.vertex: v for v in w.status.autoscaler.vertices}  # what runs now, and why nothing is recommended
+    assert waiting["count"].current_parallelism == waiting["count"].recommended_parallelism == first["count"]
+    assert waiting["count"].reason.startswith("stabilizing") and waiting["count"].target_data_rate is None
+    assert waiting["src"].lag is not None
     w.run(40)
     assert w.status.autoscaler.last_decision.startswith("collecting metrics")
     w.run(60)

@@ -60,7 +60,8 @@ ALL_SCENARIOS = CI_SCENARIOS + ("test_checkpoint_alert_fires_when_storage_fails"
                                 "test_deleted_driver_pod_is_redeployed_from_the_latest_checkpoint",
                                 "test_suspend_resume_and_upgrade_restore_savepoints",
                                 "test_delete_with_savepoint_on_deletion_leaves_a_savepoint_and_nothing_else",
-                                "test_missing_job_file_is_reported_on_the_field_and_nothing_else_is_lost")
+                                "test_missing_job_file_is_reported_on_the_field_and_nothing_else_is_lost",
+                                "test_autoscaler_sizes_a_kafka_job_to_a_rate_step_and_back_exactly_once")
 # Scenarios run in mode kubernetes too (Spark's executor pods run by the stand-in kubelet); the others
 # run in mode local only here (each kubernetes-mode scenario costs about as much again).
 KUBERNETES_SCENARIOS = ("test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once",)

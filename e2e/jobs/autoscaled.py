@@ -16,7 +16,9 @@ one subtask cannot follow: an autoscaler gives the two different parallelism.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import threading
 import time
 
 from streamjob.runtime import KeyedProcessFunction, StreamExecutionEnvironment, Types, ValueStateDescriptor
@@ -25,6 +27,7 @@ from streamjob.runtime.connectors import (DeliveryGuarantee, JsonRowDeserializat
                                           KafkaSource)
 
 EVENT = Types.ROW_NAMED(["key", "seq"], [Types.INT(), Types.LONG()])
+KEYS, PARTITIONS = 40, 4
 
 
 def kafka_properties() -> dict[str, str]:
@@ -61,6 +64,58 @@ def expected(events: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return sorted(out)
 
 
+# -- the scenario's side: topics, a producer whose rate steps, the output read back -------------------------
+def create_topics(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **kafka_properties()})
+    for done in admin.create_topics([NewTopic(t, PARTITIONS) for t in topics]).values():
+        done.result(30)
+
+
+class StepProducer:
+    """Writes {"key", "seq"} at ``rate`` records/s (set it while it runs: the step), key k to partition
+    k % PARTITIONS in seq order, and remembers what it wrote, in order."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float):
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                                  **kafka_properties()})
+        self.topic, self.rate, self.events = topic, rate, []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        seq, next_at = 0, time.monotonic()
+        while not self.stopped.is_set():
+            key = seq % KEYS
+            self.producer.produce(self.topic, json.dumps({"key": key, "seq": seq}).encode(), partition=key % PARTITIONS)
+            self.events.append((key, seq))
+            seq += 1
+            next_at += 1.0 / self.rate
+            delay = next_at - time.monotonic()
+            self.producer.poll(0)
+            if delay > 0:
+                time.sleep(delay)
+        self.producer.flush(30)
+
+    def stop(self) -> list[tuple[int, int]]:
+        self.stopped.set()
+        self.thread.join(60)
+        return list(self.events)
+
+
+def output_rows(values: list[dict]) -> list[tuple[int, int, int]]:
+    """The output topic's values (read read_committed: examples/kafka_click_counts.read_counts), sorted as
+    ``expected`` is: (key, seq, count)."""
+    return sorted((v["key"], v["seq"], v["count"]) for v in values)
+
+
+# -- the job ---------------------------------------------------------------------------------------------------
 def build(bootstrap: str, input_topic: str, output_topic: str, cost_ms: float) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment()
     props = kafka_properties()
