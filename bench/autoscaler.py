@@ -1,6 +1,6 @@
 """The autoscaler on a rate step: time to a stable lag, the parallelism timeline, overshoot.
 
-    python bench/autoscaler.py [--low 40] [--factor 3] [--cost-ms 8] [--before 40] [--high 120] [--after 150]
+    python bench/autoscaler.py [--low 30] [--factor 3] [--cost-ms 10] [--before 40] [--high 120] [--after 150]
 
 One Kafka broker (Apache Kafka 4.x, KRaft, ``KafkaBroker``); e2e/jobs/autoscaled.py (Kafka, 4 partitions ->
 a keyed operator "work" spending --cost-ms per record -> Kafka, exactly once, 1 s checkpoints) on local[8]
@@ -15,8 +15,8 @@ scaleDownInterval 40 s, catchUpDuration 30 s.
 The producer writes --low records/s for --before s, then --factor x for --high s, then --low for --after s.
 Reported: per step, the time to the first rescale and to a stable lag (the source's pendingRecords below
 2 s of input, staying there 10 s); every rescale (when, which vertex, from -> to, the job manager's
-restart_s); overshoot (the highest parallelism of "work" beside what the high rate needs:
-ceil(rate x cost / targetUtilization), rounded up to a divisor of its 128 key groups); and the output topic,
+restart_s); overshoot (the highest parallelism of "work" less the least that keeps it within
+targetUtilization + boundary at the high rate, a divisor of its 128 key groups); and the output topic,
 read as a read_committed consumer, compared with the one correct output row for row (exactly once).
 Results in bench/results/autoscaler.json.
 """
@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,7 @@ class Autoscaler:
         self.lags: list[tuple[float, float]] = []  # (s since the start, the source's backlog)
         self.parallelism: dict[str, int] = {}
         self.stable_since: float | None = None
+        self.capacity: list[float] = []  # records/s one subtask of "work" processes, per evaluation
         self.stop = threading.Event()
         self.errors: list[str] = []
 
@@ -107,6 +109,9 @@ class Autoscaler:
         decision, self.status = scaling.evaluate(self.spec, self.status, vertices, tuple(self.history),
                                                  iso(max(started)) if started else None,
                                                  datetime.fromtimestamp(now, tz=timezone.utc))
+        work = decision.evaluations.get("work")
+        if work is not None and work.busy_ratio > 0.2 and not math.isinf(work.true_processing_rate):
+            self.capacity.append(work.true_processing_rate / work.current)  # records/s one subtask does
         if not decision.act:
             return
         code, answer = call(f"{self.url}/v1/jobs/{doc['id']}/parallelism", "PUT",
@@ -150,16 +155,20 @@ def stable_after(lags: list[tuple[float, float]], since: float, limit: float, ho
     return None
 
 
-def needed(rate: float, cost_ms: float, target: float, max_parallelism: int = 128) -> int:
-    p = math.ceil(rate * cost_ms / 1000.0 / target - 1e-9)
+def least_within_band(rate: float, per_subtask: float, max_parallelism: int = 128) -> int:
+    """The least parallelism of "work" (a divisor of its key groups) whose utilization at ``rate`` is at most
+    targetUtilization + targetUtilizationBoundary, given what one subtask processes busy all the time
+    (measured): what a scale-up must reach; more is overshoot."""
+    high = SETTINGS["targetUtilization"] + SETTINGS["targetUtilizationBoundary"]
+    p = math.ceil(rate / per_subtask / high - 1e-9)
     return next((d for d in range(p, max_parallelism + 1) if max_parallelism % d == 0), p)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--low", type=float, default=40.0, help="records/s before and after the step")
+    parser.add_argument("--low", type=float, default=30.0, help="records/s before and after the step")
     parser.add_argument("--factor", type=float, default=3.0, help="the step: --low x this")
-    parser.add_argument("--cost-ms", type=float, default=8.0, help="the work operator's time per record")
+    parser.add_argument("--cost-ms", type=float, default=10.0, help="the work operator's time per record")
     parser.add_argument("--before", type=float, default=45.0, help="s at --low before the step")
     parser.add_argument("--high", type=float, default=120.0, help="s at the high rate")
     parser.add_argument("--after", type=float, default=150.0, help="s at --low after it")
@@ -218,6 +227,7 @@ def main() -> None:
     high = args.low * args.factor
     rescales = scaler.rescales if scaler else []
     works = [c["changes"]["work"][1] for c in rescales if "work" in c.get("changes", {}) and c.get("status") == "COMPLETED"]
+    per_subtask = statistics.median(scaler.capacity) if scaler and scaler.capacity else 1000.0 / args.cost_ms
     result = {
         "low": args.low, "high": high, "cost_ms": args.cost_ms, "settings": SETTINGS,
         "step_up_at_s": round(up_at, 1), "step_down_at_s": round(down_at, 1),
@@ -226,7 +236,9 @@ def main() -> None:
         "first_rescale_after_step_down_s": next((round(c["at_s"] - down_at, 1) for c in rescales if c["at_s"] >= down_at),
                                                 None),
         "rescales": rescales, "max_work_parallelism": max(works, default=1),
-        "work_parallelism_needed_at_high": needed(high, args.cost_ms, SETTINGS["targetUtilization"]),
+        "work_subtask_records_per_s": round(per_subtask, 1),
+        "work_parallelism_needed_at_high": least_within_band(high, per_subtask),
+        "overshoot": max(works, default=1) - least_within_band(high, per_subtask),
         "final_parallelism": scaler.parallelism if scaler else None,
         "records": len(want), "exactly_once": got == want,
         "errors": scaler.errors if scaler else [],

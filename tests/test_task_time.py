@@ -52,6 +52,27 @@ def test_flink_s_back_pressure_levels():
                                                                                    "HIGH"]
 
 
+def test_a_task_of_a_second_slot_sharing_group_reports_its_own_subtask_indexes():
+    """Slots are numbered over the slot sharing groups: a task in the second group runs its subtask 0 in the
+    slot after the first group's. Its task time is reported per subtask, as Flink's, not per slot."""
+    from streamjob.runtime.cluster.jobmanager import JobManager
+    from streamjob.runtime.graph.job_graph import build_job_graph
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_source(DataGenSource(lambda i: i), WatermarkStrategy.no_watermarks(), "numbers") \
+        .map(_slow).name("apart").slot_sharing_group("other").sink_to(DiscardingSink())
+    graph = build_job_graph(env._transformations, env._config, "groups")
+    plan = graph.plan()
+    apart = next(v for v in plan["vertices"] if v["name"].startswith("apart"))
+    assert apart["first_slot"] == 2 and graph.parallelism == 4
+    jm = JobManager("job-g", "groups", graph.parallelism, plan=plan)
+    jm.task_time = {2: {apart["name"]: [1.0, 0.0, 0.0, BUSY]}, 3: {apart["name"]: [0.5, 0.0, 0.5, IDLE]}}
+    assert set(jm.task_time_metrics()) == {(apart["name"], 0), (apart["name"], 1)}
+    [vertex] = [v for v in jm.job_info()["vertices"] if v["name"] == apart["name"]]
+    assert [s["subtask"] for s in vertex["backpressure"]["subtasks"]] == [0, 1]
+
+
 # -- real jobs -----------------------------------------------------------------------------------------
 def _slow(value: int) -> int:
     end = time.perf_counter() + 0.0005  # 0.5 ms of work per record

@@ -661,7 +661,8 @@ class JobManager:
                     continue
                 _, seconds, _, state = self.task_time[slot][v["name"]]
                 times = task_time_per_second(rates.get(slot, {}), v["name"])
-                subtasks.append({"subtask": slot, "ratio": round(times[METRICS[BACK_PRESSURED]] / 1000.0, 3),
+                subtasks.append({"subtask": slot - v.get("first_slot", 0),
+                                 "ratio": round(times[METRICS[BACK_PRESSURED]] / 1000.0, 3),
                                  "back_pressured": state == BACK_PRESSURED, "seconds": seconds, "state": state,
                                  **times})
             worst = max((s["ratio"] for s in subtasks), default=0.0)
@@ -751,7 +752,7 @@ class JobManager:
                     s = done[-1]
                     last = {**s.summary(), "completed_time": s.trigger_time + (s.duration_ms or 0.0) / 1000.0}
             rates = self.rates.per_slot(time.monotonic())
-            times = {(task, slot): (*v, task_time_per_second(rates.get(slot, {}), task))
+            times = {(task, self._subtask_of(task, slot)): (*v, task_time_per_second(rates.get(slot, {}), task))
                      for slot, per in self.task_time.items() for task, v in per.items()}
             return {"state": self.status.state, "uptime": time.time() - self.status.started,
                     "restarts": self.restarts,
@@ -772,8 +773,14 @@ class JobManager:
         """(task name, subtask) -> its busy, back-pressured and idle milliseconds per second."""
         with self._lock:  # the rates change as reports come in (the control loop, under the lock)
             rates = self.rates.per_slot(time.monotonic())
-            return {(task, slot): task_time_per_second(rates.get(slot, {}), task)
+            return {(task, self._subtask_of(task, slot)): task_time_per_second(rates.get(slot, {}), task)
                     for slot, per in self.task_time.items() for task in per}
+
+    def _subtask_of(self, task: str, slot: int) -> int:
+        """A task's subtask index in ``slot``: slots are numbered over the slot sharing groups, and a task's
+        subtasks run from its group's first slot on (the same number only in the first group)."""
+        first = next((v.get("first_slot", 0) for v in self.plan["vertices"] if v["name"] == task), 0)
+        return slot - first
 
     def operator_metrics(self) -> list[tuple[str, str, int, list]]:
         """(operator id, its metric name, subtask, entries) of every user and connector metric

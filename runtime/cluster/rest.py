@@ -527,6 +527,8 @@ OPENAPI: dict[str, Any] = {
                 "properties": {
                     "id": {"type": "integer"}, "name": {"type": "string"}, "parallelism": {"type": "integer"},
                     "max_parallelism": {"type": "integer", "description": "its key groups (its head operator's)"},
+                    "first_slot": {"type": "integer", "description": "the slot of its subtask 0 (slots are numbered "
+                                   "over the slot sharing groups)"},
                     "operators": {"type": "array", "items": _ref("OperatorStats"), "description": "chain order"},
                     "pending_records": {**_NULLABLE_NUM, "description": "a source's backlog, summed over "
                                         "its subtasks (Flink's pendingRecords: Kafka's lag); null: not reported"},

@@ -172,7 +172,7 @@ class JobGraph:
         vertex_of = {o: t.id for t in self.tasks for o in t.operators}
         return {
             "vertices": [{"id": t.id, "name": t.name(self), "parallelism": t.parallelism,
-                          "max_parallelism": self.operators[t.head].max_parallelism,
+                          "max_parallelism": self.operators[t.head].max_parallelism, "first_slot": t.first_slot,
                           "operators": [{"id": str(o), "name": self.operators[o].name, "kind": self.operators[o].kind,
                                          "uid": self.operators[o].uid, "key": self.operators[o].state_key}
                                         for o in t.operators]}
