@@ -432,11 +432,14 @@ def _autoscale(spec: StreamJobSpec, st: StreamJobStatus, obs: Observation, plan:
     if st.lifecycle_state not in (LifecycleState.DEPLOYED.value, LifecycleState.STABLE.value):
         return
     plan.soon(seconds(a.metrics_interval))
+    before = {v.vertex: v.recommended_parallelism for v in (st.autoscaler.vertices if st.autoscaler else [])}
     decision, st.autoscaler = scaling.evaluate(a, st.autoscaler or AutoscalerStatus(), obs.job.vertices,
                                                obs.metrics_history, _stable_since(st), obs.now)
     if not decision.parallelism:
         return
-    plan.event(Reason.SCALING_REPORT, scaling.report(decision, a.dry_run))
+    if decision.act or any(before.get(v) != p for v, p in decision.parallelism.items()):
+        # A dry run reports a recommendation when it changes, not at every metricsInterval.
+        plan.event(Reason.SCALING_REPORT, scaling.report(decision, a.dry_run))
     if not decision.act:
         return
     now = iso(obs.now)
