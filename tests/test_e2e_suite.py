@@ -64,7 +64,8 @@ ALL_SCENARIOS = CI_SCENARIOS + ("test_checkpoint_alert_fires_when_storage_fails"
                                 "test_autoscaler_sizes_a_kafka_job_to_a_rate_step_and_back_exactly_once")
 # Scenarios run in mode kubernetes too (Spark's executor pods run by the stand-in kubelet); the others
 # run in mode local only here (each kubernetes-mode scenario costs about as much again).
-KUBERNETES_SCENARIOS = ("test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once",)
+KUBERNETES_SCENARIOS = ("test_apply_savepoint_and_rescale_keep_state_and_output_exactly_once",
+                        "test_autoscaler_sizes_a_kafka_job_to_a_rate_step_and_back_exactly_once")
 # What cannot pass here, and must be skipped saying why (a substring of the skip reason).
 SKIPPED_HERE = {"test_api_server_refuses_invalid_specs": "does not validate custom resources"}
 
