@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,8 @@ import urllib.request
 import uuid
 from datetime import datetime, timezone
 
+from rest_address import rest_address  # bench/: the script's own folder
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "e2e", "jobs"), os.path.join(ROOT, "examples")]
 import autoscaled  # noqa: E402 - the scenario's job, producer and expected output
@@ -46,6 +47,7 @@ from kafka_click_counts import read_counts  # noqa: E402 - read_committed, to th
 from streamjob.operator import scaling  # noqa: E402
 from streamjob.operator.model import AutoscalerSpec, AutoscalerStatus, seconds  # noqa: E402
 from streamjob.operator.observer import autoscaler_view  # noqa: E402
+from streamjob.operator.times import from_epoch  # noqa: E402
 from streamjob.runtime.connectors.kafka.broker import KafkaBroker  # noqa: E402
 
 SETTINGS = {"enabled": True, "targetUtilization": 0.4, "targetUtilizationBoundary": 0.2, "metricsWindow": "20s",
@@ -62,10 +64,6 @@ def call(url: str, method: str = "GET", body: dict | None = None) -> tuple[int, 
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Autoscaler:
@@ -107,7 +105,7 @@ class Autoscaler:
             self.lags.append((now - self.began, lag.pending_records))
         started = [t for t in (doc.get("start_time"), self.stable_since) if t]
         decision, self.status = scaling.evaluate(self.spec, self.status, vertices, tuple(self.history),
-                                                 iso(max(started)) if started else None,
+                                                 from_epoch(max(started)) if started else None,
                                                  datetime.fromtimestamp(now, tz=timezone.utc))
         work = decision.evaluations.get("work")
         if work is not None and work.busy_ratio > 0.2 and not math.isinf(work.true_processing_rate):
@@ -191,12 +189,8 @@ def main() -> None:
         threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
         scaler, url = None, None
         try:
-            deadline = time.monotonic() + 300
-            while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("".join(log)[-3000:])
-                time.sleep(0.2)
-            began, url = time.time(), m.group(1)
+            url = rest_address(proc, log)
+            began = time.time()
             producer.start()
             scaler = Autoscaler(url, spec, began)
             threading.Thread(target=scaler.run, daemon=True).start()

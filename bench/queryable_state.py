@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -39,6 +38,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+from rest_address import rest_address  # bench/: the script's own folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "bench", "jobs", "queryable_job.py")
@@ -192,12 +193,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
         log: list[str] = []
         threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
         try:
-            deadline = time.monotonic() + 300
-            while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("".join(log)[-3000:])
-                time.sleep(0.2)
-            url = m.group(1)
+            url = rest_address(proc, log)
             while records_in(url) < keys * 2:  # every key counted (twice: past the first pass's inserts)
                 time.sleep(0.5)
             job = _get(url + "/v1/job?peek=true")

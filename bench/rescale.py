@@ -29,7 +29,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +36,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+from rest_address import rest_address  # bench/: the script's own folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "bench", "jobs", "rescale_job.py")
@@ -87,12 +88,7 @@ def run(backend: str, keys: int, rate: float, start: int, steps: list[int], sett
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     threading.Thread(target=lambda: log.extend(iter(proc.stdout.readline, "")), daemon=True).start()  # type: ignore[union-attr]
     try:
-        deadline = time.monotonic() + 180
-        while not (m := re.search(r"REST API and metrics at (http://\S+)", "".join(log))):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the job did not start:\n" + "".join(log)[-3000:])
-            time.sleep(0.1)
-        url = m.group(1)
+        url = rest_address(proc, log, 180)
         job_id = _call(url + "/v1/job?peek=true")["id"]
         fill = keys / rate + settle
         print(f"  {backend}: filling {keys:,} keys ({fill:.0f} s)", file=sys.stderr, flush=True)

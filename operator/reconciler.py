@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from .events import Reason
@@ -28,6 +28,7 @@ from .model import (AutoscalerStatus, CheckpointInfo, Condition, Deployment, Job
                     seconds)
 from .observation import AUTOSCALE, Observation
 from .resources import names
+from .times import from_epoch, iso, parse_time
 
 SAVEPOINT_ANNOTATION = "streamjob.io/savepoint"
 MAX_SAVEPOINT_ATTEMPTS = 3  # per manual/periodic savepoint; upgrades retry until the spec changes
@@ -136,20 +137,6 @@ class Plan:
 
 
 # -- time --------------------------------------------------------------------------------------
-def iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def from_epoch(t: float) -> str:
-    return iso(datetime.fromtimestamp(t, tz=timezone.utc))
-
-
 def _age(now: datetime, text: str | None) -> float:
     t = parse_time(text)
     return float("inf") if t is None else (now - t).total_seconds()

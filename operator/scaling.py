@@ -6,10 +6,11 @@ reconciler that calls it (``reconciler._autoscale``), which turns a decision int
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime
 
 from . import autoscaler as A
 from .model import AutoscalerSpec, AutoscalerStatus, AutoscalerVertex, seconds
+from .times import from_epoch, parse_time
 
 RESTART_TIMES_KEPT = 5  # the estimate is the longest of the last five measured (autoscaler.restart_time)
 
@@ -27,13 +28,8 @@ def settings_of(spec: AutoscalerSpec) -> A.Settings:
 
 
 def _epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t = parse_time(text)
+    return None if t is None else t.timestamp()
 
 
 def evaluate(spec: AutoscalerSpec, status: AutoscalerStatus, vertices: tuple[A.Vertex, ...],
@@ -46,10 +42,10 @@ def evaluate(spec: AutoscalerSpec, status: AutoscalerStatus, vertices: tuple[A.V
                       restart_times=tuple(status.restart_times))
     decision = A.decide(vertices, list(history), settings_of(spec), memory, now.timestamp())
     out = status.model_copy(deep=True)
-    out.last_evaluation_time = _iso(now.timestamp())
+    out.last_evaluation_time = from_epoch(now.timestamp())
     out.last_decision = decision.why
     out.stable_since = stable_since
-    out.scale_down_since = {v: _iso(t) for v, t in decision.memory.scale_down_since.items()}
+    out.scale_down_since = {v: from_epoch(t) for v, t in decision.memory.scale_down_since.items()}
     if decision.evaluations:
         names = {v.id: v.name for v in vertices}
         out.vertices = [_vertex(e, names.get(e.vertex, e.vertex)) for e in decision.evaluations.values()]
@@ -96,7 +92,7 @@ def rescaled(status: AutoscalerStatus, operators: dict[str, int], restart_s: flo
     out.overrides = {**out.overrides, **operators}
     out.pending = None
     out.error = None
-    out.last_scaling_time = _iso(now.timestamp())
+    out.last_scaling_time = from_epoch(now.timestamp())
     out.scale_down_since = {}
     if restart_s is not None:
         out.restart_times = [*out.restart_times, round(float(restart_s), 3)][-RESTART_TIMES_KEPT:]
@@ -108,5 +104,5 @@ def not_rescaled(status: AutoscalerStatus, why: str, now: datetime) -> Autoscale
     out = status.model_copy(deep=True)
     out.pending = None
     out.error = why
-    out.last_scaling_time = _iso(now.timestamp())
+    out.last_scaling_time = from_epoch(now.timestamp())
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import threading
 import time
 
@@ -26,18 +27,13 @@ from streamjob.runtime.connectors import (DeliveryGuarantee, JsonRowDeserializat
                                           KafkaOffsetsInitializer, KafkaRecordSerializationSchema, KafkaSink,
                                           KafkaSource)
 
+# The Kafka login from the environment, as the click count example reads it (examples/ sits beside e2e/ here
+# and in the image: /opt/streamjob/examples).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples"))
+from kafka_click_counts import kafka_properties  # noqa: E402
+
 EVENT = Types.ROW_NAMED(["key", "seq"], [Types.INT(), Types.LONG()])
 KEYS, PARTITIONS = 40, 4
-
-
-def kafka_properties() -> dict[str, str]:
-    """Security settings from the environment, as examples/kafka_click_counts.py."""
-    user = os.environ.get("KAFKA_SASL_USERNAME")
-    if not user:
-        return {}
-    return {"security.protocol": os.environ.get("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
-            "sasl.mechanism": os.environ.get("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
-            "sasl.username": user, "sasl.password": os.environ.get("KAFKA_SASL_PASSWORD", "")}
 
 
 class Work(KeyedProcessFunction):
