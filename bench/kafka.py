@@ -1,5 +1,5 @@
 """Kafka -> key_by.sum -> Kafka: streamjob (columnar and per-record, exactly-once with 1 s checkpoints
-and without checkpoints) beside a plain confluent-kafka loop, PyFlink and Bytewax, in one run.
+and without checkpoints) beside a plain confluent-kafka loop, Flink SQL, PyFlink and Bytewax, in one run.
 
     python bench/kafka.py [--records 5000000] [--repeat 1] [--only plain,columnar,...]
                           [--latency-rate 10000] [--latency-s 15] [--latency-only]  (--latency-rate 0: no latency run)
@@ -19,9 +19,16 @@ far) as JSON into a fresh output topic of 4 partitions:
   type into Arrow columns, ``key_by("k").sum("v")``, ``KafkaSink`` (``streamjob run bench/jobs/kafka_job.py``);
 * per-record: streamjob, ``SimpleStringSchema`` -> ``map(json.loads)`` -> ``key_by(lambda r: r["k"])
   .sum("v")``;
+* flink-sql: Flink SQL 1.20, what a Flink user writes for this job (bench/jobs/kafka_flink_sql.py, run by
+  PyFlink's venv, all in Flink's JVM): Flink's Kafka table connector and JSON format, ``SUM(v) OVER
+  (PARTITION BY k ORDER BY proctime ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)``, the sink
+  ``sink.delivery-guarantee = exactly-once`` with a transactional id prefix;
 * pyflink: PyFlink 1.20 with Flink's Kafka connector 3.3.0-1.20 (bench/jobs/kafka_pyflink.py; its own venv), on
   --pyflink-records only (default 200,000: its Python reduce does a few thousand records/s here);
 * bytewax: Bytewax 0.21 with its Kafka connectors, 2 processes (bench/jobs/kafka_bytewax.py; its own venv);
+* quix: Quix Streams 3 (bench/jobs/kafka_quix.py; its own venv), 2 processes in one consumer group,
+  ``processing_guarantee="exactly-once"`` with 1 s commits (its "-off" case: ``at-least-once``), the sum in
+  its RocksDB state store with changelog topics;
 
 each engine exactly-once with checkpoints every 1 s (``EXACTLY_ONCE`` sink: a Kafka transaction per
 subtask per checkpoint; Bytewax: 1 s snapshots and its non-transactional sink, at-least-once) and with
@@ -84,13 +91,17 @@ KEYS = 10_000
 PARTITIONS = 4
 VENV_FLINK = DATA / "venv-flink"
 VENV_BYTEWAX = DATA / "venv-bytewax"
+VENV_QUIX = DATA / "venv-quix"
 FLINK_JARS = DATA / "flink-jars"
 FLINK_CONNECTOR = ("org.apache.flink", "flink-connector-kafka", "3.3.0-1.20")
-CASES = ["plain", "columnar", "columnar-off", "per-record", "per-record-off", "pyflink", "pyflink-off",
-         "bytewax", "bytewax-off"]
+CASES = ["plain", "columnar", "columnar-off", "per-record", "per-record-off", "flink-sql", "flink-sql-off",
+         "pyflink", "pyflink-off", "bytewax", "bytewax-off", "quix", "quix-off"]
 LABELS = {"plain": "plain confluent-kafka loop (1 process, at-least-once)",
           "columnar": "streamjob columnar", "per-record": "streamjob per-record",
-          "pyflink": "PyFlink 1.20 (Python reduce)", "bytewax": "Bytewax 0.21 (2 processes)"}
+          "flink-sql": "Flink SQL 1.20 (SUM OVER, JSON, Kafka connector)",
+          "pyflink": "PyFlink 1.20 (Python reduce, tuned)", "bytewax": "Bytewax 0.21 (2 processes)",
+          "quix": "Quix Streams 3 (2 processes, one group)"}
+FLINK_ENGINES = ("pyflink", "flink-sql")  # run by the PyFlink venv, with Flink's Kafka connector
 
 
 # -- setup of the peers' environments ---------------------------------------------------------------
@@ -101,7 +112,8 @@ def setup() -> None:
     base = getattr(sys, "_base_executable", py)
     DATA.mkdir(exist_ok=True)
     for venv, pkgs in ((VENV_FLINK, ["apache-flink==1.20.*", "psutil"]),
-                       (VENV_BYTEWAX, ["bytewax==0.21.1", "confluent-kafka", "psutil"])):
+                       (VENV_BYTEWAX, ["bytewax==0.21.1", "confluent-kafka", "psutil"]),
+                       (VENV_QUIX, ["quixstreams==3.*", "psutil"])):
         if not (venv / "bin" / "python").exists():
             subprocess.run([base, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *pkgs], check=True)
@@ -126,10 +138,12 @@ def flink_jars() -> list[str]:
 
 def available(case: str) -> bool:
     engine = case.removesuffix("-off")
-    if engine == "pyflink":
+    if engine in FLINK_ENGINES:
         return (VENV_FLINK / "bin" / "python").exists() and len(flink_jars()) == 2
     if engine == "bytewax":
         return (VENV_BYTEWAX / "bin" / "python").exists()
+    if engine == "quix":
+        return (VENV_QUIX / "bin" / "python").exists()
     return True
 
 
@@ -327,10 +341,14 @@ def command(case: str, bootstrap: str, topic_in: str, topic_out: str, tmp: str, 
         env["KB_PATH"] = engine.replace("-", "_")
         return [sys.executable, "-m", "streamjob.runtime.cli", "run", str(HERE / "jobs" / "kafka_job.py"),
                 "--no-progress"], env
-    if engine == "pyflink":
+    if engine in FLINK_ENGINES:
         env["KB_JARS"] = os.pathsep.join(flink_jars())
         env.pop("PYTHONPATH", None)
-        return [str(VENV_FLINK / "bin" / "python"), str(HERE / "jobs" / "kafka_pyflink.py")], env
+        script = "kafka_pyflink.py" if engine == "pyflink" else "kafka_flink_sql.py"
+        return [str(VENV_FLINK / "bin" / "python"), str(HERE / "jobs" / script)], env
+    if engine == "quix":
+        env.pop("PYTHONPATH", None)
+        return [str(VENV_QUIX / "bin" / "python"), str(HERE / "jobs" / "kafka_quix.py")], env
     # bytewax
     env["PYTHONPATH"] = str(HERE / "jobs")
     cmd = [str(VENV_BYTEWAX / "bin" / "python"), "-m", "bytewax.testing", "kafka_bytewax:flow", "-p", "2"]
@@ -686,7 +704,9 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
         if not rs:
             print(f"| {LABELS[engine]:<52} | {case:<20} | failed: {failed.get(case, '?')} |")
             continue
-        checkpoints = ("off, sink NONE" if case.endswith("-off") else
+        checkpoints = ("1 s, at-least-once" if case == "quix-off" else
+                       "1 s, exactly-once" if case == "quix" else
+                       "off, sink NONE" if case.endswith("-off") else
                        "off, at-least-once" if engine == "plain" else
                        "1 s, at-least-once" if engine == "bytewax" else "1 s, exactly-once")
         vs = f"{ratio(case, 'plain'):.2f}x" if runs.get("plain") else "-"

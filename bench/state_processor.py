@@ -9,7 +9,8 @@ OperatorTransformation.bootstrap_with(df).set_parallelism(2).key_by("key").trans
 ``df`` holds (key, value = 3 * key) for ``--keys`` int keys in 2 partitions and ``fn`` writes
 ValueState "v" per row; backends hashmap and rocksdb (the bootstrap tasks' working state; the savepoint
 is the same canonical format either way), 2 Spark tasks. Baseline: pyarrow writing the same rows to
-Parquet (two files, as 2 Spark tasks would). The savepoint is read back and checked.
+Parquet (two files, as 2 Spark tasks would); for reference Spark's own Parquet writer of the same
+DataFrame, and the shuffle by key the writer does. The savepoint is read back and checked.
 
 For each state backend, a savepoint of an operator at parallelism 2 whose ValueState holds an
 int for each of ``--keys`` int keys (value = 3 * key) is written by the runtime's own snapshot
@@ -241,6 +242,17 @@ def write_bench(args, results_file: str) -> None:
         print(f"baseline: pyarrow.parquet.write_table {args.keys / baseline / 1e6:.1f} M rows/s ({baseline:.2f} s)",
               flush=True)
         df = spark.range(0, args.keys, 1, PARALLELISM).selectExpr("id AS key", "id * 3 AS value")
+        # for reference: Spark's own writer of the same DataFrame (its JVM Parquet writer, no Python), and
+        # the same rows shuffled by key as the savepoint writer shuffles them (repartition, noop sink)
+        spark_dir = os.path.join(work, "spark-parquet")
+        spark_write = best(args.runs, lambda: df.write.mode("overwrite").parquet(spark_dir))
+        shuffle = best(args.runs, lambda: df.repartition(PARALLELISM, "key").write.format("noop").mode("overwrite")
+                       .save())
+        results["spark_parquet_write_rows_per_s"] = round(args.keys / spark_write)
+        results["spark_shuffle_rows_per_s"] = round(args.keys / shuffle)
+        print(f"for reference: Spark writing the DataFrame to Parquet {args.keys / spark_write / 1e6:.1f} M rows/s "
+              f"({baseline / spark_write:.2f}x pyarrow); Spark shuffling it by key {args.keys / shuffle / 1e6:.1f} M "
+              f"rows/s", flush=True)
         for backend in [b for b in args.backends.split(",") if b in ("hashmap", "rocksdb")]:
             url = os.path.join(work, f"written-{backend}")
 

@@ -13,14 +13,13 @@ TTL state answers as the function would see it: an expired value is absent.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import hmac
 import json
 import os
 import pickle
 import secrets
-import selectors
+import select
 import signal
 import socket
 import sys
@@ -71,6 +70,7 @@ def lookup(op: Any, name: str, raw_keys: list, key_type: Any) -> list[dict]:
     Safe beside the task thread (see the module's docstring)."""
     backend = op.keyed_backend
     descriptor = backend.queryable[name]
+    view = key_view(backend, None)  # one per request: each key is set on it in turn
     out = []
     for raw in raw_keys:
         try:
@@ -83,7 +83,8 @@ def lookup(op: Any, name: str, raw_keys: list, key_type: Any) -> list[dict]:
             out.append({"key": raw, "error": f"key group {group} is not in this subtask's "
                                              f"{backend.key_groups.start}..{backend.key_groups.stop - 1}"})
             continue
-        value = read(key_view(backend, key), descriptor)
+        view.current_key = key
+        value = read(view, descriptor)
         if value is not None and type(value) not in _SCALARS:
             value = pickle.loads(pickle.dumps(value, protocol=5))  # whole, as of one moment
         out.append({"key": raw, "found": value is not None, "value": to_json(value), "key_group": group})
@@ -128,7 +129,8 @@ def key_view(backend: Any, key: Any) -> Any:
     """The backend as a lookup of ``key`` sees it: its own current key, read-only tables, no TTL cleanup.
     A shallow copy: the tables, database and caches are the backend's own; nothing of the view is
     written back (its registries are its own)."""
-    view = copy.copy(backend)
+    view = object.__new__(type(backend))  # copy.copy without its protocol: a lookup's cost is the task's
+    view.__dict__.update(backend.__dict__)
     view.current_key = key
     view.queryable, view.ttl_policies = {}, {}
     real_table = backend.table
@@ -178,6 +180,12 @@ class QueryServer:
         self._previous_handler: Any = None
         self._thread: threading.Thread | None = None
         self._tid = 0
+        # Which sockets have something, in one system call (poll with no timeout) instead of a recv or
+        # accept on each that fails with EAGAIN: what the handler costs the task thread per lookup.
+        self._poll = select.poll()
+        self._jm_fd, self._listen_fd = self.sock.fileno(), self.listener.fileno()
+        self._poll.register(self._jm_fd, select.POLLIN)
+        self._poll.register(self._listen_fd, select.POLLIN)
         if use_signals is None:
             use_signals = _signals_possible()
         # A thread waiting for the GIL asks its holder to let go after the switch interval: Python's 5 ms
@@ -191,9 +199,6 @@ class QueryServer:
                 self._arm(sock)
             self._on_signal()  # what came before the signal was armed
             return
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self.sock, selectors.EVENT_READ)
-        self._selector.register(self.listener, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._serve, name=f"queryable-state-{slot}", daemon=True)
         self._thread.start()
 
@@ -239,7 +244,7 @@ class QueryServer:
     def _serve(self) -> None:
         while not self._closed:
             try:
-                self._selector.select()
+                self._poll.poll()  # blocking, the GIL released
                 self._service()
             except (OSError, ValueError):
                 if self._closed:
@@ -247,37 +252,56 @@ class QueryServer:
 
     # -- both -----------------------------------------------------------------------------------------
     def _service(self) -> None:
-        """Drain every socket until a pass finds nothing: the job manager's lookups, new clients, clients'
-        lookups, answers a client could not take at once."""
-        busy = True
-        while busy:
-            busy = self._from_job_manager()
-            busy |= self._accept()
-            for client in list(self.clients.values()):
-                try:
-                    busy |= self._from_client(client)
-                except Exception:  # noqa: BLE001 - one client's trouble is its own: it is dropped
-                    self._drop(client)
+        """Answer until no socket has anything: the job manager's lookups, new clients, clients' lookups,
+        answers a client could not take at once (POLLOUT is asked for only while some wait)."""
+        while not self._closed:
+            ready = self._poll.poll(0)
+            if not ready:
+                return
+            for fd, events in ready:
+                if fd == self._jm_fd:
+                    self._from_job_manager()
+                elif fd == self._listen_fd:
+                    self._accept()
+                else:
+                    client = self.clients.get(fd)
+                    if client is None:  # dropped earlier in this pass
+                        continue
+                    try:
+                        if events & select.POLLOUT:
+                            self._flush(client)
+                        if events & ~select.POLLOUT:  # data, or the peer's end (then recv says so)
+                            self._from_client(client)
+                    except Exception:  # noqa: BLE001 - one client's trouble is its own: it is dropped
+                        self._drop(client)
 
-    def _from_job_manager(self) -> bool:
-        if self.sock.fileno() < 0:
-            return False
+    def _from_job_manager(self) -> None:
         try:
             data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return False
+            return
+        except OSError:  # reset: as gone
+            data = b""
         if not data:  # the job manager went: nothing to answer for it
-            if self._thread is not None:
-                self._selector.unregister(self.sock)
-            else:
-                self._disarm(self.sock)
+            self._forget(self.sock)
+            self._jm_fd = -1
             self.sock.close()
-            return False
+            return
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
             self._handle(line)
-        return True
+
+    def _forget(self, sock: socket.socket) -> None:
+        """Stop watching ``sock`` (before it is closed: its descriptor number may be reused)."""
+        try:
+            fd = sock.fileno()
+            if fd >= 0:
+                self._poll.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass
+        if self._thread is None:
+            self._disarm(sock)
 
     def _handle(self, line: bytes) -> None:
         msg = json.loads(line)
@@ -298,35 +322,28 @@ class QueryServer:
             return [{"key": k, "error": f"{type(e).__name__}: {e}"} for k in query["keys"]]
 
     # -- clients on the lookup port ------------------------------------------------------------------
-    def _accept(self) -> bool:
+    def _accept(self) -> None:
         try:
             sock, _ = self.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            return False
+        except OSError:  # BlockingIOError: another pass took it
+            return
         sock.setblocking(True)  # reads and writes are MSG_DONTWAIT: never a wait in the task's thread
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client = self.clients[sock.fileno()] = _Client(sock)
-        if self._thread is not None:
-            self._selector.register(sock, selectors.EVENT_READ)
-        else:
+        self.clients[sock.fileno()] = _Client(sock)
+        self._poll.register(sock.fileno(), select.POLLIN)
+        if self._thread is None:
             self._arm(sock)
-        self._from_client(client)
-        return True
 
-    def _from_client(self, client: "_Client") -> bool:
-        if client.pending:
-            self._flush(client)
+    def _from_client(self, client: "_Client") -> None:
         try:
             data = client.sock.recv(1 << 16, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return False
+            return
         except OSError:
             data = b""
         if not data:
             self._drop(client)
-            return False
+            return
         client.buf += data
         try:
             for doc in frames.split(client.buf):
@@ -336,7 +353,6 @@ class QueryServer:
         except frames.FrameError as e:
             client.closing = True
             self._send(client, {"id": None, "status": 400, "error": str(e)})
-        return True
 
     def _client_answer(self, client: "_Client", doc: dict) -> dict:
         if not client.hello:
@@ -369,19 +385,20 @@ class QueryServer:
         try:
             sent = client.sock.send(client.pending, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return  # the socket's space comes back with a SIGIO (or the selector's next turn)
+            sent = 0
         except OSError:
             client.pending.clear()
-            return
+            sent = 0
         del client.pending[:sent]
+        waiting = bool(client.pending)
+        if waiting != client.waiting and client.sock.fileno() >= 0:
+            # the socket's space comes back as POLLOUT (and, armed, a SIGIO): asked for only while needed
+            client.waiting = waiting
+            self._poll.modify(client.fd, select.POLLIN | select.POLLOUT if waiting else select.POLLIN)
 
     def _drop(self, client: "_Client") -> None:
         self.clients.pop(client.fd, None)
-        if self._thread is not None:
-            try:
-                self._selector.unregister(client.sock)
-            except (KeyError, ValueError):
-                pass
+        self._forget(client.sock)
         client.sock.close()
 
     def close(self) -> None:
@@ -403,12 +420,12 @@ class QueryServer:
 class _Client:
     """A client on the lookup port: its unread bytes, answers it has not taken, whether it showed its ticket."""
 
-    __slots__ = ("sock", "fd", "buf", "pending", "hello", "closing")
+    __slots__ = ("sock", "fd", "buf", "pending", "hello", "closing", "waiting")
 
     def __init__(self, sock: socket.socket):
         self.sock, self.fd = sock, sock.fileno()
         self.buf, self.pending = bytearray(), bytearray()
-        self.hello = self.closing = False
+        self.hello = self.closing = self.waiting = False
 
 
 _F_SETOWN_EX = 15  # fcntl.h (Linux): the owner of a descriptor's signals is one thread, not the process
