@@ -53,7 +53,9 @@ Measured:
   ``--pyflink-latency-rate`` with ``--latency-only``), each record carrying its produce time ``t``;
   the read_committed consumer notes when each output record became visible; latency = visible - t,
   over the records produced from 2 s after the switch for --latency-s seconds, then the job is stopped;
-* peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once;
+* peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once, as the sum of
+  its processes' RSS (pages shared between processes counted in each) and as the sum of their PSS
+  (each page once: what a container's memory cgroup is charged), sampled every 50 / 500 ms;
 * job CPU-s / broker CPU-s = CPU seconds (user + system) of the case's process tree / of the
   broker's JVM during the case (start to the end of the stable-offset watch): on two shared cores,
   where exactly-once's extra work goes (the broker keeps transaction state and writes markers);
@@ -443,7 +445,7 @@ def run_case(case: str, bootstrap: str, topic_in: str, records: int, interval_ms
     end = stable.visible_at() or watcher.last_visible
     out = {"case": case, "records_per_s": records / (end - start), "wrote": wrote,
            "watcher_lag_s": watcher.last_visible - end,
-           "peak_rss_mb": sampled["peak_rss"] / 2**20, "total_s": exited - started,
+           "peak_rss_mb": sampled["peak_rss"] / 2**20, "peak_pss_mb": sampled["peak_pss"] / 2**20, "total_s": exited - started,
            "processing_s": end - start, "job_cpu_s": sampled["cpu"][-1][1] if sampled.get("cpu") else None,
            "broker_cpu_s": broker_cpu if broker_pid else None, "bench_cpu_s": bench_cpu}
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
@@ -630,7 +632,7 @@ def main() -> None:
                     print(f"  FAILED: {e}", file=sys.stderr, flush=True)
                     failed[case] = str(e).splitlines()[0]
                     continue
-                print(f"  {res['records_per_s']:,.0f} records/s, {res['peak_rss_mb']:.0f} MB, wrote {res['wrote']}",
+                print(f"  {res['records_per_s']:,.0f} records/s, {res['peak_rss_mb']:.0f} MB RSS ({res['peak_pss_mb']:.0f} MB PSS), wrote {res['wrote']}",
                       file=sys.stderr, flush=True)
                 runs[case].append(res)
             if args.latency_rate > 0:
@@ -655,6 +657,29 @@ def main() -> None:
                           file=sys.stderr, flush=True)
                     latency.setdefault(case, []).append(res)
     report(args, cases, runs, latency, failed, when, host)
+
+
+# Issue 34's floors: against Flink SQL on the same job, exactly-once, same run; the memory of the tree.
+FLOOR_VS_FLINK_SQL = {"columnar": 1.2, "per-record": 1.0}
+FLOOR_PEAK_MB = 400
+
+
+def floors(runs: dict, ratio) -> list[str]:
+    """One line per floor whose cases ran: met or missed, with the figure."""
+    out = []
+    for case, floor in FLOOR_VS_FLINK_SQL.items():
+        if runs.get(case) and runs.get("flink-sql"):
+            r = ratio(case, "flink-sql")
+            out.append(f"floor {case} exactly-once vs Flink SQL exactly-once >= {floor}x: {r:.2f}x "
+                       f"{'met' if r >= floor else 'MISSED'}")
+    for case in ("columnar", "per-record"):
+        if runs.get(case):
+            rss = statistics.median(x["peak_rss_mb"] for x in runs[case])
+            pss = statistics.median(x.get("peak_pss_mb", float("nan")) for x in runs[case])
+            out.append(f"floor {case} peak memory <= {FLOOR_PEAK_MB} MB: RSS {rss:.0f} MB "
+                       f"{'met' if rss <= FLOOR_PEAK_MB else 'MISSED'}, PSS {pss:.0f} MB "
+                       f"{'met' if pss <= FLOOR_PEAK_MB else 'MISSED'}")
+    return out
 
 
 def records_of(case: str, args) -> int:
@@ -687,6 +712,7 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
         print("| case | input rate | latency p50 | p99 | max | records measured |")
     head = (f"| {'case':<52} | {'checkpoints':<20} | {'records/s':>10} | {'vs loop':>7} | {'ckpt cost':>9} | "
             f"{'job-time cost':>13} | {'job CPU-s':>9} | {'broker CPU-s':>12} | {'p50 ms':>6} | {'p99 ms':>6} | {'peak RSS':>8} | "
+            f"{'peak PSS':>8} | "
             f"sink wrote (read_committed) |")
     if not args.latency_only:
         print(head)
@@ -724,7 +750,11 @@ def report(args, cases: list[str], runs: dict, latency: dict, failed: dict, when
             wrote += " (a smaller input)"
         print(f"| {LABELS[engine]:<52} | {checkpoints:<20} | {med([x['records_per_s'] for x in rs]):>10,.0f} | "
               f"{vs:>7} | {cost:>9} | {job_time_cost(case) if not case.endswith('-off') else '':>13} | {cpu('job_cpu_s'):>9} | "
-              f"{cpu('broker_cpu_s'):>12} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | {wrote} |")
+              f"{cpu('broker_cpu_s'):>12} | {p50:>6} | {p99:>6} | {med([x['peak_rss_mb'] for x in rs]):>5.0f} MB | "
+              f"{med([x.get('peak_pss_mb', float('nan')) for x in rs]):>5.0f} MB | {wrote} |")
+    if not args.latency_only:
+        for line in floors(runs, ratio):
+            print(line)
     rates = sorted({x["rate"] for xs in latency.values() for x in xs})
     if rates:
         print(f"latency: input written at {', '.join(f'{r:,}' for r in rates)} records/s (at most half of what the "
