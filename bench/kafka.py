@@ -588,7 +588,7 @@ def main() -> None:
     ap.add_argument("--latency-only", action="store_true", help="only the latency runs (at --latency-rate, PyFlink at "
                     "--pyflink-latency-rate)")
     ap.add_argument("--pyflink-latency-rate", type=int, default=500)
-    ap.add_argument("--setup", action="store_true", help="make the PyFlink and Bytewax venvs and fetch Flink's jars")
+    ap.add_argument("--setup", action="store_true", help="make the PyFlink, Bytewax and Quix Streams venvs and fetch Flink's jars")
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plain_child:
