@@ -181,7 +181,8 @@ class QueryServer:
         self._thread: threading.Thread | None = None
         self._tid = 0
         # Which sockets have something, in one system call (poll with no timeout) instead of a recv or
-        # accept on each that fails with EAGAIN: what the handler costs the task thread per lookup.
+        # accept on each socket that fails with EAGAIN and raises. Measured (docs/performance.md): the
+        # handler's cost per lookup is dominated by the recv and send themselves; this removes the rest.
         self._poll = select.poll()
         self._jm_fd, self._listen_fd = self.sock.fileno(), self.listener.fileno()
         self._poll.register(self._jm_fd, select.POLLIN)
