@@ -61,9 +61,10 @@ def run(mode: str, rate: float, seconds: float) -> tuple[float, float]:
 
     def timed(self, line):  # noqa: ANN001
         t = time.perf_counter()
-        handle(self, line)
+        answer = handle(self, line)
         spent[0] += time.perf_counter() - t
         spent[1] += 1
+        return answer
 
     queryable.QueryServer._handle = timed
     peer = subprocess.Popen([sys.executable, "-c", PEER, str(rate), str(seconds)], stdout=subprocess.PIPE, text=True)

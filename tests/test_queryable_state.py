@@ -256,6 +256,137 @@ def test_the_query_server_answers_between_two_bytecodes_of_a_busy_task_thread(tm
     assert signal.getsignal(signal.SIGIO) == signal.SIG_DFL
 
 
+def test_the_pacer_batches_an_open_loop_lets_a_sequential_client_be_and_stops_a_flood():
+    """Pure decisions (task/queryable.py's Pacer): requests 1 ms apart are answered in timed passes; a
+    client that asks only after each answer is let go back to a signal per request (and held there,
+    longer each time it comes back); a pass cut by its budget batches even then; quiet ends batching."""
+    from streamjob.runtime.task.queryable import Pacer
+
+    p = Pacer(wait=0.002, judge_after=4, hold=0.05, max_hold=0.2)
+    assert p.after(10.000, 1, False) == Pacer.NONE  # the first request: answered at its signal
+    assert p.after(10.001, 1, False) == Pacer.BATCH  # the next 1 ms later: timed passes from now on
+    t = 10.001
+    for _ in range(10):  # an open loop: ~2 requests a pass
+        t += 0.002
+        assert p.after(t, 2, False) == Pacer.BATCH
+    assert p.after(t + 0.002, 0, False) == Pacer.BATCH  # one quiet pass is not yet quiet
+    assert p.after(t + 0.004, 0, False) == Pacer.SIGNALS  # two are
+    assert not p.batching
+
+    # A sequential client: one request per pass, passes close together.
+    t = 20.0
+    assert p.after(t, 1, False) == Pacer.NONE
+    t += 0.0005
+    assert p.after(t, 1, False) == Pacer.BATCH
+    steps = []
+    for _ in range(4):
+        t += 0.002
+        steps.append(p.after(t, 1, False))
+    assert steps == [Pacer.BATCH] * 3 + [Pacer.SIGNALS]  # judged after 4 passes: nothing gained
+    for _ in range(20):  # held: its requests are answered at their signals however close
+        t += 0.0005
+        assert p.after(t, 1, False) == Pacer.NONE
+    t += 0.05
+    assert p.after(t, 1, False) == Pacer.NONE
+    t += 0.0005
+    assert p.after(t, 1, False) == Pacer.BATCH  # the hold is over: tried again, and let go again
+    for _ in range(4):
+        t += 0.002
+        last = p.after(t, 1, False)
+    assert last == Pacer.SIGNALS and p.hold_until == pytest.approx(t + 0.1)  # held twice as long
+    assert p.after(t + 0.001, 3, True) == Pacer.BATCH  # a pass cut by its budget: batched even when held
+    for _ in range(4):  # a flood: cut passes are never judged a waste
+        t += 0.002
+        assert p.after(t, 1, True) == Pacer.BATCH
+    assert Pacer(enabled=False).after(1.0, 5, True) == Pacer.NONE
+
+
+def test_every_request_is_answered_through_bursts_sequences_and_pauses_while_the_task_thread_computes(tmp_path):
+    """The signal-driven server under each pattern the pacer tells apart: a burst of pipelined requests
+    (passes cut by their budget), a sequential client, an open loop, pauses (back to signals): every
+    request answered once, in order, with its value, while the task thread computes all along; the pacer
+    batched at some point and ends back on signals."""
+    import socket
+    import threading
+
+    from streamjob.runtime.config import Configuration
+    from streamjob.runtime.keygroups import key_group_range
+    from streamjob.runtime.state.backends import create_keyed_backend
+    from streamjob.runtime.task import queryable
+
+    backend = create_keyed_backend(Configuration({"state.backend.type": "hashmap"}), "op", 128,
+                                   key_group_range(128, 1, 0), str(tmp_path))
+    counts = ValueStateDescriptor("c").set_queryable("counts")
+    for k in range(1000):
+        backend.current_key = k
+        backend.get_state(counts).update(k * 3)
+
+    class Op:
+        keyed_backend = backend
+        node = None
+
+    jm = socket.create_server(("127.0.0.1", 0))
+    server = queryable.QueryServer(jm.getsockname(), 0, 0, {5: Op()}, lambda node: None, lambda: 1)
+    conn, _ = jm.accept()
+    steps: list = []  # per pass: (its decision, cut by the budget, how far the task thread had got)
+    spins = [0]
+    decide = server._pacer.after
+    server._pacer.after = lambda now, answered, cut: steps.append(  # type: ignore[method-assign]
+        (decide(now, answered, cut), cut, spins[0])) or steps[-1][0]
+    host, port, ticket = server.port
+    got: list = []
+    failure: list = []
+
+    def client() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=20) as c:
+                c.sendall(frames.encode({"ticket": ticket}))
+                frames.recv(c)
+                n = 0
+
+                def ask(count: int) -> None:
+                    nonlocal n
+                    c.sendall(b"".join(frames.encode({"id": n + i, "name": "counts", "keys": [(n + i) % 1000]})
+                                       for i in range(count)))
+                    n += count
+
+                ask(3000)  # a burst, pipelined
+                got.extend(frames.recv(c) for _ in range(3000))
+                for _ in range(200):  # a sequential client
+                    ask(1)
+                    got.append(frames.recv(c))
+                time.sleep(0.05)  # a pause
+                for _ in range(300):  # an open loop, ~2,000/s, answers read as they come
+                    ask(1)
+                    time.sleep(0.0005)
+                got.extend(frames.recv(c) for _ in range(300))
+                time.sleep(0.05)
+                ask(1)  # one more after the quiet: answered at its own signal
+                got.append(frames.recv(c))
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            failure.append(e)
+
+    asker = threading.Thread(target=client)
+    asker.start()
+    deadline = time.monotonic() + 60
+    try:
+        while asker.is_alive() and time.monotonic() < deadline:
+            sum(range(1000))  # the task thread computing
+            spins[0] += 1
+        asker.join(1)
+        assert not failure, failure
+        assert [d["id"] for d in got] == list(range(3501))
+        assert all(d["status"] == 200 and d["results"][0]["value"] == (d["id"] % 1000) * 3 for d in got)
+        cut = [at for _, was_cut, at in steps if was_cut]
+        assert len(cut) >= 2 and cut[-1] > cut[0], "the burst is answered in passes, the task computing between"
+        assert queryable.Pacer.BATCH in [step for step, _, _ in steps] and not server._pacer.batching
+    finally:
+        server.close()
+        conn.close()
+        jm.close()
+        backend.dispose()
+
+
 # -- on Spark -------------------------------------------------------------------------------------------
 def _get(url: str, path: str, body: dict | None = None) -> tuple[int, dict, dict]:
     request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),

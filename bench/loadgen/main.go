@@ -302,7 +302,12 @@ func main() {
 	}
 	var direct *router
 	if mode == "open-direct" {
-		direct = dialDirect(template, proxyConnections/2)
+		// LOADGEN_CONNECTIONS per subtask (QueryableStateClient keeps one), else half the proxy's.
+		perSubtask := proxyConnections / 2
+		if v, err := strconv.Atoi(os.Getenv("LOADGEN_CONNECTIONS")); err == nil && v > 0 {
+			perSubtask = v
+		}
+		direct = dialDirect(template, perSubtask)
 	}
 	start := time.Now()
 	stop := start.Add(time.Duration(seconds * float64(time.Second)))

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from .. import queryable_frames as frames
@@ -93,6 +94,12 @@ def lookup(op: Any, name: str, raw_keys: list, key_type: Any) -> list[dict]:
 
 _SCALARS = {int, float, str, bool, bytes}
 SWITCH_INTERVAL_S = 0.001
+# Under load, how long the signal-driven server lets requests gather before a pass answers them all
+# (Pacer): what a lookup may wait beyond its own time, for a task thread interrupted a few hundred times a
+# second instead of once per request.
+BATCH_WAIT_S = 0.002
+# The longest a pass answers before it lets the task go on (what is left waits for the next pass).
+PASS_BUDGET_S = 0.001
 _WRITES = frozenset({"put", "put_raw", "remove", "put_all", "load", "thaw", "freeze", "evict_all", "flush",
                      "update_many", "put_many"})
 
@@ -139,6 +146,67 @@ def key_view(backend: Any, key: Any) -> Any:
     return view
 
 
+class Pacer:
+    """When the signal-driven query server answers at each request's signal and when in timed passes.
+
+    A signal per request costs the task thread more than the lookup does (on this 2-core VM: an interrupt
+    from the other core, the signal's frame, a poll, a recv and a send of its own: ~100 us against ~20 us
+    of Python; docs/performance.md). So once requests come closer together than ``wait``, the sockets stop
+    raising SIGIO and a one-shot timer raises it ``wait`` after each pass instead (BATCH): a pass takes
+    what came meanwhile in one recv per connection and answers it in one send, and a lookup waits up to
+    ``wait`` more. The same after a pass cut short by its budget: clients sending faster than the task
+    answers get at most a budget per ``wait`` of its thread.
+
+    Back to a signal per request (SIGNALS) after two passes in a row that found nothing, or when the
+    passes take one request each on average (a client that sends its next request only after the
+    answer: the wait would be all its latency, and nothing is saved); that client's requests are then
+    not batched for ``hold`` (doubling, up to ``max_hold``, while it goes on) unless a pass is cut.
+    Pure: the server does the I/O."""
+
+    BATCH, SIGNALS, NONE = "batch", "signals", ""
+
+    def __init__(self, wait: float = 0.002, enabled: bool = True, judge_after: int = 8, min_per_pass: float = 1.25,
+                 hold: float = 0.05, max_hold: float = 1.0):
+        self.wait, self.enabled = wait, enabled
+        self.judge_after, self.min_per_pass = judge_after, min_per_pass
+        self.first_hold, self.max_hold = hold, max_hold
+        self.hold = hold
+        self.batching = False
+        self.last_answered = float("-inf")  # when a pass last answered something
+        self.hold_until = float("-inf")
+        self.empty = self.passes = self.requests = 0
+
+    def after(self, now: float, answered: int, cut: bool) -> str:
+        """What follows a pass that ended at ``now``, answered ``answered`` requests, and was ``cut`` by its
+        budget: BATCH (a timed pass ``wait`` from now), SIGNALS (a signal per request again), or NONE."""
+        previous, self.last_answered = self.last_answered, (now if answered else self.last_answered)
+        if not self.enabled:
+            return self.NONE
+        if not self.batching:
+            if cut or (answered and now - previous < self.wait and now >= self.hold_until):
+                self.batching, self.empty, self.passes, self.requests = True, 0, 0, 0
+                return self.BATCH
+            return self.NONE
+        if not answered:
+            self.empty += 1
+            if self.empty >= 2:
+                self.batching = False
+                return self.SIGNALS
+            return self.BATCH
+        self.empty = 0
+        self.passes += 1
+        self.requests += answered
+        if self.passes >= self.judge_after:
+            if self.requests < self.min_per_pass * self.passes and not cut:
+                self.batching = False
+                self.hold_until = now + self.hold
+                self.hold = min(self.hold * 2, self.max_hold)
+                return self.SIGNALS
+            self.hold = self.first_hold
+            self.passes = self.requests = 0
+        return self.BATCH
+
+
 class QueryServer:
     """Answers lookups without waiting for the batch the task is processing: the job manager's (on a
     connection to it) and clients' own (on a port of its own, the subtask's lookup port: a client that
@@ -154,9 +222,15 @@ class QueryServer:
     lookup thread a core. Measured on 2 cores at 1,000 lookups/s (bench/queryable_state.py), that wait
     cost the job ~35% of its throughput where signals cost it ~1%.
 
+    Under load the signals are paced (``Pacer``): requests closer together than ``BATCH_WAIT_S`` are
+    answered in timed passes, each taking what came meanwhile; and a pass answers for ``PASS_BUDGET_S``
+    at most before the task goes on, so clients sending faster than the task answers slow their own
+    lookups, never stop the job (before, eight clients in a closed loop held the task thread ~85% of the
+    time).
+
     Either way the handler sees the state as it is between two bytecodes: a read through ``key_view``,
-    a value copied whole in one C call (see the module's docstring). SIGIO is not queued: each handler
-    run drains every socket until none has anything."""
+    a value copied whole in one C call (see the module's docstring). SIGIO is not queued: each pass
+    drains every socket until none has anything or its budget is spent."""
 
     MAX_PENDING = 64 << 20  # answers a client has not read; beyond it the client is dropped
 
@@ -174,6 +248,7 @@ class QueryServer:
         self.ticket = secrets.token_urlsafe(18)
         self.port = [advertise_host or listen_host, self.listener.getsockname()[1], self.ticket]
         self.clients: dict[int, _Client] = {}
+        self._backlog: set[_Client] = set()  # clients with whole requests read and not yet answered
         self._buf = b""
         self._serving = self._again = False
         self._closed = False
@@ -193,8 +268,15 @@ class QueryServer:
         # would be most of a lookup's time, whether the lookup waits in the lookup thread or in the task
         # thread while the snapshot writer holds the GIL. Only a waiting thread makes it matter.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        self._timer: _ThreadTimer | None = None
+        self._pacer = Pacer(enabled=False)
         if use_signals:
             self._tid = threading.get_native_id()
+            try:
+                self._timer = _ThreadTimer(signal.SIGIO, self._tid)
+                self._pacer = Pacer(BATCH_WAIT_S)
+            except OSError:  # no POSIX timers: a signal per request, always
+                self._timer = None
             self._previous_handler = signal.signal(signal.SIGIO, self._on_signal)
             for sock in (self.sock, self.listener):
                 self._arm(sock)
@@ -205,33 +287,74 @@ class QueryServer:
 
     # -- signal-driven (the task's own thread) -------------------------------------------------------
     def _arm(self, sock: socket.socket) -> None:
+        _own_signals(sock.fileno(), self._tid)
+        self._arm_flags(sock)
+
+    @staticmethod
+    def _arm_flags(sock: socket.socket) -> None:
         fd = sock.fileno()
-        _own_signals(fd, self._tid)
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        if fd >= 0:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
 
     def _on_signal(self, *_: Any) -> None:
-        """SIGIO: answer every whole request there is. Never raises (it runs inside the task's code)."""
+        """SIGIO (a socket's, or the pacing timer's): a pass over the sockets. Never raises (it runs inside
+        the task's code)."""
         if self._closed:
             return
         if self._serving:
             # A signal inside the handler (Python runs it nested, at a bytecode boundary of ours): what it
-            # announced may have come after our last look at its socket, so the loop below looks again.
+            # announced may have come after our last look at its socket, so the handler looks again.
             self._again = True
             return
         self._serving = True
+        timed = False
         try:
             while True:
                 self._again = False
-                self._service()
+                answered, cut = self._service(PASS_BUDGET_S if self._timer is not None else None)
+                was_batching = self._pacer.batching
+                step = self._pacer.after(time.monotonic(), answered, cut)
+                if step == Pacer.BATCH:
+                    if not was_batching:
+                        for sock in self._batched_sockets():
+                            self._disarm(sock)
+                    timed = True
+                    break
+                if step == Pacer.SIGNALS:  # a signal per request again, and a look at what came in before
+                    for sock in self._batched_sockets():  # the sockets were armed
+                        self._arm_flags(sock)
+                    continue
                 if not self._again:
                     break
         except Exception:  # noqa: BLE001 - a lookup's trouble must never surface in the task's code
+            # A fault of the handler itself: said once in the task's log, and the lookups go on in a thread.
+            import traceback
+
+            traceback.print_exc()
+            if self._timer is not None:
+                self._timer.delete()
+                self._timer = None
             for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
                 self._disarm(sock)
+            self._pacer = Pacer(enabled=False)
+            self._thread = threading.Thread(target=self._serve, name=f"queryable-state-{self.slot}", daemon=True)
+            self._thread.start()
+            return
         finally:
             self._serving = False
-        if self._again:  # one that came between the loop's last look and the line above: never lost
+        if timed and self._timer is not None:
+            # Started once the handler is done: a timer signal inside it would only set _again.
+            self._timer.start(BATCH_WAIT_S)
+        elif self._again:  # one that came in the last instant: never lost
             self._on_signal()
+
+    def _batched_sockets(self) -> list[socket.socket]:
+        """What raises SIGIO per request: the job manager's connection and the clients' (not the listener:
+        a new client is rare, and is accepted at once)."""
+        socks = [c.sock for c in self.clients.values()]
+        if self._jm_fd >= 0:
+            socks.append(self.sock)
+        return socks
 
     def _disarm(self, sock: socket.socket) -> None:
         try:
@@ -252,46 +375,59 @@ class QueryServer:
                     return
 
     # -- both -----------------------------------------------------------------------------------------
-    def _service(self) -> None:
+    def _service(self, budget: float | None = None) -> tuple[int, bool]:
         """Answer until no socket has anything: the job manager's lookups, new clients, clients' lookups,
-        answers a client could not take at once (POLLOUT is asked for only while some wait)."""
+        answers a client could not take at once (POLLOUT is asked for only while some wait). Returns how
+        many requests it answered, and whether it stopped at ``budget`` seconds with requests still there
+        (clients sending faster than it answers must not hold the task thread: the rest waits a pass; a
+        client's requests already read wait in its buffer, its socket unread meanwhile)."""
+        answered = 0
+        deadline = None if budget is None else time.perf_counter() + budget
+        for client in list(self._backlog):  # whole requests read in an earlier pass
+            self._backlog.discard(client)
+            answered += self._answer_buffered(client, deadline)
         while not self._closed:
+            if deadline is not None and answered and time.perf_counter() > deadline:
+                return answered, bool(self._backlog or self._poll.poll(0))
             ready = self._poll.poll(0)
             if not ready:
-                return
+                break
             for fd, events in ready:
                 if fd == self._jm_fd:
-                    self._from_job_manager()
+                    answered += self._from_job_manager()
                 elif fd == self._listen_fd:
                     self._accept()
                 else:
                     client = self.clients.get(fd)
-                    if client is None:  # dropped earlier in this pass
+                    if client is None or client in self._backlog:  # dropped in this pass; or still behind
                         continue
                     try:
                         if events & select.POLLOUT:
                             self._flush(client)
                         if events & ~select.POLLOUT:  # data, or the peer's end (then recv says so)
-                            self._from_client(client)
+                            answered += self._from_client(client, deadline)
                     except Exception:  # noqa: BLE001 - one client's trouble is its own: it is dropped
                         self._drop(client)
+        return answered, bool(self._backlog)
 
-    def _from_job_manager(self) -> None:
+    def _from_job_manager(self) -> int:
         try:
             data = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError:  # reset: as gone
             data = b""
         if not data:  # the job manager went: nothing to answer for it
             self._forget(self.sock)
             self._jm_fd = -1
             self.sock.close()
-            return
+            return 0
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            self._handle(line)
+        out = [answer for answer in map(self._handle, lines) if answer is not None]
+        if out:  # every answer of the pass in one send
+            self.sock.sendall(b"".join(out))
+        return len(out)
 
     def _forget(self, sock: socket.socket) -> None:
         """Stop watching ``sock`` (before it is closed: its descriptor number may be reused)."""
@@ -304,13 +440,14 @@ class QueryServer:
         if self._thread is None:
             self._disarm(sock)
 
-    def _handle(self, line: bytes) -> None:
+    def _handle(self, line: bytes) -> bytes | None:
+        """The answer line to one of the job manager's query lines (None: not a query)."""
         msg = json.loads(line)
         if msg.get("type") != "query":
-            return
+            return None
         answers = [{"id": q["id"], "results": self._answer(q)} for q in msg["batch"]]
         answer = {"type": "query_result", "slot": self.slot, "batch": answers, "checkpoint": self.last_completed()}
-        self.sock.sendall((json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode())
+        return (json.dumps(answer, separators=(",", ":"), default=str) + "\n").encode()
 
     def _answer(self, query: dict) -> list[dict]:
         op = self.operators.get(int(query["op"]))
@@ -333,27 +470,42 @@ class QueryServer:
         self.clients[sock.fileno()] = _Client(sock)
         self._poll.register(sock.fileno(), select.POLLIN)
         if self._thread is None:
-            self._arm(sock)
+            _own_signals(sock.fileno(), self._tid)
+            if not self._pacer.batching:  # else the timer's passes look at it, and arm it when they end
+                self._arm_flags(sock)
 
-    def _from_client(self, client: "_Client") -> None:
+    def _from_client(self, client: "_Client", deadline: float | None = None) -> int:
         try:
             data = client.sock.recv(1 << 16, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return
+            return 0
         except OSError:
             data = b""
         if not data:
             self._drop(client)
-            return
+            return 0
         client.buf += data
+        return self._answer_buffered(client, deadline)
+
+    def _answer_buffered(self, client: "_Client", deadline: float | None) -> int:
+        """Answer the whole requests in the client's buffer, all in one send (a pipelining client sends
+        several), until ``deadline``: the rest waits in the backlog for the next pass."""
+        answered = 0
         try:
             for doc in frames.split(client.buf):
-                if client.sock.fileno() < 0:
+                client.pending += frames.encode(self._client_answer(client, doc))
+                answered += 1
+                if client.closing:
                     break
-                self._send(client, self._client_answer(client, doc))
+                if deadline is not None and time.perf_counter() > deadline:
+                    if len(client.buf) >= frames.HEADER.size:
+                        self._backlog.add(client)
+                    break
         except frames.FrameError as e:
             client.closing = True
-            self._send(client, {"id": None, "status": 400, "error": str(e)})
+            client.pending += frames.encode({"id": None, "status": 400, "error": str(e)})
+        self._send(client)
+        return answered
 
     def _client_answer(self, client: "_Client", doc: dict) -> dict:
         if not client.hello:
@@ -376,8 +528,7 @@ class QueryServer:
             return {"id": rid, "status": 500, "error": f"{type(e).__name__}: {e}"}
         return {"id": rid, "status": 200, "results": results, "checkpoint": self.last_completed()}
 
-    def _send(self, client: "_Client", doc: dict) -> None:
-        client.pending += frames.encode(doc)
+    def _send(self, client: "_Client") -> None:
         self._flush(client)
         if client.closing or len(client.pending) > self.MAX_PENDING:
             self._drop(client)
@@ -399,11 +550,15 @@ class QueryServer:
 
     def _drop(self, client: "_Client") -> None:
         self.clients.pop(client.fd, None)
+        self._backlog.discard(client)
         self._forget(client.sock)
         client.sock.close()
 
     def close(self) -> None:
         self._closed = True
+        if self._timer is not None:
+            self._timer.delete()
+            self._timer = None
         if self._previous_handler is not None:
             for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
                 self._disarm(sock)
@@ -416,6 +571,7 @@ class QueryServer:
         for sock in (self.sock, self.listener, *[c.sock for c in self.clients.values()]):
             sock.close()
         self.clients.clear()
+        self._backlog.clear()
 
 
 class _Client:
@@ -451,3 +607,42 @@ def _own_signals(fd: int, tid: int) -> None:
     owner = Owner(_F_OWNER_TID, tid)
     if libc.fcntl(fd, _F_SETOWN_EX, ctypes.byref(owner)) != 0:
         raise OSError(ctypes.get_errno(), "fcntl(F_SETOWN_EX)")
+
+
+class _ThreadTimer:
+    """A one-shot POSIX timer raising ``signo`` in one thread (``timer_create`` with SIGEV_THREAD_ID),
+    so it interrupts the task thread only, as ``F_SETOWN_EX`` makes its sockets' signals do."""
+
+    def __init__(self, signo: int, tid: int):
+        import ctypes
+
+        class SigEvent(ctypes.Structure):  # struct sigevent (Linux): 64 bytes, the thread id in the union
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("tid", ctypes.c_int), ("pad", ctypes.c_int * 11)]
+
+        class TimeSpec(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+        class ITimerSpec(ctypes.Structure):
+            _fields_ = [("interval", TimeSpec), ("value", TimeSpec)]
+
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._spec, self._byref = ITimerSpec(), ctypes.byref
+        self._id = ctypes.c_void_p()
+        event = SigEvent(None, signo, _SIGEV_THREAD_ID, tid)
+        if self._libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._id)) != 0:
+            raise OSError(ctypes.get_errno(), "timer_create")
+        self._set = self._libc.timer_settime
+        self._set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+
+    def start(self, seconds: float) -> None:
+        ns = int(seconds * 1e9)
+        self._spec.value.sec, self._spec.value.nsec = divmod(ns, 1_000_000_000)
+        self._set(self._id, 0, self._byref(self._spec), None)
+
+    def delete(self) -> None:
+        self._libc.timer_delete(self._id)
+
+
+_SIGEV_THREAD_ID = 4  # asm-generic/siginfo.h
+_CLOCK_MONOTONIC = 1
