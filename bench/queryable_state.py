@@ -194,6 +194,7 @@ def load(client: list[str], mode: str, url: str, keys: int, arg: float, seconds:
 def bench_backend(client: list[str], backend: str, keys: int, seconds: float, rate: float,
                   protocols: list[str], parallelism: int = 2, interval: int = 1000,
                   snapshots: str = "full", rounds: int = 3) -> list[dict]:
+    spinner: subprocess.Popen | None = None  # --pin: see below
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", JOB, "--no-progress", "--",
                                  backend, str(keys), str(10**10), os.path.join(tmp, "ck"), str(parallelism),
@@ -261,7 +262,7 @@ def bench_backend(client: list[str], backend: str, keys: int, seconds: float, ra
                 rows.append(out)
             return rows
         finally:
-            if "spinner" in locals() and spinner is not None:
+            if spinner is not None:
                 spinner.kill()
                 spinner.wait()
             subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "cancel", "--address", url],

@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 from .. import queryable_frames as frames
@@ -328,8 +329,6 @@ class QueryServer:
                     break
         except Exception:  # noqa: BLE001 - a lookup's trouble must never surface in the task's code
             # A fault of the handler itself: said once in the task's log, and the lookups go on in a thread.
-            import traceback
-
             traceback.print_exc()
             if self._timer is not None:
                 self._timer.delete()
