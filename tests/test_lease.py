@@ -117,3 +117,29 @@ def test_resuming_a_running_jobs_checkpoint_in_claim_mode_is_refused_naming_it(t
             first.kill()
     assert committed(out) == list(range(rows))
     assert not (checkpoints / job_id / L.LEASE).exists()  # released at the end
+
+
+def test_a_renewal_in_flight_when_the_job_ends_does_not_leave_the_lease_behind(tmp_path, monkeypatch):
+    """The renewal thread is past its wait and about to write when release() runs: the release waits for
+    that write and then removes the lease, so the finished job's directory ends empty."""
+    monkeypatch.setattr(L, "RENEW_S", 0.05)
+    fs = fsspec.filesystem("file")
+    root = str(tmp_path / "job")
+    os.makedirs(root)
+    lease = L.JobLease(fs, root, "job-1")
+    lease.acquire()
+    writing, go_on = threading.Event(), threading.Event()
+    write = lease._write
+
+    def slow_write() -> None:  # the renewal's write, held until release() has begun
+        writing.set()
+        go_on.wait(5)
+        write()
+
+    monkeypatch.setattr(lease, "_write", slow_write)
+    lease.start(lambda why: None)
+    assert writing.wait(5)
+    threading.Timer(0.2, go_on.set).start()
+    lease.release()
+    lease._thread.join(5)  # whatever the renewal was doing is done
+    assert os.listdir(root) == []

@@ -139,6 +139,10 @@ class JobLease:
         self._stop.set()
 
         def free() -> None:
+            # A renewal already past its wait finishes its write first: else it could write the lease
+            # again after it was removed, and the finished job's directory would keep it.
+            if self._thread is not None:
+                self._thread.join(RELEASE_WAIT_S)
             try:
                 found = self._read()
                 if found is not None and found.owner == self.me.owner:
