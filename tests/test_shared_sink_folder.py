@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -31,8 +32,9 @@ PART = re.compile(r"part-([0-9a-f]{32})-(\d+)-(\d+)\.jsonl")
 
 def start(cwd: Path, rate: int, *conf: str) -> subprocess.Popen:
     args = [arg for c in conf for arg in ("--conf", c)]
+    # A session of its own: the test can pause the job's whole process tree (driver, JVM, Python workers).
     return subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run", str(JOB), "--parallelism", "2",
-                             "--no-progress", *args], cwd=cwd,
+                             "--no-progress", *args], cwd=cwd, start_new_session=True,
                             env={**os.environ, "ROWS": str(ROWS), "RATE": str(rate),
                                  "STREAMJOB_STATE_DIR": str(cwd / "jobs")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -99,22 +101,34 @@ def test_a_job_restored_while_another_writes_into_the_same_folder_deletes_none_o
     the job fails over to that checkpoint: its restore deletes what it wrote after the checkpoint, and
     nothing of the other job's, whose in-progress files bear the same subtask indices and numbers."""
     marker, out = tmp_path / "killed", tmp_path / "out" / "counts"
-    # The other job first, with 40 s of events; the faulty one once the other writes (on a loaded machine
-    # a job takes 5-30 s to start: with 16 s, and 27 s, of events the other had ended before the kill in
-    # CI): the kill, at the faulty job's first checkpoint, falls within the other's run, its in-progress
-    # files there.
+    # The other job first; once it writes, its whole process tree is paused (SIGSTOP) until the faulty job
+    # has been killed, has restored and has ended: its in-progress files are there through the faulty job's
+    # restore, however long that job takes to start (5-40 s on a loaded machine: with the other job left
+    # running, it had twice ended before the kill in CI). Then it goes on and ends, its paused checkpoint
+    # and all: a stall like a long GC pause or a frozen VM, which must cost nothing either.
     procs = [start(tmp_path, 400)]
     deadline = time.monotonic() + 120
     while not (out.exists() and any(p.name.startswith(".") for p in out.iterdir())) and time.monotonic() < deadline:
         assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
         time.sleep(0.05)
-    procs.append(start(tmp_path, 1600, f"{FAULT}=sink-before-commit:{marker}"))
-    while not marker.exists() and procs[1].poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    hidden_at_kill = [p.name for p in out.iterdir() if p.name.startswith(".")] if out.exists() else []
+    os.killpg(procs[0].pid, signal.SIGSTOP)
+    try:
+        procs.append(start(tmp_path, 1600, f"{FAULT}=sink-before-commit:{marker}"))
+        while not marker.exists() and procs[1].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        hidden_at_kill = [p.name for p in out.iterdir() if p.name.startswith(".")] if out.exists() else []
+        try:
+            procs[1].wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            pass  # wait_both reports it
+        hidden_after_restore = [p.name for p in out.iterdir() if p.name.startswith(".")]
+    finally:
+        os.killpg(procs[0].pid, signal.SIGCONT)
     _, err = wait_both(procs)
     assert marker.exists() and "Restarting from checkpoint" in err, err[-3000:]
     killed = {PART.search(c["final"]).group(1) for c in json.loads(marker.read_text())}  # its committables
-    assert [n for n in hidden_at_kill if PART.search(n).group(1) not in killed], \
-        f"no file of the other job in progress when {killed} was killed: {hidden_at_kill}"
+    others = [n for n in hidden_at_kill if PART.search(n).group(1) not in killed]
+    assert others, f"no file of the other job in progress when {killed} was killed: {hidden_at_kill}"
+    assert set(others) <= set(hidden_after_restore), \
+        f"the restore of {killed} deleted the other job's in-progress files: {others} -> {hidden_after_restore}"
     assert_each_job_exact(tmp_path)
