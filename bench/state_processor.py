@@ -1,7 +1,7 @@
 """State Processor API benchmark: a savepoint's ValueState of N keys into a Spark DataFrame (read),
 and from one (write).
 
-    python bench/state_processor.py [--keys 10000000] [--backends hashmap,rocksdb,columnar] [--runs 3]
+    python bench/state_processor.py [--keys 10000000] [--backends hashmap,rocksdb,pickled] [--runs 3]
                                     [--direction read,write]
 
 Write (``--direction write``): ``SavepointWriter.new_savepoint(spark, backend, 128).with_operator(uid,
@@ -15,11 +15,11 @@ DataFrame, and the shuffle by key the writer does. The savepoint is read back an
 For each state backend, a savepoint of an operator at parallelism 2 whose ValueState holds an
 int for each of ``--keys`` int keys (value = 3 * key) is written by the runtime's own snapshot
 code, as a stop-with-savepoint writes it: each subtask's backend is filled with the keys of its
-key groups, snapshotted with ``full=True`` and written to a ``SavepointTarget``: on both backends a
-table of that size is pickled chunks (a dict per key group), read with one ``pickle.loads`` per key
-group. ``columnar`` is the heap format's columnar table (int64 keys and values, what a heap
-savepoint holds for tables of up to 131,072 keys) for all keys: the reader's path without pickle.
-Building the state through a running job would take minutes and measure the job.
+key groups, snapshotted with ``full=True`` and written to a ``SavepointTarget``. On both backends
+such a table is written columnar (int64 blocks, read with numpy alone). ``pickled`` is the same rows
+in the format any other ValueState has (str keys, objects): a pickled dict per key group, one
+``pickle.loads`` each. Building the state through a running job would take minutes and measure the
+job.
 
 Measured, best of ``--runs``, in the same run and on the same local[2] Spark:
 
@@ -85,13 +85,16 @@ def write_savepoint(backend: str, keys: int, url: str) -> float:
             b.restore_chunk(STATE, "value", chunk)
             data, index = serialize(b.snapshot(1, full=True), MAXP, None)
             handles.append(target.write_state(1, name, data, index))
-        elif backend == "columnar":
-            from streamjob.runtime.state.tables import FrozenDict, KeyOrder
+        elif backend == "pickled":
+            from streamjob.runtime.state.snapshot import SnapshotBuilder, _group_positions
 
-            # the heap format's columnar table (what a heap savepoint holds for up to 131,072 int keys
-            # per table, tables.COPY_MAX_ENTRIES), here for all keys: what the reader does without pickle
-            data, index = serialize({STATE: ("value", FrozenDict(chunk, KeyOrder()))}, MAXP, None)
-            assert "columnar" in index["keyed"][STATE]
+            # a dict per key group, pickled: the format of a ValueState of any other types (str keys,
+            # objects), here of the same ints
+            builder = SnapshotBuilder()
+            for kg, positions in _group_positions(ks.tolist(), MAXP):
+                part = ks[positions]
+                builder.add_keyed(STATE, "value", kg, dict(zip(part.tolist(), (part * 3).tolist())))
+            data, index = builder.finish()
             handles.append(target.write_state(1, name, data, index))
         else:
             from streamjob.runtime.state.rocksdb import RocksDBKeyedStateBackend
@@ -129,16 +132,17 @@ def best(runs: int, fn) -> float:
 
 
 def synthetic(spark, keys: int):
-    """The same rows made by numpy in 2 Python tasks, through mapInArrow as the reader hands them to
-    Spark: the ceiling of any reader that decodes in Python workers (task start, Arrow into the JVM)."""
+    """The same number of rows made by numpy in 2 Python tasks (contiguous ranges: the key groups are
+    not computed), through mapInArrow as the reader hands them to Spark: the ceiling of any reader that
+    decodes in Python workers (task start, Arrow into the JVM, a row each there)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     def rows(ids):
         for batch in ids:
             for i in batch.column(0).to_pylist():
-                ks = subtask_keys(keys, i)
-                for start in range(0, len(ks), 1 << 20):
-                    k = ks[start : start + (1 << 20)]
+                lo, hi = i * keys // PARALLELISM, (i + 1) * keys // PARALLELISM
+                for start in range(lo, hi, 1 << 20):
+                    k = np.arange(start, min(start + (1 << 20), hi), dtype=np.int64)
                     yield pa.RecordBatch.from_arrays([pa.array(k), pa.array(k * 3)], names=["key", "value"])
 
     schema = StructType([StructField("key", LongType()), StructField("value", LongType())])
@@ -154,7 +158,7 @@ def spark_session():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=10_000_000)
-    parser.add_argument("--backends", default="hashmap,rocksdb,columnar")
+    parser.add_argument("--backends", default="hashmap,rocksdb,pickled")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--direction", default="read", help="read, write, or read,write")
     args = parser.parse_args()

@@ -31,7 +31,7 @@ from ..checkpoint import checksums
 from ..checkpoint.storage import CheckpointStorage, StateLocation
 from .rocksdb import (RocksDBKeyedStateBackend, RocksDBSnapshot, canonical_chunks, column_families_of,
                       open_read_only)
-from .snapshot import SnapshotBuilder, SnapshotFormatError, read_file
+from .snapshot import ColumnarValues, SnapshotBuilder, SnapshotFormatError, read_file
 
 NATIVE = "rocksdb"
 
@@ -44,11 +44,14 @@ def write_snapshot(snap: RocksDBSnapshot, storage: CheckpointStorage, name: str,
         if snap.incremental:
             return _write_incremental(snap, storage, name, operator_state, builder)
         db = open_read_only(snap.directory, snap.cfs)
+        columnar = ColumnarValues()  # a ValueState of int keys and numbers: columnar, as the heap writes it
         try:
             for state, kind, kg, chunk in canonical_chunks(db, snap.states, snap.cfs, snap.key_groups, snap.ttl_drop):
-                builder.add_keyed(state, kind, kg, chunk)
+                if not columnar.take(builder, state, kind, kg, chunk):
+                    builder.add_keyed(state, kind, kg, chunk)
         finally:
             db.close()
+        columnar.finish(builder, snap.backend.max_parallelism)
         for state, kind in snap.states.items():  # states with no entries still restore their kind
             builder.index.setdefault("keyed", {}).setdefault(state, {"kind": kind, "groups": {}})
         if operator_state:

@@ -10,7 +10,8 @@ Chunks are pickled, except for accumulator tables with int64 keys (the columnar
 rolling and window aggregations) and heap ``value`` tables (of any size: a large one, frozen
 copy-on-write, has its types checked by the writer) whose keys are all ints
 and values all ints or all floats that fit 64 bits (a KeyedProcessFunction's running
-sum: ``tables.FrozenDict.columns``; read back as the dict they were, so a restore,
+sum: ``tables.FrozenDict.columns``; the same from a RocksDB backend's full snapshot,
+``ColumnarValues``; read back as the dict they were, so a restore,
 into either backend, sees no difference): such a table is *columnar*, two blocks of raw
 bytes, its keys (int64) and its values, both ordered by key group; its index
 entry says where the blocks are and which slice of them each key group is
@@ -260,6 +261,49 @@ def serialize(keyed: dict[str, tuple[str, Any]] | None, max_parallelism: int,
     if operator:
         builder.add_operator(operator)
     return builder.finish()
+
+
+class ColumnarValues:
+    """The ``value`` tables of a snapshot written chunk by chunk (a RocksDB backend's full snapshot:
+    ``canonical_chunks``), made columnar as a heap table is (``tables.int_columns``) while every chunk
+    of the table has int keys and values of one of the columnar types; at the first chunk that does
+    not, the table's chunks so far go into the snapshot pickled, as do the rest. Holds 16 bytes per
+    entry of the columnar tables until ``finish``, against the Python dict of each chunk."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, list[tuple[int, np.ndarray, np.ndarray]] | None] = {}  # None: pickled
+
+    def take(self, builder: SnapshotBuilder, name: str, kind: str, key_group: int, chunk: Any) -> bool:
+        """True: the chunk is kept for the table's columnar form; False: pickle it (``add_keyed``)."""
+        if kind != "value" or not isinstance(chunk, dict):
+            return False
+        from .tables import int_columns
+
+        held = self._tables.setdefault(name, [])
+        if held is None:
+            return False
+        arrays = int_columns(chunk)
+        if arrays is not None and (not held or held[0][2].dtype == arrays[1].dtype):
+            held.append((key_group, *arrays))
+            return True
+        self._tables[name] = None
+        for kg, keys, values in held:  # the same ints and floats, back as the dict they came as
+            builder.add_keyed(name, kind, kg, dict(zip(keys.tolist(), values.tolist())))
+        return False
+
+    def finish(self, builder: SnapshotBuilder, max_parallelism: int) -> None:
+        """Write the tables kept columnar (their chunks came in key group order: ``order`` keeps it)."""
+        from .tables import FrozenAccumulators
+
+        for name, held in self._tables.items():
+            if not held:
+                continue
+            keys = np.concatenate([k for _, k, _ in held])
+            values = np.concatenate([v for _, _, v in held])
+            builder._groups(name, "value")
+            _write_accumulators(builder, name, FrozenAccumulators(keys, len(keys), values, key_array=keys),
+                                max_parallelism, {})
+        self._tables.clear()
 
 
 def _write_accumulators(builder: SnapshotBuilder, name: str, frozen: Any, max_parallelism: int,

@@ -198,18 +198,15 @@ class FrozenDict:
         n = len(data)
         if order is None or not n:
             return None
-        if self.check_types:
-            types = _types(data.values(), n)
-            dtype = _COLUMN_DTYPES.get(types.pop()) if len(types) == 1 else None
-        else:
-            dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))  # one type: FrozenDict's order says so
-        if dtype is None or _types(data, n) != {int}:
+        dtype = None
+        if not self.check_types:  # one type of value: FrozenDict's order says so
+            dtype = _COLUMN_DTYPES.get(type(next(iter(data.values()))))
+            if dtype is None:
+                return None
+        arrays = int_columns(data, dtype)
+        if arrays is None:
             return None
-        try:
-            keys = _array(data, n, np.int64)
-            values = _array(data.values(), n, dtype)
-        except OverflowError:  # an int beyond int64
-            return None
+        keys, values = arrays
         order.check(keys)
         return FrozenAccumulators(keys, n, values, key_array=keys, layout_source=order)
 
@@ -231,6 +228,25 @@ class FrozenDict:
 # the task thread, and a queryable state lookup answered in it, wait for at most one slice (~1-2 ms)
 # rather than a whole table (~15 ms for 500k entries, several times per snapshot).
 _SLICE = 1 << 16
+
+
+def int_columns(data: dict, dtype: Any = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """A dict's keys as int64 and its values as int64 or float64 (``dtype``: the values' type when
+    known), or None unless every key is an int that fits int64 and every value an int that fits
+    int64 or every value a float (exact types: bools are not ints here). Numpy alone, a slice per
+    C call: the columnar form of a ValueState in a snapshot (``snapshot.serialize``)."""
+    n = len(data)
+    if not n:
+        return None
+    if dtype is None:
+        types = _types(data.values(), n)
+        dtype = _COLUMN_DTYPES.get(types.pop()) if len(types) == 1 else None
+    if dtype is None or _types(data, n) != {int}:
+        return None
+    try:
+        return _array(data, n, np.int64), _array(data.values(), n, dtype)
+    except OverflowError:  # an int beyond int64
+        return None
 
 
 def _types(entries: Any, n: int) -> set:
