@@ -14,6 +14,7 @@ TTL state answers as the function would see it: an expired value is absent.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hmac
 import json
 import os
@@ -599,13 +600,21 @@ def _own_signals(fd: int, tid: int) -> None:
     thread's system call (RocksDB's, librdkafka's), and only the main thread runs Python's handlers."""
     import ctypes
 
+    libc, owner_type = _fcntl_ex()
+    owner = owner_type(_F_OWNER_TID, tid)
+    if libc.fcntl(fd, _F_SETOWN_EX, ctypes.byref(owner)) != 0:
+        raise OSError(ctypes.get_errno(), "fcntl(F_SETOWN_EX)")
+
+
+@functools.lru_cache(maxsize=1)
+def _fcntl_ex() -> tuple[Any, Any]:
+    """libc and ``struct f_owner_ex``, made once (a connection's set-up used to load them anew)."""
+    import ctypes
+
     class Owner(ctypes.Structure):
         _fields_ = [("type", ctypes.c_int), ("pid", ctypes.c_int)]
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    owner = Owner(_F_OWNER_TID, tid)
-    if libc.fcntl(fd, _F_SETOWN_EX, ctypes.byref(owner)) != 0:
-        raise OSError(ctypes.get_errno(), "fcntl(F_SETOWN_EX)")
+    return ctypes.CDLL(None, use_errno=True), Owner
 
 
 class _ThreadTimer:
