@@ -324,6 +324,10 @@ def _prestart_jvm(conf: Configuration) -> None:
     except ConfigError:
         return  # the deployment reports it
     spark_conf.pop("spark.master", None)
+    if spark_conf.get("spark.python.use.daemon", "true") != "false":
+        from .cluster import process_tree, zygote
+
+        zygote.start(process_tree.DAEMON_MODULE)  # before the JVM launches: its daemon inherits where it is
     spark.prestart_gateway(master, spark_conf)
 
 

@@ -22,6 +22,7 @@ a process per worker.
 
 from __future__ import annotations
 
+import os
 import sys
 
 # What a task imports (spark._task_entry, and what it loads before its sources run), in the order it does.
@@ -50,9 +51,14 @@ def preload() -> list[str]:
 
 
 def main() -> None:
-    from . import pyworker
+    from . import pyworker, zygote
     from ..startup_trace import mark
 
+    if sys.argv[1:2] == ["--zygote"]:  # started by `streamjob run` beside the JVM's launch (zygote.start)
+        preload()
+        zygote.serve(sys.argv[2])  # returns as the daemon Spark started, its streams and setting taken
+    elif os.environ.get(zygote.ENV, "off") != "off" and zygote.hand_over(os.environ[zygote.ENV]):
+        return  # (hand_over exits once the zygote, the daemon now, has ended)
     mark("daemon module")
     for entry in pyworker.spark_zips_to_drop(sys.path):
         sys.path.remove(entry)

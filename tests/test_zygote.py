@@ -1,0 +1,151 @@
+"""The daemon's zygote (runtime/cluster/zygote.py): real processes, real sockets, a real `streamjob run`.
+
+A zygote takes the streams, environment and arguments of the daemon Spark starts (the proxy) and runs
+PySpark's daemon in its place; a proxy whose interpreter would differ, or that finds no zygote, is an
+ordinary daemon; a zygote nobody takes ends with its parent; `streamjob run` forks its task workers
+from the zygote and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from streamjob.runtime.cluster import process_tree, zygote
+
+REPO = Path(__file__).resolve().parent.parent
+DAEMON = [sys.executable, "-m", process_tree.DAEMON_MODULE]
+
+
+def start_zygote(path: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([*DAEMON, "--zygote", path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES", **env})
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def listener_pid(port: int) -> int | None:
+    """The process holding the loopback TCP listener on ``port`` (/proc: its socket inode)."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    inodes = {r[9] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == port}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                    return int(pid)
+            except OSError:
+                pass
+    return None
+
+
+def run_proxy(path: str, **env: str) -> tuple[subprocess.Popen, int]:
+    """The daemon as Spark starts it: its port comes on stdout; ends when stdin closes."""
+    proxy = subprocess.Popen([*DAEMON, "streamjob.runtime.cluster.pyworker"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, zygote.ENV: path, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES",
+                                  **env})
+    (port,) = struct.unpack(">i", proxy.stdout.read(4))
+    return proxy, port
+
+
+@pytest.fixture
+def socket_path():
+    with tempfile.TemporaryDirectory(prefix="zygote-test-") as d:
+        yield os.path.join(d, "z.sock")
+
+
+def test_the_zygote_becomes_the_daemon_spark_started_and_ends_with_its_input(socket_path):
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path))
+    proxy, port = run_proxy(socket_path)
+    # the daemon's listening socket is the zygote's: it took the proxy's stdout to say where
+    assert listener_pid(port) == z.pid
+    assert not os.path.exists(socket_path)  # taken once: a later daemon starts as without
+    assert proxy.poll() is None and z.poll() is None  # the proxy stays for Spark, which watches it
+    proxy.stdin.close()  # Spark closing the daemon's input ends it (and so the proxy)
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)
+
+
+def test_spark_ending_the_proxy_ends_the_zygote(socket_path):
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path))
+    proxy, port = run_proxy(socket_path)
+    assert listener_pid(port) == z.pid
+    proxy.terminate()  # Process.destroy
+    z.wait(timeout=30)
+    proxy.wait(timeout=30)
+
+
+def test_a_proxy_whose_interpreter_would_differ_is_an_ordinary_daemon(socket_path):
+    """Another hash seed is fixed when an interpreter starts: the zygote refuses and the proxy serves."""
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path))
+    proxy, port = run_proxy(socket_path, PYTHONHASHSEED="7")
+    assert listener_pid(port) == proxy.pid
+    assert z.wait(timeout=30) == 0
+    proxy.stdin.close()
+    proxy.wait(timeout=30)
+
+
+def test_without_a_zygote_the_daemon_starts_as_ever(socket_path):
+    proxy, port = run_proxy(socket_path)  # nothing listens there
+    assert listener_pid(port) == proxy.pid
+    proxy.stdin.close()
+    proxy.wait(timeout=30)
+
+
+def test_a_zygote_nobody_takes_ends_with_its_parent_and_removes_its_socket(socket_path):
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               f"p = subprocess.Popen({[*DAEMON, '--zygote', socket_path]!r}, "
+                               "stdin=subprocess.DEVNULL); print(p.pid, flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    wait_for(lambda: os.path.exists(socket_path))
+    parent.kill()
+    parent.wait()
+    wait_for(lambda: process_tree.ended(pid), timeout=30)
+    assert not os.path.exists(socket_path)
+
+
+@pytest.mark.spark
+def test_streamjob_run_forks_its_task_workers_from_the_zygote_and_leaves_nothing_behind(tmp_path):
+    run = subprocess.Popen([sys.executable, "-m", "streamjob.runtime.cli", "run",
+                            str(REPO / "bench" / "jobs" / "first_record.py"), "--no-progress"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    zygotes, workers_of_zygote = set(), set()
+    while run.poll() is None:
+        for pid in process_tree.descendants(run.pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if process_tree.parent(pid) in zygotes:  # a worker forked from it (its command line, too)
+                workers_of_zygote.add(pid)
+            elif b"--zygote" in args:
+                zygotes.add(pid)
+        time.sleep(0.05)
+    out, err = run.communicate()
+    assert run.returncode == 0, err[-3000:]
+    assert "{'i': 19}" in out
+    assert zygotes and workers_of_zygote, (zygotes, workers_of_zygote)
+    wait_for(lambda: all(process_tree.ended(p) for p in zygotes | workers_of_zygote), timeout=30)
