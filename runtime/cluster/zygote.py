@@ -12,11 +12,12 @@ the first worker starts ~0.9 s sooner (bench/startup.py).
 
 Anything amiss (no zygote, already taken by an earlier daemon of the same run, a refused
 connection) and the proxy is an ordinary daemon, as without. A zygote nobody took ends with the run
-(its parent gone) or after ``WAIT_S``.
+(at its exit; killed, when the zygote sees its parent gone) or after ``WAIT_S``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Any
 
 ENV = "STREAMJOB_DAEMON_ZYGOTE"  # the zygote's socket, inherited by the JVM and so by the daemon Spark starts
 WAIT_S = 600.0  # a zygote nobody took ends after this long
+TAKEN = "taken"  # made beside the socket once a daemon's process connected
 _STREAMS = (0, 1, 2)
 
 _started: subprocess.Popen | None = None
@@ -48,6 +50,18 @@ def start(module: str) -> None:
     _started = subprocess.Popen([sys.executable, "-m", module, "--zygote", path], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, env=env)
     os.environ[ENV] = path
+    atexit.register(_end_untaken, _started, path)
+
+
+def _end_untaken(process: subprocess.Popen, path: str) -> None:
+    """At the run's end: a zygote no daemon took (the run ended before its stage, or failed) ends with it,
+    not half a second later when it notices. One that was taken is the daemon: it ends with its JVM."""
+    taken = os.path.join(os.path.dirname(path), TAKEN)
+    if process.poll() is None and not os.path.exists(taken):
+        process.kill()
+        process.wait(5.0)
+    for leftover in (taken, path):
+        _remove(leftover)
 
 
 def hand_over(path: str) -> bool:
@@ -92,6 +106,7 @@ def serve(path: str) -> None:
         while True:
             try:
                 conn, _ = listener.accept()
+                open(os.path.join(os.path.dirname(path), TAKEN), "w").close()  # for the run's end: the daemon now
                 break
             except socket.timeout:
                 waited += 0.5
@@ -150,8 +165,9 @@ def _become(setting: dict, fds: list[int]) -> None:
 
 
 def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-        os.rmdir(os.path.dirname(path))
-    except OSError:
-        pass
+    """The file, and its folder once empty."""
+    for remove, target in ((os.remove, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(target)
+        except OSError:
+            pass
