@@ -103,6 +103,13 @@ class Job:
         java = self.java()
         workers = [p for p in java.children(recursive=True) if "python" in p.name()]
         assert workers or not local, "the JVM runs the job's tasks"
+        # The daemon's zygote (runtime/cluster/zygote.py) is the run's child, and the task workers its children
+        for child in psutil.Process(self.proc.pid).children():
+            try:
+                if "--zygote" in child.cmdline():
+                    workers += [child, *child.children(recursive=True)]
+            except psutil.Error:  # an earlier JVM's zygote, ended (a zombie until the run reaps it) or gone
+                pass
         java.kill()
         return workers
 

@@ -131,7 +131,8 @@ def serve(path: str) -> None:
     _become(setting, fds)
     conn.sendall(f"{os.getpid()}\n".encode())
     conn.settimeout(None)
-    os.set_inheritable(conn.fileno(), False)  # the proxy waits for its end: kept open, never in a worker
+    # Kept open while the zygote lives: the proxy waits for its end (and for the end of the workers it forks,
+    # which inherit it: they end with the daemon, SIGHUP to its process group).
     _keep.append(conn)
 
 
