@@ -596,7 +596,10 @@ def test_lookups_after_a_rescale_through_a_savepoint_equal_the_input(tmp_path):
             if status == 200 and all(r["found"] for r in doc["results"]) and \
                     sum(r["value"] for r in doc["results"]) == len(rows):
                 return doc
-            assert time.monotonic() < deadline, (status, doc)
+            # on failure: missing keys, or a sum short of (lost) or beyond (duplicated) the input's, and the log
+            assert time.monotonic() < deadline, (status, len(rows), [(r.get("key"), r.get("found"), r.get("value"))
+                                                                     for r in (doc.get("results", []) if isinstance(doc, dict) else [])],
+                                                 "".join(log)[-3000:])
             time.sleep(0.2)
 
     first, url, log = start()
