@@ -5,6 +5,7 @@ import re
 import time
 
 import pyarrow as pa
+from pyarrow.compute import sum as pc_sum
 import pytest
 
 from streamjob.runtime.api.functions import RuntimeContext
@@ -49,6 +50,32 @@ def test_csv_and_jsonl_sources_read_every_file_split_across_subtasks(tmp_path):
     j.mkdir()
     (j / "x.jsonl").write_text('{"a": 1, "s": "x"}\n{"a": 2, "s": "y"}\n')
     assert read_all(FileSource.jsonl(str(j)).create_reader(ctx())) == [{"a": 1, "s": "x"}, {"a": 2, "s": "y"}]
+
+
+def test_a_parquet_file_is_read_a_row_group_at_a_time_not_whole(tmp_path):
+    import tracemalloc
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    n = 2_000_000  # 16 row groups of ~1 MB (random values do not compress)
+    values = np.random.default_rng(7).integers(0, 2**40, n)
+    pq.write_table(pa.table({"k": np.arange(n), "v": values}), tmp_path / "big.parquet", row_group_size=n // 16)
+    size = (tmp_path / "big.parquet").stat().st_size
+    reader = FileSource.parquet(str(tmp_path)).create_reader(ctx())
+    tracemalloc.start()
+    try:
+        total = seen = 0
+        while (b := reader.poll()) is not END:
+            if b is not None:
+                total += int(pc_sum(b.column("v")))
+                seen += b.num_rows
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seen == n and total == int(values.sum())
+    # pyarrow's pre-buffering read the whole file through the Python file object at its open
+    assert peak < size / 4, f"{peak / 2**20:.1f} MB held reading a {size / 2**20:.1f} MB file"
 
 
 def test_monitored_source_picks_up_new_files(tmp_path):

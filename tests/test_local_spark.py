@@ -86,19 +86,51 @@ def test_workers_are_forked_from_a_daemon_with_the_task_modules_loaded(spark_slo
         import pyarrow
         import pyarrow.compute
 
+        import gc
+
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             parent = f.read().replace(b"\0", b" ").decode()
         total = pyarrow.compute.sum(pyarrow.array(numpy.arange(100_000))).as_py()
-        yield parent, "streamjob.runtime.task.slot" in sys.modules, total
+        yield (parent, "streamjob.runtime.task.slot" in sys.modules, total, gc.get_freeze_count(),
+               os.environ.get("MIMALLOC_PURGE_DELAY"))
 
     sc = SparkContext.getOrCreate()
     assert sc.getConf().get("spark.python.daemon.module") == "streamjob.runtime.cluster.pydaemon" == DAEMON_MODULE
     rows = sc.parallelize(range(spark_slots), spark_slots).mapPartitions(_in_a_task).collect()
     assert len(rows) == spark_slots
-    for parent, preloaded, total in rows:
+    for parent, preloaded, total, frozen, purge_delay in rows:
         assert "-m streamjob.runtime.cluster.pydaemon" in parent
         assert preloaded  # a fresh worker would import the slot runtime in the task itself
         assert total == 100_000 * 99_999 // 2
+        assert frozen > 10_000  # the daemon's objects: out of the worker's garbage collections
+        assert purge_delay == "0"  # Arrow's allocator returns freed pages at once
+
+
+def test_the_driver_converts_numpy_values_for_java_without_loading_pandas(spark_slots, tmp_path):
+    """PySpark's own converters load pyspark.testing.utils (pandas with it: ~80 MB) at the driver's
+    first Java call; ours convert numpy values the same without it."""
+    import subprocess
+    import sys
+
+    import numpy
+    from pyspark import SparkContext
+
+    spark._light_numpy_converters()
+    jvm = SparkContext.getOrCreate()._jvm
+    assert jvm.java.util.Arrays.toString(numpy.array([1, 2, 3], dtype=numpy.int64)) == "[1, 2, 3]"
+    assert jvm.java.lang.String.valueOf(numpy.float64(2.5)) == "2.5"
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import sys\n"
+        "from streamjob.runtime import StreamExecutionEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "env.from_collection(list(range(100))).key_by(lambda x: x % 3).map(lambda x: x + 1).print()\n"
+        "env.execute('no-pandas')\n"
+        "print('DRIVER LOADED', sorted(m for m in ('pandas', 'pyspark.testing') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-m", "streamjob.runtime.cli", "run", str(job), "--no-progress"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "DRIVER LOADED []" in done.stdout, done.stdout[-2000:]
 
 
 def test_the_daemon_preloads_what_a_task_imports():
