@@ -116,6 +116,43 @@ def test_the_record_serialization_schema_survives_pickling_and_names_bad_input()
         selector.serialize("x")
 
 
+def test_json_values_of_a_whole_arrow_batch_are_the_bytes_of_each_records_serialize():
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(11)
+    chars = ["a", '"', "\\", " ", "é", "😀", "\x7f", "\n", "\x01"]
+    schema = JsonRowSerializationSchema.builder().build()
+    fast_batches = 0
+    for n in range(1, 60, 3):
+        text = ["".join(rng.choice(chars if n % 2 else chars[:7]) for _ in range(rng.randint(0, 4))) for _ in range(n)]
+        columns = {
+            "i": pa.array([rng.choice([None, -2**63, 2**63 - 1, rng.randint(-9, 9)]) for _ in range(n)], pa.int64()),
+            "u": pa.array([rng.randint(0, 2**64 - 1) for _ in range(n)], pa.uint64()),
+            "b": [rng.choice([None, True, False]) for _ in range(n)],
+            'quo"té': [rng.choice([None, t]) for t in text],
+            "none": pa.nulls(n),
+        }
+        if n % 3 == 0:
+            columns["f"] = [rng.choice([None, 0.1, 1.0, 1e20]) for _ in range(n)]
+        batch = pa.RecordBatch.from_pydict(columns).slice(n // 3)  # an offset into the buffers too
+        fast = schema.serialize_batch(batch)
+        if fast is not None:
+            fast_batches += 1
+            assert fast == [schema.serialize(r) for r in batch.to_pylist()]
+        else:  # only a float column or a character the encoder escapes makes it go row by row
+            assert "f" in columns or any(c in t for t in text for c in ("\n", "\x01"))
+    assert fast_batches >= 5
+    assert schema.serialize_batch([{"a": 1}]) is None  # rows, not a batch
+
+    class Upper(JsonRowSerializationSchema):  # a subclass's own serialize is kept
+        def serialize(self, element):
+            return super().serialize(element).upper()
+
+    assert Upper().serialize_batch(pa.RecordBatch.from_pylist([{"a": "x"}])) is None
+
+
 def test_the_sink_builder_checks_what_it_is_given():
     schema = _schema()
     with pytest.raises(ValueError, match="set_transactional_id_prefix"):

@@ -21,15 +21,14 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
 import fsspec
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from ..batch import num_rows, to_rows
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
+from .json_columns import json_bytes, json_objects
 
 FORMATS = ("parquet", "csv", "jsonl", "text")  # text: lines as strings (StreamFormat.text_line_format)
 # A Parquet part file's row groups, as pq.write_table makes them: rows are buffered (as Arrow) until
@@ -703,46 +702,10 @@ _JSON = json.JSONEncoder(default=str)  # what json.dumps(r, default=str) makes, 
 
 def _json_lines(batch) -> bytes:
     if isinstance(batch, pa.RecordBatch):
-        data = _arrow_json_lines(batch)
-        if data is not None:
-            return data
+        lines = json_objects(batch, end="\n")  # what json.dumps writes, by Arrow's kernels
+        if lines is not None:
+            return json_bytes(lines)
     encode = _JSON.encode
     return "".join([encode(r) + "\n" for r in to_rows(batch)]).encode()
 
 
-_PLAIN = re.compile(r"[^\x20-\x7e]")  # characters json.dumps (ensure_ascii) escapes besides \\ and "
-
-
-def _arrow_json_lines(batch: pa.RecordBatch) -> bytes | None:
-    """The JSON lines json.dumps gives for the batch's rows, built column-wise by Arrow kernels.
-
-    Only for integer, boolean and string columns, the types whose text Arrow writes exactly
-    as Python's json does (floats are written differently); strings only when they hold no
-    character json.dumps escapes except \\ and ". None: use the Python encoder.
-    """
-    if batch.num_rows == 0 or batch.num_columns == 0:
-        return b"{}\n" * batch.num_rows
-    parts: list = []
-    for i, field in enumerate(batch.schema):
-        t = field.type
-        col = batch.column(i)
-        if pa.types.is_integer(t):
-            text = pc.cast(col, pa.string())
-        elif pa.types.is_boolean(t):
-            text = pc.if_else(col, "true", "false")
-        elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            if pc.any(pc.match_substring_regex(col, _PLAIN.pattern)).as_py():
-                return None
-            text = pc.replace_substring(pc.replace_substring(col, "\\", "\\\\"), '"', '\\"')
-            text = pc.binary_join_element_wise('"', text, '"', "")
-        else:
-            return None
-        parts.append(("{" if i == 0 else ", ") + json.dumps(field.name) + ": ")
-        parts.append(pc.fill_null(text, "null") if col.null_count else text)
-    parts.append("}\n")
-    lines = pc.binary_join_element_wise(*parts, "")
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if pa.types.is_large_string(lines.type) else np.int32)
-    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
-    return lines.buffers()[2].slice(int(start), int(end - start)).to_pybytes()

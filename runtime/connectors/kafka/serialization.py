@@ -14,7 +14,10 @@ import decimal
 import json
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from ...api.types import Row
+from ..json_columns import json_objects
 from ..serialization import SerializationSchema, SimpleStringSchema
 
 
@@ -60,6 +63,14 @@ class JsonRowSerializationSchema(SerializationSchema):
             return self._encode(element).encode()
         except (TypeError, ValueError) as e:
             raise ValueError(f"JsonRowSerializationSchema: cannot write {element!r} as JSON: {e}") from None
+
+    def serialize_batch(self, batch: Any) -> list[bytes] | None:
+        """``serialize`` of each row of an Arrow batch, built a column at a time by Arrow's kernels
+        (the same bytes); None when a column's type or text needs the encoder row by row."""
+        if not isinstance(batch, pa.RecordBatch) or type(self).serialize is not JsonRowSerializationSchema.serialize:
+            return None  # (a subclass's own serialize is called for each record)
+        objects = json_objects(batch, ",", ":", ensure_ascii=False)
+        return None if objects is None else objects.cast(pa.binary()).to_pylist()
 
 
 class JsonRowSerializationSchemaBuilder:
@@ -147,6 +158,12 @@ class KafkaRecordSerializationSchema:
     @property
     def value_function(self) -> Callable[[Any], bytes | None]:
         return self._value
+
+    def values_of_batch(self, batch: Any) -> list[bytes] | None:
+        """The values of all the batch's records at once, when the value schema can (``serialize_batch``:
+        ``JsonRowSerializationSchema`` on an Arrow batch); None: ``value_function`` a record at a time."""
+        serialize_batch = getattr(self.value_schema, "serialize_batch", None)
+        return serialize_batch(batch) if serialize_batch is not None else None
 
     def serialize(self, element: Any, partitions: Callable[[str], list[int]] | None = None
                   ) -> tuple[str, bytes | None, bytes | None, int | None, list | None]:

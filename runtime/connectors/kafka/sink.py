@@ -57,6 +57,7 @@ so a failed attempt holds them back for at most one restart plus one check inter
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -332,13 +333,22 @@ class _Producing:
         produce = producer.produce  # failed deliveries come to _on_delivery (the producer's own callback)
         if serializer.is_plain:  # one topic, no partitioner, no headers: the short loop
             topic, key_of, value_of = serializer.topic, serializer.key_function, serializer.value_function
-            for element in to_rows(batch):
-                key = key_of(element) if key_of is not None else None
-                value = value_of(element)
-                try:
-                    produce(topic, value, key)
-                except BufferError:
-                    self._when_room(producer, lambda: produce(topic, value, key))
+            values = serializer.values_of_batch(batch)
+            if values is not None:  # JSON of a whole Arrow batch at once (a quarter of the columnar path's CPU)
+                keys = map(key_of, to_rows(batch)) if key_of is not None else itertools.repeat(None)
+                for key, value in zip(keys, values):
+                    try:
+                        produce(topic, value, key)
+                    except BufferError:
+                        self._when_room(producer, lambda: produce(topic, value, key))
+            else:
+                for element in to_rows(batch):
+                    key = key_of(element) if key_of is not None else None
+                    value = value_of(element)
+                    try:
+                        produce(topic, value, key)
+                    except BufferError:
+                        self._when_room(producer, lambda: produce(topic, value, key))
         else:
             partitions = (lambda t: self._partitions_of(producer, t)) if serializer.needs_partitions else None
             for element in to_rows(batch):
