@@ -4,6 +4,7 @@ the wire encodings, and the builder's checks."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -138,13 +139,20 @@ def test_json_values_of_a_whole_arrow_batch_are_the_bytes_of_each_records_serial
             columns["f"] = [rng.choice([None, 0.1, 1.0, 1e20]) for _ in range(n)]
         batch = pa.RecordBatch.from_pydict(columns).slice(n // 3)  # an offset into the buffers too
         fast = schema.serialize_batch(batch)
+        one_by_one = [schema.serialize(r) for r in batch.to_pylist()]
+        assert one_by_one == [json.dumps(r, separators=(",", ":"), ensure_ascii=False).encode() for r in batch.to_pylist()]
         if fast is not None:
             fast_batches += 1
-            assert fast == [schema.serialize(r) for r in batch.to_pylist()]
+            assert fast == one_by_one
         else:  # only a float column or a character the encoder escapes makes it go row by row
             assert "f" in columns or any(c in t for t in text for c in ("\n", "\x01"))
     assert fast_batches >= 5
     assert schema.serialize_batch([{"a": 1}]) is None  # rows, not a batch
+    assert schema.serialize("s") == b'"s"' and schema.serialize(None) == b"null"
+    looped: dict = {}
+    looped["self"] = looped
+    with pytest.raises(ValueError, match="cannot write"):
+        schema.serialize(looped)
 
     class Upper(JsonRowSerializationSchema):  # a subclass's own serialize is kept
         def serialize(self, element):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import io
-import json
 import posixpath
 import queue
 import re
@@ -28,7 +27,7 @@ import pyarrow.parquet as pq
 
 from ..batch import num_rows, to_rows
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
-from .json_columns import json_bytes, json_objects
+from .json_text import json_bytes, json_objects, row_encoder
 
 FORMATS = ("parquet", "csv", "jsonl", "text")  # text: lines as strings (StreamFormat.text_line_format)
 # A Parquet part file's row groups, as pq.write_table makes them: rows are buffered (as Arrow) until
@@ -697,7 +696,7 @@ def rows_to_batch(rows: list, schema: pa.Schema | None) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-_JSON = json.JSONEncoder(default=str)  # what json.dumps(r, default=str) makes, without a new encoder per row
+_JSON = row_encoder(default=str)  # what json.dumps(r, default=str) makes, without a new encoder per row
 
 
 def _json_lines(batch) -> bytes:
@@ -705,7 +704,7 @@ def _json_lines(batch) -> bytes:
         lines = json_objects(batch, end="\n")  # what json.dumps writes, by Arrow's kernels
         if lines is not None:
             return json_bytes(lines)
-    encode = _JSON.encode
+    encode = _JSON
     return "".join([encode(r) + "\n" for r in to_rows(batch)]).encode()
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import json
 from typing import Any, Callable
 
 import pyarrow as pa
 
 from ...api.types import Row
-from ..json_columns import json_objects
+from ..json_text import json_objects, row_encoder
 from ..serialization import SerializationSchema, SimpleStringSchema
 
 
@@ -41,7 +40,7 @@ class JsonRowSerializationSchema(SerializationSchema):
 
     def __init__(self, field_names: list[str] | None = None):
         self.field_names = field_names
-        self._encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+        self._encode = row_encoder(",", ":", ensure_ascii=False, default=_json_default)
 
     def __getstate__(self) -> dict:
         return {"field_names": self.field_names}
