@@ -34,7 +34,9 @@ own process tree (``streamjob run`` on the embedded local Spark), started from h
   loop when its file was closed: from the first record to all output readable;
 * first record = from starting the command to the first record at the sink (JVM, Spark, tasks);
 * peak RSS = the most the whole process tree (driver, JVM, Python workers) held at once,
-  sampled every 50 ms;
+  sampled every 50 ms; peak PSS the same with shared pages split among their sharers (every 0.5 s),
+  and at that peak each process's RSS, PSS and USS by role (the tables under the floors: where
+  the memory goes);
 * checkpoint cost = 1 - events/s with checkpoints / events/s without, same run and sink;
 * events/CPU-s = rows / the CPU seconds (user + system) the whole process tree used between the
   first and the last record, and the checkpoint cost in those terms: on a machine shared with
@@ -148,6 +150,24 @@ def sink_output(files: Path, sink: str) -> dict:
 
 
 # -- one case as a process tree -------------------------------------------------------------
+def _role(p: psutil.Process, root: psutil.Process, zygotes: set) -> str:
+    """What a process of a case's tree is: the driver, Spark's JVM, the Python daemon (or the proxy Spark
+    started for it), a task's worker forked from the daemon."""
+    if p.pid == root.pid:
+        return "driver (Python: job manager, REST, checkpoint coordinator)"
+    cmd = " ".join(p.cmdline())
+    if "java" in p.name():
+        return "Spark's JVM"
+    if "pydaemon" in cmd and "--zygote" in cmd and p.ppid() == root.pid:
+        zygotes.add(p.pid)
+        return "Python daemon (the zygote the workers fork from)"
+    if "pydaemon" in cmd and p.ppid() in zygotes:
+        return "task worker"
+    if "pydaemon" in cmd:
+        return "daemon proxy (Spark's child; hands over to the zygote)"
+    return p.name()
+
+
 def _sample_tree(proc: subprocess.Popen, result: dict) -> None:
     """Every 50 ms: the tree's memory (its peak is reported) and the CPU time all its processes
     used so far (user + system; a process that exited keeps its last reading).
@@ -155,24 +175,32 @@ def _sample_tree(proc: subprocess.Popen, result: dict) -> None:
     Memory two ways: the sum of the processes' RSS (a page shared by several processes, as Python
     workers forked from one daemon share its modules, counts once per process) and the sum of their
     PSS (proportional set size: a shared page split among its sharers, so every page counts once:
-    what a pod's memory cgroup is charged), the latter every 10th sample (it reads smaps_rollup)."""
+    what a pod's memory cgroup is charged), the latter every 10th sample (it reads smaps_rollup).
+    At the peak of PSS, each process's RSS, PSS and USS (its own pages) by role: where the memory goes."""
     peak = peak_pss = 0
     samples = 0
     cpu_by_pid: dict = {}
     cpu = []  # (wall time, CPU seconds of the tree so far)
+    at_peak: list = []
+    zygotes: set = set()
     try:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
             total = pss = 0
             with_pss = samples % 10 == 0
             samples += 1
+            each = []
             try:
                 for p in [root, *root.children(recursive=True)]:
                     try:
                         with p.oneshot():
-                            total += p.memory_info().rss
                             if with_pss:
-                                pss += p.memory_full_info().pss
+                                m = p.memory_full_info()
+                                pss += m.pss
+                                each.append((_role(p, root, zygotes), m.rss, m.pss, m.uss))
+                                total += m.rss
+                            else:
+                                total += p.memory_info().rss
                             t = p.cpu_times()
                         cpu_by_pid[p.pid] = t.user + t.system
                     except psutil.Error:
@@ -180,13 +208,16 @@ def _sample_tree(proc: subprocess.Popen, result: dict) -> None:
             except psutil.Error:
                 pass
             peak = max(peak, total)
-            peak_pss = max(peak_pss, pss)
+            if pss > peak_pss:
+                peak_pss, at_peak = pss, each
             cpu.append((time.time(), sum(cpu_by_pid.values())))
             time.sleep(0.05)
     except psutil.Error:
         pass
     result["peak_rss"] = peak
     result["peak_pss"] = peak_pss
+    result["memory_at_peak"] = [{"role": r, "rss_mb": a / 2**20, "pss_mb": b / 2**20, "uss_mb": c / 2**20}
+                                for r, a, b, c in sorted(at_peak, key=lambda x: -x[2])]
     result["cpu"] = cpu
 
 
@@ -242,6 +273,7 @@ def run_case(engine: str, checkpoint: bool, sink: str, data: Path, rows: int) ->
                 "events_per_s": rows / (last - first),
                 "first_record_s": first - started, "total_s": time.time() - started,
                 "peak_rss_mb": sampled["peak_rss"] / 2**20, "peak_pss_mb": sampled["peak_pss"] / 2**20,
+                "memory_at_peak": sampled["memory_at_peak"],
                 "events_per_cpu_s": rows / _cpu_between(sampled["cpu"], first, last)}
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if lines:
@@ -278,6 +310,7 @@ def _wrote(w: dict, sink: str) -> str:
 # must reach against the loop, and what 1 s exactly-once checkpoints may cost it.
 FLOOR_VS_LOOP = {"per_record": 0.75, "columnar": 2.0}
 FLOOR_CKPT_COST = 0.05
+FLOOR_PEAK_MB = 400  # the whole process tree at parallelism 2
 
 
 def floors(med: dict) -> list:
@@ -298,6 +331,27 @@ def floors(med: dict) -> list:
             out.append(f"floor {engine} checkpoint cost <= {FLOOR_CKPT_COST:.0%} (parquet): "
                        f"{wall:.0%} wall {'met' if wall <= FLOOR_CKPT_COST else 'MISSED'}, "
                        f"{cpu:.0%} CPU {'met' if cpu <= FLOOR_CKPT_COST else 'MISSED'}")
+        if m is not None:
+            rss, pss = m["peak_rss_mb"], m["peak_pss_mb"]
+            out.append(f"floor {engine} peak memory <= {FLOOR_PEAK_MB} MB (parquet, checkpoints 1 s): "
+                       f"RSS {rss:.0f} MB {'met' if rss <= FLOOR_PEAK_MB else 'MISSED'}, "
+                       f"PSS {pss:.0f} MB {'met' if pss <= FLOOR_PEAK_MB else 'MISSED'}")
+    return out
+
+
+def memory_table(runs: dict) -> list:
+    """Where each streamjob case's memory went at its peak of PSS (its last repeat), by process role."""
+    out = []
+    for (engine, checkpoint, sink), v in runs.items():
+        procs = v[-1].get("memory_at_peak") or []
+        if engine not in ("columnar", "per_record") or not procs:
+            continue
+        out += ["", f"At the peak of {engine} (checkpoints {'1 s' if checkpoint else 'off'}, sink {sink}): "
+                    f"RSS / PSS / USS (its own pages) of each process",
+                "| process | RSS | PSS | USS |", "|---|---|---|---|"]
+        out += [f"| {p['role']} | {p['rss_mb']:.0f} MB | {p['pss_mb']:.0f} MB | {p['uss_mb']:.0f} MB |" for p in procs]
+        out.append(f"| all | {sum(p['rss_mb'] for p in procs):.0f} MB | {sum(p['pss_mb'] for p in procs):.0f} MB | "
+                   f"{sum(p['uss_mb'] for p in procs):.0f} MB |")
     return out
 
 
@@ -375,7 +429,7 @@ def main() -> None:
     lines = [title, "", "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     lines += ["| " + " | ".join(str(v).ljust(w) for v, w in zip(row, widths)) + " |" for row in table]
-    lines += ["", *floors(med)]
+    lines += ["", *floors(med), *memory_table(runs)]
     print("\n".join(lines))
     out = HERE / "results"
     out.mkdir(exist_ok=True)
