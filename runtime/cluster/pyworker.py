@@ -19,7 +19,7 @@ import sys
 
 # Arrow's allocator (mimalloc) keeps the pages of freed buffers for a while, to reuse them. A task's
 # batches come and go every few milliseconds, so each worker held ~30 MB more than it used (W1 at
-# p=2: 155 against 185 MB RSS a worker) for no measurable throughput (bench/w1.py). mimalloc reads
+# p=2: 155 against 185 MB RSS a worker), at no throughput measurable (bench/w1.py). mimalloc reads
 # it once, so it is set before pyarrow is imported; a user's own setting wins.
 ARROW_ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "0"}
 os.environ.update({k: os.environ.get(k, v) for k, v in ARROW_ALLOCATOR_ENV.items()})
