@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import pyworker  # noqa: F401 - sets Arrow's allocator up before pyarrow loads (ARROW_ALLOCATOR_ENV)
+from . import pyworker  # sets Arrow's allocator up before pyarrow loads (ARROW_ALLOCATOR_ENV)
 
 # What a task imports (spark._task_entry, and what it loads before its sources run), in the order it does.
 PRELOADED = (
@@ -43,6 +43,8 @@ def preload() -> list[str]:
     fails with the error a task would have met anyway). Returns the ones that failed."""
     import importlib
 
+    if all(name in sys.modules for name in PRELOADED):
+        return []  # the zygote's, taken as the daemon: loaded and frozen already
     failed = []
     for name in PRELOADED:
         try:
@@ -60,7 +62,7 @@ def preload() -> list[str]:
 
 
 def main() -> None:
-    from . import pyworker, zygote
+    from . import zygote
     from ..startup_trace import mark
 
     if sys.argv[1:2] == ["--zygote"]:  # started by `streamjob run` beside the JVM's launch (zygote.start)

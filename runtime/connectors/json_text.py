@@ -2,10 +2,11 @@
 encoder called directly (``row_encoder``), for Arrow batches a column at a time by Arrow's kernels
 (``json_objects``), at a tenth of the encoder's cost or less.
 
-``json_objects`` is only for the column types whose text Arrow writes as Python's json does: integers, booleans and
-strings, nulls among them (and columns of nulls only). Floats are not (Arrow writes 1.0 as "1", json as "1.0"), nor are strings
-holding a character the encoder would escape other than ``\\`` and ``"``: such a batch gets None,
-and its rows go through the encoder one at a time as before.
+``json_objects`` is only for the column types whose text Arrow writes as Python's json does:
+integers, booleans and strings, nulls among them (and columns of nulls only). Floats are not (Arrow
+writes 1.0 as "1", json as "1.0"), nor are strings holding a character the encoder would escape
+other than ``\\`` and ``"``: such a batch gets None, and its rows go through the encoder one at a
+time as before.
 """
 
 from __future__ import annotations
