@@ -8,6 +8,7 @@ source reading a sink's directory never sees a partly written file.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import io
 import posixpath
 import queue
@@ -15,7 +16,6 @@ import re
 import threading
 import time
 import uuid
-import zlib
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator
 
@@ -54,6 +54,10 @@ def _seconds(interval: Any) -> float | None:
     if value <= 0:
         raise ValueError(f"monitor_interval must be > 0 seconds, got {interval!r}")
     return value
+
+
+def _owner(path: str, parallelism: int) -> int:
+    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "big") % parallelism
 
 
 class FileSource(Source):
@@ -111,6 +115,8 @@ class FileSource(Source):
 
 
 class FileSourceReader(SourceReader):
+    union_state = True  # see restore_state
+
     def __init__(self, source: FileSource, subtask: int, parallelism: int, batch_size: int):
         self.source = source
         self.subtask = subtask
@@ -143,8 +149,10 @@ class FileSourceReader(SourceReader):
             self.seen.add(f)
             # The first listing is dealt round-robin (even shares); files found
             # later go by a stable hash of their name, which every subtask
-            # computes alike without talking to the others.
-            owner = index % self.parallelism if initial else zlib.crc32(f.encode()) % self.parallelism
+            # computes alike without talking to the others. Not crc32: it is linear,
+            # and names that differ in one character (part-1, part-2...) share its low
+            # bits, so every new file went to the same subtask.
+            owner = index % self.parallelism if initial else _owner(f, self.parallelism)
             if owner == self.subtask:
                 self.queue.append([f, 0])
         if self.source.monitor_interval:
@@ -227,14 +235,29 @@ class FileSourceReader(SourceReader):
         return max(now, self.next_listing)
 
     def snapshot_state(self) -> list:
-        # One element per subtask: the files it still has to read (with positions) and
-        # every file it has listed, so a restored reader neither rereads nor skips.
-        return [{"queue": [list(e) for e in self.queue], "seen": sorted(self.seen)}]
+        # One element per subtask: the files it still has to read (with positions), every file it
+        # has listed, and who it is, so a restored reader neither rereads nor skips.
+        return [{"queue": [list(e) for e in self.queue], "seen": sorted(self.seen),
+                 "subtask": self.subtask, "parallelism": self.parallelism}]
 
     def restore_state(self, splits: list) -> None:
+        """Union list state: every restored reader gets every old reader's element. Each takes
+        all the files any of them listed as seen (a reader that got only its own share, or
+        none after a scale-up, would list the old files again and reread them) and its share
+        of the queued ones: at the same parallelism its own queue, else the old queues in
+        order dealt round-robin, which every reader computes alike."""
         self.current = None
-        self.queue = [[str(p), int(n)] for s in splits for p, n in s["queue"]]
-        self.seen = {str(p) for s in splits for p in s["seen"]} | {p for p, _ in self.queue}
+        self.seen = {str(p) for s in splits for p in s["seen"]}
+        # Elements without their subtask were taken as split list state (checkpoints of 29 Nov 2026
+        # and older): they are this reader's deal already.
+        entries = [e for s in splits if "parallelism" not in s for e in s["queue"]]
+        tagged = sorted((s for s in splits if "parallelism" in s), key=lambda s: int(s["subtask"]))
+        if all(int(s["parallelism"]) == self.parallelism for s in tagged):
+            entries += [e for s in tagged if int(s["subtask"]) == self.subtask for e in s["queue"]]
+        else:
+            entries += [e for s in tagged for e in s["queue"]][self.subtask::self.parallelism]
+        self.queue = [[str(p), int(n)] for p, n in entries]
+        self.seen |= {p for p, _ in self.queue}
 
 
 class FileSink(Sink):
