@@ -168,3 +168,34 @@ def test_spilled_feedback_is_read_back_for_a_checkpoint_s_log_and_dropped_when_t
     assert ch.spill.on_disk == 0 and ch.spill.in_memory == 0
     restored = read(collector.to_bytes(), "test")
     assert restored.inputs[(7, 0)] == batches
+
+
+def test_split_sends_each_row_and_timestamp_to_its_channel_in_order():
+    """Arrow batches, Python lists, with and without timestamps, few channels (a pass per channel)
+    and many (a stable sort): each channel gets exactly its rows, in the batch's order."""
+    import numpy as np
+
+    from streamjob.runtime.network.record_writer import split
+
+    class Channel:
+        def __init__(self):
+            self.rows, self.ts = [], []
+
+        def emit(self, batch, ts=None):
+            self.rows += batch.to_pylist() if isinstance(batch, pa.RecordBatch) else batch
+            self.ts += [] if ts is None else ts.tolist()
+
+    rng = np.random.default_rng(34)
+    for p in (1, 2, 3, 16, 17, 40):
+        for n in (0, 1, 500):
+            targets = rng.integers(0, p, n)
+            ts = rng.integers(0, 10**12, n)
+            records = [{"i": i} for i in range(n)]
+            for batch in (pa.RecordBatch.from_pylist(records, schema=pa.schema([("i", pa.int64())])), records):
+                for stamps in (None, ts):
+                    channels = [Channel() for _ in range(p)]
+                    split(batch, targets, channels, stamps)
+                    for c, channel in enumerate(channels):
+                        mine = [i for i in range(n) if targets[i] == c]
+                        assert [r["i"] for r in channel.rows] == mine
+                        assert channel.ts == ([] if stamps is None else [int(ts[i]) for i in mine])

@@ -145,12 +145,20 @@ class RecordWriter:
             raise KeyExtractionError(e.args[0]) from e
 
 
+_FEW_CHANNELS = 16  # beyond, the sort is as fast (8k rows: 24 against 132 us at p=2, 219 against 284 at 16)
+
+
 def split(batch: Batch, targets: np.ndarray, channels: list[OutputChannel], ts: Any = None) -> None:
     """Send row ``i`` of ``batch`` (and its timestamp) to ``channels[targets[i]]``, keeping row order per channel."""
     p = len(channels)
     if isinstance(batch, pa.RecordBatch) or ts is not None:
-        order = np.argsort(targets, kind="stable")
-        counts = np.bincount(targets, minlength=p)
+        if p <= _FEW_CHANNELS:  # a pass per channel, faster than a stable sort for few channels
+            rows_of = [np.flatnonzero(targets == i) for i in range(p)]
+            order = np.concatenate(rows_of)
+            counts = [len(rows) for rows in rows_of]
+        else:
+            order = np.argsort(targets, kind="stable")
+            counts = np.bincount(targets, minlength=p)
         if isinstance(batch, pa.RecordBatch):
             taken = batch.take(pa.array(order))
         else:
