@@ -149,3 +149,36 @@ def test_streamjob_run_forks_its_task_workers_from_the_zygote_and_leaves_nothing
     assert "{'i': 19}" in out
     assert zygotes and workers_of_zygote, (zygotes, workers_of_zygote)
     wait_for(lambda: all(process_tree.ended(p) for p in zygotes | workers_of_zygote), timeout=30)
+
+
+def test_the_next_run_removes_the_folders_of_killed_runs_and_no_other(tmp_path):
+    """A run killed with SIGKILL never runs its atexit: its folder (with the ``taken`` marker, or the
+    socket) stays. The next run's start removes those whose run is gone; a live run's it keeps, and
+    folders named before the pid was in the name only when a day old."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folders = {"dead": tmp_path / f"streamjob-zygote-{dead.pid}-abc_12",
+               "live": tmp_path / f"streamjob-zygote-{os.getpid()}-x",
+               "old": tmp_path / "streamjob-zygote-q9_z", "young": tmp_path / "streamjob-zygote-k3f",
+               "other": tmp_path / "something-else"}
+    for name, folder in folders.items():
+        folder.mkdir()
+        (folder / (zygote.TAKEN if name != "young" else "zygote.sock")).write_text("")
+    os.utime(folders["old"], (time.time() - 2 * 86400,) * 2)
+    zygote._sweep(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(folders[n].name for n in ("live", "young", "other"))
+
+
+def test_a_zygote_that_ended_is_collected_not_left_a_zombie(tmp_path):
+    """After a JVM failover the zygote (the old JVM's daemon) has ended while the run goes on: its exit
+    is collected then, not at the run's end."""
+    script = ("import os, sys, time; from streamjob.runtime.cluster import zygote; "
+              "zygote.start('json.tool'); print(zygote._started.pid, flush=True); time.sleep(60)")
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, zygote.ENV: ""})
+    try:
+        pid = int(run.stdout.readline())  # `python -m json.tool --zygote PATH` exits at once (bad arguments)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30)  # a zombie is still there
+    finally:
+        run.kill()
+        run.wait()

@@ -28,11 +28,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from typing import Any
 
 ENV = "STREAMJOB_DAEMON_ZYGOTE"  # the zygote's socket, inherited by the JVM and so by the daemon Spark starts
 WAIT_S = 600.0  # a zygote nobody took ends after this long
 TAKEN = "taken"  # made beside the socket once a daemon's process connected
+_PREFIX = "streamjob-zygote-"
 _STREAMS = (0, 1, 2)
 
 _started: subprocess.Popen | None = None
@@ -44,7 +47,9 @@ def start(module: str) -> None:
     global _started
     if _started is not None or os.environ.get(ENV) == "off":
         return
-    path = os.path.join(tempfile.mkdtemp(prefix="streamjob-zygote-"), "zygote.sock")  # a private (0700) folder
+    _sweep(tempfile.gettempdir())
+    # A private (0700) folder, named by this run's pid: the next run removes it if this one was killed.
+    path = os.path.join(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"), "zygote.sock")
     # No stream of the run's: a caller reading its output to the end must not wait for the zygote. The
     # hash seed PySpark gives its workers (SparkContext's environment): fixed when an interpreter starts.
     # Spark starts its daemon unbuffered (PYTHONUNBUFFERED=YES).
@@ -53,6 +58,40 @@ def start(module: str) -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, env=env)
     os.environ[ENV] = path
     atexit.register(_end_untaken, _started, path)
+    # Its end is collected whenever it comes: taken, the zygote ends with its JVM, and after a JVM
+    # failover it would otherwise stay a zombie for the rest of the run.
+    threading.Thread(target=_started.wait, name="streamjob-zygote-reaper", daemon=True).start()
+
+
+def _sweep(tmp: str) -> None:
+    """Remove the folders of earlier runs that were killed (their ``atexit`` never ran): their run's
+    process is gone. Those named before the pid was in the name go when a day old."""
+    try:
+        names = [n for n in os.listdir(tmp) if n.startswith(_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        folder = os.path.join(tmp, name)
+        owner = re.fullmatch(r"(\d+)-\w+", name[len(_PREFIX):])
+        try:
+            if owner is not None and _alive(int(owner.group(1))):
+                continue
+            if owner is None and time.time() - os.path.getmtime(folder) < 86400:
+                continue
+        except OSError:
+            continue
+        for leftover in (TAKEN, "zygote.sock"):
+            _remove(os.path.join(folder, leftover))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _end_untaken(process: subprocess.Popen, path: str) -> None:
