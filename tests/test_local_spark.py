@@ -39,6 +39,28 @@ def test_a_claim_whose_jvm_never_wrote_is_given_up_and_the_switch_turns_it_off(t
     assert spark.class_data_sharing_options(str(tmp_path)) == ""
 
 
+def test_a_regenerated_jdk_archive_gives_the_spark_archive_a_new_key(tmp_path, monkeypatch):
+    """A dynamic archive is only valid on the static archive it was dumped on: after ``java -Xshare:dump``
+    (the JDK package runs it as it installs) the JVM silently ignored ours, and every run started ~1 s
+    slower. The JDK's archives are part of the key: a regenerated one means a new archive."""
+    monkeypatch.delenv("STREAMJOB_CLASS_DATA_SHARING", raising=False)
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib" / "server").mkdir(parents=True)
+    (home / "bin" / "java").write_text("#!/bin/sh\n")
+    (home / "release").write_text('JAVA_VERSION="17.0.15"\n')
+    base = home / "lib" / "server" / "classes.jsa"
+    base.write_bytes(b"static archive")
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    cache = tmp_path / "cache"
+    first = spark.class_data_sharing_options(str(cache))
+    assert "-XX:ArchiveClassesAtExit=" in first
+    assert spark.class_data_sharing_options(str(cache)) == ""  # the same key: that run is writing it
+    base.write_bytes(b"static archive, dumped again")
+    again = spark.class_data_sharing_options(str(cache))
+    assert "-XX:ArchiveClassesAtExit=" in again and again != first
+
+
 def test_workers_drop_sparks_source_zips_only_when_the_installed_packages_are_on_the_path(tmp_path):
     from streamjob.runtime.cluster.pyworker import spark_zips_to_drop
 

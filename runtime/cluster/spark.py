@@ -192,8 +192,8 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         # (the same jars in another virtualenv) silently starts without it: the jars' folder is part
         # of the key, so each installation writes and maps its own. The Java version too: an archive
         # is only valid for the exact JVM build that wrote it (a package upgrade keeps the path).
-        ident = "|".join([java, str(os.stat(java).st_mtime_ns), _java_release(java), jars,  # jar names carry Spark's version
-                          *sorted(os.listdir(jars))])
+        ident = "|".join([java, str(os.stat(java).st_mtime_ns), _java_release(java), *_base_archives(java),
+                          jars, *sorted(os.listdir(jars))])  # jar names carry Spark's version
         key = hashlib.sha256(ident.encode()).hexdigest()[:16]
         cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                                           "streamjob")
@@ -221,6 +221,22 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         return f"-XX:SharedArchiveFile={final} {quiet}"
     except (OSError, ImportError):
         return ""  # no cache directory we may write: start without the archive
+
+
+def _base_archives(java: str) -> list[str]:
+    """The JDK's own (static) CDS archives, as they are now. A dynamic archive holds the checksum of the
+    static one it was dumped on, and a JVM whose static archive was regenerated since (``java
+    -Xshare:dump``, run by the JDK package as it installs) silently starts without the dynamic one,
+    ~1 s slower: regenerated, it gets a new key and a run writes a new archive."""
+    server = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server")
+    out = []
+    for name in ("classes.jsa", "classes_nocoops.jsa"):
+        try:
+            st = os.stat(os.path.join(server, name))
+        except OSError:
+            continue
+        out.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    return out
 
 
 def _java_release(java: str) -> str:
