@@ -25,6 +25,9 @@ def test_one_run_writes_the_archive_and_later_runs_adopt_it(tmp_path, monkeypatc
     assert "-XX:SharedArchiveFile=" in adopted and not os.path.exists(part)
     final = adopted.split("-XX:SharedArchiveFile=")[1].split()[0]
     assert os.path.exists(final) and spark.class_data_sharing_options(str(tmp_path)) == adopted
+    os.utime(final, (time.time() - 2 * 86400,) * 2)
+    assert spark.class_data_sharing_options(str(tmp_path)) == adopted
+    assert time.time() - os.path.getmtime(final) < 60  # in use: not pruned as unused
 
 
 def test_a_claim_whose_jvm_never_wrote_is_given_up_and_the_switch_turns_it_off(tmp_path, monkeypatch):
@@ -57,8 +60,16 @@ def test_a_regenerated_jdk_archive_gives_the_spark_archive_a_new_key(tmp_path, m
     assert "-XX:ArchiveClassesAtExit=" in first
     assert spark.class_data_sharing_options(str(cache)) == ""  # the same key: that run is writing it
     base.write_bytes(b"static archive, dumped again")
+    month_ago = time.time() - 31 * 86400
+    unused, used = cache / "spark-0123456789abcdef.jsa", cache / "spark-fedcba9876543210.jsa"
+    for archive in (unused, used):
+        archive.write_bytes(b"archive")
+        os.utime(archive, (month_ago, month_ago))
+    os.utime(used, (time.time() - 5 * 86400,) * 2)
     again = spark.class_data_sharing_options(str(cache))
     assert "-XX:ArchiveClassesAtExit=" in again and again != first
+    # claiming the new one, the archives no run used for 30 days went (another JDK's, Spark's, virtualenv's)
+    assert not unused.exists() and used.exists()
 
 
 def test_workers_drop_sparks_source_zips_only_when_the_installed_packages_are_on_the_path(tmp_path):

@@ -214,13 +214,36 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
             elif parts:
                 return ""  # another run's JVM is writing one
             else:
+                _prune_archives(cache, now)
                 # Writing costs this one run ~3 s more start-up (and its JVM ~2 s at exit).
                 part = os.path.join(cache, f"spark-{key}.{os.getpid()}.jsa.part")
                 open(part, "wb").close()  # claims the writing: concurrent runs start without an archive
                 return f"-XX:ArchiveClassesAtExit={part} {quiet}"
+        try:
+            if time.time() - os.path.getmtime(final) > 86400:
+                os.utime(final)  # in use: kept by _prune_archives
+        except OSError:
+            pass
         return f"-XX:SharedArchiveFile={final} {quiet}"
     except (OSError, ImportError):
         return ""  # no cache directory we may write: start without the archive
+
+
+_UNUSED_ARCHIVE_S = 30 * 86400
+
+
+def _prune_archives(cache: str, now: float) -> None:
+    """Archives no run used for 30 days (another JDK, Spark or virtualenv's, ~70 MB each), and claims
+    of other keys whose JVM never wrote, go when a new archive is claimed."""
+    for name in os.listdir(cache):
+        path = os.path.join(cache, name)
+        try:
+            age = now - os.path.getmtime(path)
+            if name.startswith("spark-") and (name.endswith(".jsa") and age > _UNUSED_ARCHIVE_S or
+                                              name.endswith(".jsa.part") and age > 86400 and not os.path.getsize(path)):
+                os.remove(path)
+        except OSError:
+            pass
 
 
 def _base_archives(java: str) -> list[str]:
