@@ -191,6 +191,39 @@ def test_file_sink_commits_part_files_and_hides_in_progress_ones(tmp_path):
     assert rows == [{"a": 1}, {"a": 2}, {"a": 3}, {"a": 4}]
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_file_sink_makes_a_part_durable_before_its_checkpoint_and_its_name_at_commit(tmp_path, monkeypatch, fmt):
+    """On a local file system a part file's bytes and its (hidden) name are synced to disk before the
+    pre-commit returns (the checkpoint that holds it completes only after that, and its records are
+    never written again), and the published name once committed. The disk itself cannot be failed
+    here: what is checked is that each sync is asked of the right file and directory, in that order."""
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    sink = FileSink.parquet(str(tmp_path)) if fmt == "parquet" else FileSink.jsonl(str(tmp_path))
+    checkpointing = RuntimeContext("t", 0, 1, 128, job_parameters={"execution.checkpointing.interval": 1000})
+    checkpointing._job_id = JOB
+    writer = sink.create_writer(checkpointing)
+    writer.write(pa.RecordBatch.from_pylist([{"a": 1}, {"a": 2}]))
+    assert not synced
+    committables = writer.prepare_commit()
+    (pending,) = [c["pending"] for c in committables]
+    assert synced == [pending, str(tmp_path)]  # the file's bytes, then its name in the directory
+    synced.clear()
+    sink.commit(committables)
+    assert synced == [str(tmp_path)] and not os.path.exists(pending)
+    synced.clear()
+    sink.commit(committables)  # again after a restore: nothing was renamed, nothing to sync
+    assert synced == []
+
+
 def test_datagen_splits_indices_across_subtasks_and_limits_rate():
     parts = [read_all(DataGenSource(lambda i: i, count=10).create_reader(ctx(k, 3, batch_size=2))) for k in range(3)]
     assert parts == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]

@@ -80,7 +80,8 @@ def normalize_url(url: str) -> str:
     return url.rstrip("/") if not url.endswith(":///") else url
 
 
-def _is_local(fs: Any) -> bool:
+def is_local(fs: Any) -> bool:
+    """The local file system (fsync and atomic renames are ours to do)."""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return protocol in ("file", "local")
 
@@ -90,9 +91,18 @@ def _is_memory(fs: Any) -> bool:
     return protocol == "memory"
 
 
+def sync_directory(directory: str) -> None:
+    """Make the names created or renamed in a local directory durable (its entries, not the files)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_file(fs: Any, path: str, data: bytes, exclusive: bool) -> None:
     """Durable write; ``exclusive``: put-if-absent (raises FileExistsError)."""
-    if _is_local(fs):
+    if is_local(fs):
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
@@ -108,11 +118,7 @@ def write_file(fs: Any, path: str, data: bytes, exclusive: bool) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(directory)
         return
     if exclusive:
         if fs.exists(path):
@@ -270,7 +276,7 @@ class CheckpointStorage(StateLocation):
     def _upload_shared(self, checkpoint_id: int, local_path: str) -> dict:
         relative = f"{SHARED}/{checkpoint_id}-{uuid.uuid4().hex}.sst"
         path = self.path(relative)
-        if _is_local(self.fs):
+        if is_local(self.fs):
             with open(local_path, "rb") as src:
                 data = src.read()
             self._write(path, data, exclusive=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import io
+import os
 import posixpath
 import queue
 import re
@@ -26,6 +27,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from ..batch import num_rows, to_rows
+from ..checkpoint.storage import is_local, sync_directory
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 from .json_text import json_bytes, json_objects, row_encoder
 
@@ -353,10 +355,12 @@ class FileSink(Sink):
 
     def commit(self, committables: list) -> None:
         fs, _ = fsspec.core.url_to_fs(self.path)
+        renamed: set[str] = set()
         for c in committables:
             tmp, final = c["pending"], c["final"]
             try:
                 fs.mv(tmp, final)
+                renamed.add(posixpath.dirname(final))
                 continue
             except FileNotFoundError:
                 pass
@@ -365,6 +369,9 @@ class FileSink(Sink):
                     f"FileSink({self.path}): cannot commit {final}: its pending file {tmp} is gone "
                     "(deleted by someone else?); the records in it are lost"
                 )
+        if is_local(fs):  # the new names durable: a later checkpoint no longer holds these committables
+            for directory in sorted(renamed):
+                sync_directory(directory)
 
 
 class _PartCloser:
@@ -666,11 +673,20 @@ class _PartFile:
         return {"pending": self.tmp, "final": self.final}
 
     def close(self) -> dict:
-        """Pre-commit: complete the file, still hidden; the committable says how to publish it."""
+        """Pre-commit: complete the file, still hidden; the committable says how to publish it. On a
+        local file system the file and its name are made durable first, as Flink's FileSink does: the
+        checkpoint that holds it completes only after this, and the records in it are never written
+        again, so a machine that crashed after the checkpoint must still have them."""
         self._flush()
         if self.writer is not None:
             self.writer.close()
-        self.file.close()
+        if is_local(self.fs):
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            sync_directory(posixpath.dirname(self.tmp))
+        else:
+            self.file.close()
         return self.committable()
 
     def abort(self) -> None:
