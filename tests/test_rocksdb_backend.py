@@ -276,6 +276,22 @@ def test_working_directories_of_dead_tasks_are_swept(tmp_path):
     rdb.dispose()
 
 
+def test_a_working_directory_whose_owner_is_being_written_is_not_swept(tmp_path):
+    """Two subtasks start in one local directory: the second's sweep found the first's owner file
+    just created, still empty, took it for pid 0 (which psutil says does not exist) and removed the
+    directory under the first (RocksDB: "While mkdir if missing: ... No such file or directory")."""
+    local = tmp_path / "local"
+    starting, unowned = local / "op-starting", local / "op-unowned"
+    starting.mkdir(parents=True)
+    unowned.mkdir()
+    (starting / "OWNER").write_text("")
+    sweep_stale(str(local))
+    assert starting.exists() and unowned.exists()
+    rdb = rocks(tmp_path)
+    assert sorted(os.listdir(rdb.home)) == ["OWNER", "db"]  # written whole, then renamed into place
+    rdb.dispose()
+
+
 def test_a_dropped_state_leaves_its_column_family_to_the_next_one_through_snapshots_and_restores(tmp_path):
     """The columnar window operator makes and drops a table per window: a new table reuses a dropped
     table's column family (emptied), and every kind of restore reads each state from its own one."""

@@ -551,8 +551,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         sweep_stale(local_dir)
         self.home = os.path.join(local_dir, f"{_safe(operator)}-{uuid.uuid4().hex[:12]}")
         os.makedirs(self.home)
-        with open(os.path.join(self.home, _OWNER_FILE), "w") as f:
+        # Written whole under a temporary name, then renamed: another task's sweep_stale (every
+        # subtask starting in the same local directory sweeps it) must never read it empty.
+        pending = os.path.join(self.home, _OWNER_FILE + ".tmp")
+        with open(pending, "w") as f:
             f.write(str(os.getpid()))
+        os.replace(pending, os.path.join(self.home, _OWNER_FILE))
         self.db_path = os.path.join(self.home, "db")
         self._open(self.db_path, [])
 
@@ -855,10 +859,12 @@ def sweep_stale(local_dir: str) -> None:
         owner = os.path.join(local_dir, entry, _OWNER_FILE)
         try:
             with open(owner) as f:
-                pid = int(f.read().strip() or 0)
+                pid = int(f.read().strip())
         except (OSError, ValueError):
-            continue
-        if pid != os.getpid() and not psutil.pid_exists(pid):
+            continue  # no owner (yet): a task may be creating it right now
+        # (An empty owner read as pid 0, which psutil says does not exist: a task starting beside
+        # another lost its new directory to the other's sweep.)
+        if 0 < pid != os.getpid() and not psutil.pid_exists(pid):
             shutil.rmtree(os.path.join(local_dir, entry), ignore_errors=True)
 
 
