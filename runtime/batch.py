@@ -56,13 +56,15 @@ def to_rows(batch: Batch) -> list:
     if not isinstance(batch, pa.RecordBatch):
         return batch
     names = tuple(batch.schema.names)
-    if not 0 < len(names) <= _MAX_ROW_FIELDS or len(set(names)) < len(names):
-        return batch.to_pylist()
-    make = _row_makers.get(names)
-    if make is None:
+    make = _row_makers.get(names, False)
+    if make is False:  # a schema not seen yet
         if len(_row_makers) >= _MAX_ROW_MAKERS:  # records of ever new fields: do not keep them all
             _row_makers.clear()
-        make = _row_makers[names] = _row_maker(names)
+        # None: no dict display for these names (none, too many, or one twice: to_pylist's last wins)
+        usable = 0 < len(names) <= _MAX_ROW_FIELDS and len(set(names)) == len(names)
+        make = _row_makers[names] = _row_maker(names) if usable else None
+    if make is None:
+        return batch.to_pylist()
     return make(*[column.to_pylist() for column in batch.columns])
 
 
@@ -70,7 +72,7 @@ def to_rows(batch: Batch) -> list:
 # with the names as constants. pyarrow's to_pylist indexes every column at every row: ~20% slower.
 _MAX_ROW_FIELDS = 64
 _MAX_ROW_MAKERS = 256
-_row_makers: dict[tuple, Any] = {}
+_row_makers: dict[tuple, Any] = {}  # names -> their row maker, or None
 
 
 def _row_maker(names: tuple) -> Any:

@@ -32,6 +32,8 @@ import threading
 import time
 from typing import Any
 
+from . import process_tree
+
 ENV = "STREAMJOB_DAEMON_ZYGOTE"  # the zygote's socket, inherited by the JVM and so by the daemon Spark starts
 WAIT_S = 600.0  # a zygote nobody took ends after this long
 TAKEN = "taken"  # made beside the socket once a daemon's process connected
@@ -74,7 +76,7 @@ def _sweep(tmp: str) -> None:
         folder = os.path.join(tmp, name)
         owner = re.fullmatch(r"(\d+)-\w+", name[len(_PREFIX):])
         try:
-            if owner is not None and _alive(int(owner.group(1))):
+            if owner is not None and not process_tree.ended(int(owner.group(1))):
                 continue
             if owner is None and time.time() - os.path.getmtime(folder) < 86400:
                 continue
@@ -82,16 +84,6 @@ def _sweep(tmp: str) -> None:
             continue
         for leftover in (TAKEN, "zygote.sock"):
             _remove(os.path.join(folder, leftover))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
 
 
 def _end_untaken(process: subprocess.Popen, path: str) -> None:
