@@ -166,7 +166,9 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
     checkpoint (claiming the job's checkpoint directory) and the output stays exactly once. Then
     `kubectl delete` with savepointOnDeletion: a final savepoint, everything goes, and deletion
     does not hang although every event post is refused (a namespace being terminated)."""
-    rows, rate = 40_000, 800
+    # Input for ~5 minutes: the deletion ends the job long before, and a loaded machine (the operator's
+    # status late by tens of seconds) never sees the input end before the driver is lost.
+    rows, rate = 240_000, 800
     with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
         kube_api.objects.create("sj", streamjob("lossy", tmp_path, rows, rate, savepointOnDeletion=True),
                                 namespace=NS)

@@ -184,6 +184,9 @@ class FakeKubelet:
     def lose(self, namespace: str, name: str) -> None:
         """The pod's node dies: SIGKILL its processes; the pod becomes Failed (reason NodeLost)."""
         pod = self._find(namespace, name)
+        if not any(c.proc is not None and c.proc.poll() is None for c in pod.containers):
+            # Losing a pod whose processes had already ended shows nothing a test could mean to show.
+            raise AssertionError(f"pod {namespace}/{name} has no running container left to lose")
         pod.lost = True
         self._kill(pod, signal.SIGKILL)
         self._report(pod)
