@@ -180,3 +180,88 @@ def test_the_daemon_preloads_what_a_task_imports():
                  for m in re.findall(r"^\s+from (\S+) import", body, re.M)}
     assert imported <= set(pydaemon.PRELOADED) | {"pyspark"}, imported - set(pydaemon.PRELOADED)
     assert pydaemon.preload() == []
+
+
+# -- the JVM's command, without spark-submit's scripts (spark_launch) -------------------------------------
+def _pyspark_home() -> str:
+    import pyspark
+
+    return os.path.dirname(pyspark.__file__)
+
+
+def test_the_launchers_command_is_kept_and_used_until_something_it_reads_changes(tmp_path, monkeypatch):
+    from streamjob.runtime.cluster import spark_launch
+
+    home = _pyspark_home()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "STREAMJOB_SPARK"))}
+    launch = {"spark.driver.memory": "321m", "spark.driver.extraJavaOptions": "-Da=1 -Db='two words'"}
+    calls = []
+    real = spark_launch.run_launcher
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(spark_launch, "run_launcher", counted)
+    command, env = spark_launch.gateway_command(home, launch, str(tmp_path), environ)
+    # The launcher's answer: the JVM with Spark's class path, the driver's memory and options, SparkSubmit.
+    assert os.path.basename(command[0]) == "java" and "-Xmx321m" in command and "-Db=two words" in command  # split as a shell would
+    assert command[command.index("-cp") + 1].endswith(os.path.join("jars", "*"))
+    assert command[-6:] == [spark_launch.SUBMIT, "--conf", "spark.driver.memory=321m", "--conf",
+                            "spark.driver.extraJavaOptions=-Da=1 -Db='two words'", "pyspark-shell"][-6:]
+    # The environment spark-submit's scripts give the JVM (and through it every Python worker).
+    assert env["SPARK_HOME"] == home and env["SPARK_CONF_DIR"] == os.path.join(home, "conf")
+    assert env["PYTHONHASHSEED"] == "0" and env["SPARK_ENV_LOADED"] == "1" and env["SPARK_SCALA_VERSION"]
+    assert len(calls) == 1 and len(list(tmp_path.glob("launch-*.cmd"))) == 1
+
+    assert spark_launch.gateway_command(home, launch, str(tmp_path), environ) == (command, env)
+    assert len(calls) == 1  # kept: no launcher JVM this time
+
+    # Anything the launcher reads asks it again: a setting, a Spark variable.
+    spark_launch.gateway_command(home, {**launch, "spark.driver.memory": "300m"}, str(tmp_path), environ)
+    spark_launch.gateway_command(home, launch, str(tmp_path), {**environ, "SPARK_SUBMIT_OPTS": "-Dx=1"})
+    assert len(calls) == 3 and len(list(tmp_path.glob("launch-*.cmd"))) == 3
+    assert not list(tmp_path.glob(".launch-*"))  # written whole, then renamed
+
+
+def test_spark_submit_runs_where_only_its_scripts_can_say_what_to_start(tmp_path):
+    from streamjob.runtime.cluster import spark_launch
+
+    home = _pyspark_home()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "STREAMJOB_SPARK"))}
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-env.sh").write_text("export SPARK_DAEMON_MEMORY=1g\n")  # a shell file: sourced by bash only
+    assert spark_launch.gateway_command(home, {}, str(tmp_path), {**environ, "SPARK_CONF_DIR": str(conf)}) is None
+    assert spark_launch.gateway_command(home, {}, str(tmp_path),
+                                        {**environ, "STREAMJOB_SPARK_SUBMIT_SCRIPT": "1"}) is None
+    # A launcher that refuses (a bad option here) leaves spark-submit to run and show its message.
+    assert spark_launch.gateway_command(home, {}, str(tmp_path),
+                                        {**environ, "SPARK_LAUNCHER_OPTS": "-XX:NoSuchOption"}) is None
+    assert not list(tmp_path.glob("launch-*.cmd"))
+    # A kept command whose Java is gone (a JDK removed) is asked for again.
+    command, _ = spark_launch.gateway_command(home, {}, str(tmp_path), environ)
+    [kept] = tmp_path.glob("launch-*.cmd")
+    kept.write_bytes(b"/no/such/java\0-version\0")
+    assert spark_launch.gateway_command(home, {}, str(tmp_path), environ)[0] == command
+
+
+def test_the_launchers_output_is_read_as_spark_class_reads_it():
+    from streamjob.runtime.cluster.spark_launch import parse_launcher_output
+
+    assert parse_launcher_output(b"a warning\n\0\n/usr/bin/java\0-cp\0x y\0Main\0") == ["/usr/bin/java", "-cp",
+                                                                                       "x y", "Main"]
+    assert parse_launcher_output(b"\0\n/usr/bin/java\0") == ["/usr/bin/java"]
+    assert parse_launcher_output(b"Error: no command\n") is None
+
+
+def test_task_workers_get_the_environment_spark_submit_gave_them(spark_slots):
+    """The session's JVM was started by its own command (spark_launch); its Python workers see what
+    spark-submit's scripts exported: the hash seed every worker shares, Spark's home."""
+    from pyspark import SparkContext
+
+    def _env(_):
+        yield os.environ.get("PYTHONHASHSEED"), os.environ.get("SPARK_HOME"), os.environ.get("SPARK_ENV_LOADED")
+
+    rows = SparkContext.getOrCreate().parallelize(range(2), 2).mapPartitions(_env).collect()
+    assert rows == [("0", _pyspark_home(), "1")] * 2

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
-from . import spark_log
+from . import spark_launch, spark_log
 from .process_tree import DAEMON_MODULE, kill_tree
 from .pod import is_local
 
@@ -635,13 +635,17 @@ def _start_gateway_process(launch: dict[str, str]) -> tuple[Any, str, str] | Non
     submit = os.path.join(home, "bin", "spark-submit")
     if not (os.path.isfile(submit) and os.path.isdir(os.path.join(home, "jars"))):
         return None
-    command = [submit]
-    for k, v in launch.items():
-        command += ["--conf", f"{k}={v}"]
-    command.append("pyspark-shell")
+    direct = spark_launch.gateway_command(home, launch)  # the JVM's own command: no scripts, no launcher JVM
+    if direct is not None:
+        command, env = direct
+    else:
+        command, env = [submit], dict(os.environ)
+        for k, v in launch.items():
+            command += ["--conf", f"{k}={v}"]
+        command.append("pyspark-shell")
     folder = tempfile.mkdtemp()
     info = os.path.join(folder, "connection-info")
-    env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
+    env.update({"SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info})
     # stdin is a pipe: the gateway server exits when it closes (this process ends, however it ends).
     quiet = not spark_log.show_banner()
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, stderr=subprocess.PIPE if quiet else None,
