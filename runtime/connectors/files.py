@@ -708,16 +708,18 @@ def rows_to_batch(rows: list, schema: pa.Schema | None) -> pa.RecordBatch:
     there; a row with a field the others lack is refused (writing it would drop it).
     Rows that are not dicts go through ``pa.RecordBatch.from_pylist``.
     """
-    if not rows or set(map(type, rows)) != {dict}:
+    if not rows or (schema is None and type(rows[0]) is not dict):
         return pa.RecordBatch.from_pylist(rows, schema=schema)
     names = schema.names if schema is not None else list(rows[0])
     columns = None
-    if sum(map(len, rows)) == len(names) * len(rows):  # every row has as many fields: the usual case
-        try:
+    try:  # the usual case: every row a dict with exactly these fields
+        if sum(map(len, rows)) == len(names) * len(rows):
             columns = [[r[k] for r in rows] for k in names]
-        except KeyError:
-            pass
+    except (KeyError, TypeError):  # a row without one of them; a row that is no mapping
+        pass
     if columns is None:
+        if set(map(type, rows)) != {dict}:
+            return pa.RecordBatch.from_pylist(rows, schema=schema)
         known = set(names)
         for r in rows:
             extra = r.keys() - known

@@ -15,7 +15,7 @@ from ..api.types import Row
 from ..batch import Batch, extract_keys, to_rows
 from ..state.tables import AccumulatorTable
 from .base import StreamOperator
-from .context import _Context, _emit_process_results, _keyed_records, _run_stamped, _TimerFiring
+from .context import _KeyedContext, _emit_process_results, _keyed_records, _run_stamped, _TimerFiring
 from .stateless import FilterOperator, FlatMapOperator, MapOperator
 
 pd = LazyModule("pandas")  # only keyed aggregations need it: not loaded by every worker
@@ -27,7 +27,7 @@ class KeyedProcessOperator(_TimerFiring, StreamOperator):
     def setup(self) -> None:
         super().setup()
         self._fn = as_callable(self.node.fn, "process_element", "process")
-        self._ctx = _Context()
+        self._ctx = _KeyedContext(self.keyed_backend)
         self._init_timers(self._ctx)
 
     def process(self, batch: Batch, input_index: int) -> None:
@@ -43,7 +43,7 @@ class KeyedProcessOperator(_TimerFiring, StreamOperator):
         out: list = []
         extend = out.extend
         for key, r in zip(keys, to_rows(batch)):
-            ctx.current_key = backend.current_key = key  # type: ignore[union-attr]
+            backend.current_key = key  # type: ignore[union-attr]  # ctx's current key too
             result = fn(r, ctx)
             if result is not None:
                 extend(result)
