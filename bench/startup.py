@@ -36,7 +36,7 @@ LAUNCH = "import sys; from streamjob.runtime.cli import main; sys.argv[0] = 'str
 DRIVER_EVENTS = ["cli", "job file", "execute", "jvm launch", "jvm up", "jvm prestart taken",
                  "jvm prestart discarded", "spark context start", "spark context", "job manager started",
                  "stage submit"]
-WORKER_EVENTS = ["process start", "worker module", "task entry", "task imports", "task deployed", "task slot ready",
+WORKER_EVENTS = ["zygote preloaded", "process start", "worker module", "task entry", "task imports", "task deployed", "task slot ready",
                  "task running"]
 SPANS = [  # (label, from, to): offsets of moments, "t0" = the command's start
     ("interpreter + imports (to cli)", "t0", "cli"),
