@@ -182,3 +182,34 @@ def test_a_zygote_that_ended_is_collected_not_left_a_zombie(tmp_path):
     finally:
         run.kill()
         run.wait()
+
+
+def test_a_process_has_ended_when_gone_or_a_zombie_with_or_without_proc(monkeypatch):
+    """``process_tree.ended`` (the zygote's sweep asks it whether a run is gone): from /proc a zombie has
+    ended; where there is no /proc (macOS) a signal's reach decides, never "ended" for a live process."""
+    import builtins
+    import os.path
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not process_tree.ended(child.pid) and not process_tree.ended(os.getpid())
+        child.kill()
+        deadline = time.monotonic() + 10
+        while not process_tree.ended(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_tree.ended(child.pid)  # a zombie until it is waited for
+    finally:
+        child.wait()
+    assert process_tree.ended(child.pid)
+
+    real_open, real_isdir = builtins.open, os.path.isdir
+
+    def no_proc_open(path, *args, **kwargs):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_proc_open)
+    monkeypatch.setattr(os.path, "isdir", lambda p: False if str(p).startswith("/proc") else real_isdir(p))
+    assert not process_tree.ended(os.getpid())  # alive: a signal reaches it
+    assert process_tree.ended(child.pid)  # reaped: nothing to reach

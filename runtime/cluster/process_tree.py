@@ -41,8 +41,18 @@ def ended(pid: int) -> bool:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
         return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return True  # no such process
     except (OSError, ValueError, IndexError):
         return True
+    try:  # no /proc (macOS): whether a signal could reach it (a zombie reads as running here)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's: it exists
+    return False
 
 
 def wait_ended(pids: list[int], timeout: float) -> bool:

@@ -91,8 +91,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--zygote"]:  # started by `streamjob run` beside the JVM's launch (zygote.start)
         preload_yielding()
         zygote.serve(sys.argv[2])  # returns as the daemon Spark started, its streams and setting taken
-    elif os.environ.get(zygote.ENV, "off") != "off" and zygote.hand_over(os.environ[zygote.ENV]):
-        return  # (hand_over exits once the zygote, the daemon now, has ended)
+    elif os.environ.get(zygote.ENV, "off") != "off":
+        zygote.hand_over(os.environ[zygote.ENV])  # exits once the zygote, the daemon now, has ended
     mark("daemon module")
     for entry in pyworker.spark_zips_to_drop(sys.path):
         sys.path.remove(entry)

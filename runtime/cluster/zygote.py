@@ -97,9 +97,10 @@ def _end_untaken(process: subprocess.Popen, path: str) -> None:
         _remove(leftover)
 
 
-def hand_over(path: str) -> bool:
+def hand_over(path: str) -> None:
     """Proxy side (the daemon Spark started): give the zygote at ``path`` this process's streams and
-    setting, then wait until it ends and exit. False: no zygote took them; carry on as a daemon."""
+    setting, then wait until it ends and exit. Returns only when no zygote took them: the caller
+    carries on as the daemon itself."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(5.0)
@@ -110,7 +111,7 @@ def hand_over(path: str) -> bool:
         pid = int(reply.decode().strip())
     except (OSError, ValueError):
         sock.close()
-        return False
+        return
     # Spark ends its daemon with SIGTERM (destroy): the zygote is the daemon now.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM))
     sock.settimeout(None)
