@@ -182,26 +182,6 @@ def test_the_daemon_preloads_what_a_task_imports():
     assert pydaemon.preload() == []
 
 
-def test_the_zygote_loads_the_modules_at_the_lowest_priority_and_forks_at_its_own(monkeypatch):
-    """The zygote's preload runs in a thread of nice 19 (it must not slow the JVM's launch on the
-    same cores) that has ended when it returns; the thread that goes on to fork the workers keeps
-    its priority (a nice value is a thread's own on Linux)."""
-    import threading
-
-    from streamjob.runtime.cluster import pydaemon
-
-    def nice() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    seen = []
-    monkeypatch.setattr(pydaemon, "preload", lambda: seen.append((threading.current_thread().name, nice())) or [])
-    before = nice()
-    pydaemon.preload_yielding()
-    assert seen == [("streamjob-preload", 19)]
-    assert nice() == before
-    assert "streamjob-preload" not in [t.name for t in threading.enumerate()]  # ended before any fork
-
-
 # -- the JVM's command, without spark-submit's scripts (spark_launch) -------------------------------------
 def _pyspark_home() -> str:
     import pyspark

@@ -213,3 +213,55 @@ def test_a_process_has_ended_when_gone_or_a_zombie_with_or_without_proc(monkeypa
     monkeypatch.setattr(os.path, "isdir", lambda p: False if str(p).startswith("/proc") else real_isdir(p))
     assert not process_tree.ended(os.getpid())  # alive: a signal reaches it
     assert process_tree.ended(child.pid)  # reaped: nothing to reach
+
+
+def test_the_zygote_loads_at_the_lowest_priority_until_a_proxy_waits_for_it():
+    """The modules load in a thread of nice 19 (where it can be raised back, as here: root) while nobody
+    waits; once a proxy does, the rest loads at the zygote's own priority; the thread has ended when
+    ``finish`` returns, and the thread that forks the workers never changed its priority."""
+    import threading
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = nice()
+    seen: list = []
+    started, go = threading.Event(), threading.Event()
+
+    def load() -> None:
+        seen.append(nice())
+        started.set()
+        go.wait(10)
+        seen.append(nice())
+
+    loading = zygote._Preload(load)
+    assert started.wait(10)
+    lowered = loading.base is not None
+    assert seen == [19 if lowered else base]
+    finisher = threading.Thread(target=loading.finish)
+    finisher.start()
+    deadline = time.monotonic() + 10
+    while lowered and os.getpriority(os.PRIO_PROCESS, loading.tid) != base and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.set()
+    finisher.join(10)
+    assert not finisher.is_alive() and not loading.thread.is_alive()
+    assert seen[1] == base and nice() == base
+
+
+def test_a_proxy_that_comes_while_the_zygote_still_loads_waits_for_it(socket_path):
+    """The zygote listens before it loads: a daemon Spark starts while the modules are still loading is
+    handed over once they are, instead of loading them all again itself as an ordinary daemon."""
+    code = ("import sys, time; from streamjob.runtime.cluster import pydaemon, zygote; "
+            "zygote.serve(sys.argv[1], lambda: (time.sleep(2), pydaemon.preload())); "
+            "from pyspark import daemon; daemon.manager()")
+    z = subprocess.Popen([sys.executable, "-c", code, socket_path], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES"})
+    wait_for(lambda: os.path.exists(socket_path), timeout=10)  # at once, not after the loading's 2 s
+    started = time.monotonic()
+    proxy, port = run_proxy(socket_path)
+    assert listener_pid(port) == z.pid  # the zygote's, after the wait
+    assert time.monotonic() - started > 0.5  # it did wait for the loading
+    proxy.stdin.close()
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)

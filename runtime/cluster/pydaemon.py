@@ -13,7 +13,7 @@ PySpark's daemon imports a worker's modules after the fork because some librarie
 on import, which a fork does not carry over. Those imported here are fork-safe: pyarrow's jemalloc
 background thread and OpenBLAS's (numpy) pool have fork handlers and are started again in the
 child when used (tests/test_local_spark.py runs the forked workers' pyarrow and numpy). Nothing
-here leaves a Python thread running (the zygote's preload thread has ended before the first fork).
+here leaves a Python thread running (the zygote's loading thread has ended before the first fork).
 
 Run as ``python -m streamjob.runtime.cluster.pydaemon``, on the driver (local Spark) and on
 Kubernetes executors alike (the image has streamjob); ``spark.python.use.daemon=false`` goes back to
@@ -61,36 +61,12 @@ def preload() -> list[str]:
     return failed
 
 
-def preload_yielding() -> None:
-    """``preload`` in a thread of the lowest priority (nice 19), for the zygote: it loads the modules
-    while Spark's JVM launches and the driver imports the job, and those two are the path to the first
-    record; the modules are needed only once the stage is submitted. Competing for the same cores as
-    an equal, the preload's ~0.9 CPU-s delayed the JVM's start by as much. The thread has ended before
-    anything forks (a nice value is a thread's own on Linux: the daemon and its workers keep theirs)."""
-    import threading
-
-    def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (OSError, AttributeError):
-            pass  # not Linux: at the process's priority, as before
-        preload()
-
-    loader = threading.Thread(target=run, name="streamjob-preload")
-    loader.start()
-    loader.join()
-    from ..startup_trace import mark
-
-    mark("zygote preloaded")
-
-
 def main() -> None:
     from . import zygote
     from ..startup_trace import mark
 
     if sys.argv[1:2] == ["--zygote"]:  # started by `streamjob run` beside the JVM's launch (zygote.start)
-        preload_yielding()
-        zygote.serve(sys.argv[2])  # returns as the daemon Spark started, its streams and setting taken
+        zygote.serve(sys.argv[2], preload)  # returns as the daemon Spark started, its streams and setting taken
     elif os.environ.get(zygote.ENV, "off") != "off":
         zygote.hand_over(os.environ[zygote.ENV])  # exits once the zygote, the daemon now, has ended
     mark("daemon module")
