@@ -249,6 +249,21 @@ def test_the_zygote_loads_at_the_lowest_priority_until_a_proxy_waits_for_it():
     assert seen[1] == base and nice() == base
 
 
+def test_a_loading_a_proxy_waits_for_before_it_began_is_never_lowered():
+    """A proxy that comes before the loading thread has even run: ``finish`` has looked, so the thread
+    keeps the zygote's priority (lowering it then would leave nobody to raise it back)."""
+    import threading
+
+    seen: list = []
+    loading = zygote._Preload.__new__(zygote._Preload)
+    loading.tid, loading.base, loading._lock, loading._waited = None, None, threading.Lock(), True  # as finish leaves it
+    loading.thread = threading.Thread(target=loading._run,
+                                      args=(lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),))
+    loading.thread.start()
+    loading.thread.join(10)
+    assert seen == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())] and loading.base is None
+
+
 def test_a_proxy_that_comes_while_the_zygote_still_loads_waits_for_it(socket_path):
     """The zygote listens before it loads: a daemon Spark starts while the modules are still loading is
     handed over once they are, instead of loading them all again itself as an ordinary daemon."""

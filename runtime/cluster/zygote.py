@@ -140,12 +140,16 @@ class _Preload:
     def __init__(self, load: Callable[[], Any]):
         self.tid: int | None = None
         self.base: int | None = None  # the thread's priority before it was lowered (None: not lowered)
+        self._lock = threading.Lock()
+        self._waited = False  # a proxy waits: the thread is not lowered (any more)
         self.thread = threading.Thread(target=self._run, args=(load,), name="streamjob-preload")
         self.thread.start()
 
     def _run(self, load: Callable[[], Any]) -> None:
-        self.tid = threading.get_native_id()
-        self.base = _lower(self.tid)
+        with self._lock:  # never lowered after ``finish`` looked (a proxy that came at once)
+            self.tid = threading.get_native_id()
+            if not self._waited:
+                self.base = _lower(self.tid)
         load()
         from ..startup_trace import mark
 
@@ -153,11 +157,13 @@ class _Preload:
 
     def finish(self) -> None:
         """A proxy waits: the rest at the zygote's own priority, then return once all is loaded."""
-        if self.base is not None and self.tid is not None and self.thread.is_alive():
-            try:
-                os.setpriority(os.PRIO_PROCESS, self.tid, self.base)
-            except OSError:
-                pass  # it ended meanwhile
+        with self._lock:
+            self._waited = True
+            if self.base is not None and self.tid is not None and self.thread.is_alive():
+                try:
+                    os.setpriority(os.PRIO_PROCESS, self.tid, self.base)
+                except OSError:
+                    pass  # it ended meanwhile
         self.thread.join()
 
 
