@@ -246,6 +246,29 @@ def test_spark_submit_runs_where_only_its_scripts_can_say_what_to_start(tmp_path
     assert spark_launch.gateway_command(home, {}, str(tmp_path), environ)[0] == command
 
 
+def test_kept_commands_unused_for_a_week_go_and_a_first_runs_is_not_kept(tmp_path):
+    """A kept command in use is touched daily; one no run used for a week goes when another is kept. The
+    command of a run whose JVM writes the class-data archive (a file named by that run) is never kept."""
+    from streamjob.runtime.cluster import spark_launch
+
+    home = _pyspark_home()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "STREAMJOB_SPARK"))}
+    spark_launch.gateway_command(home, {"spark.driver.memory": "301m"}, str(tmp_path), environ)
+    [used] = tmp_path.glob("launch-*.cmd")
+    stale = tmp_path / "launch-0123456789abcdef0123.cmd"
+    stale.write_bytes(b"/no/java\0")
+    week_ago = time.time() - 8 * 86400
+    os.utime(used, (week_ago, week_ago))
+    os.utime(stale, (week_ago, week_ago))
+    spark_launch.gateway_command(home, {"spark.driver.memory": "301m"}, str(tmp_path), environ)  # used again
+    assert time.time() - used.stat().st_mtime < 60
+    spark_launch.gateway_command(home, {"spark.driver.memory": "302m"}, str(tmp_path), environ)  # a new one
+    assert not stale.exists() and used.exists() and len(list(tmp_path.glob("launch-*.cmd"))) == 2
+    first = {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={tmp_path}/spark-x.123.jsa.part"}
+    command, _ = spark_launch.gateway_command(home, first, str(tmp_path), environ)
+    assert any("ArchiveClassesAtExit" in a for a in command) and len(list(tmp_path.glob("launch-*.cmd"))) == 2
+
+
 def test_the_launchers_output_is_read_as_spark_class_reads_it():
     from streamjob.runtime.cluster.spark_launch import parse_launcher_output
 

@@ -26,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 
 LAUNCHER = "org.apache.spark.launcher.Main"
 SUBMIT = "org.apache.spark.deploy.SparkSubmit"
@@ -126,20 +127,38 @@ def gateway_command(home: str, launch: dict[str, str], cache_dir: str | None = N
         with open(path, "rb") as f:
             command = [a.decode() for a in f.read().split(b"\0") if a]
         if command and os.path.isfile(command[0]):
+            if time.time() - os.path.getmtime(path) > 86400:
+                os.utime(path)  # in use: kept by _prune
             return command, env
     except OSError:
         pass
     command = run_launcher(java, home, arguments, env)
     if command is None or not os.path.isfile(command[0]):
         return None
-    _keep(cache, path, command)
+    if not any("ArchiveClassesAtExit" in a for a in arguments):  # a first run's: names its own archive file
+        _keep(cache, path, command)
     return command, env
 
 
+_UNUSED_S = 7 * 86400  # a kept command no run used for this long goes (another Spark, setting, folder)
+
+
+def _prune(cache: str) -> None:
+    now = time.time()
+    for name in os.listdir(cache):
+        if name.startswith("launch-") and name.endswith(".cmd"):
+            try:
+                if now - os.path.getmtime(os.path.join(cache, name)) > _UNUSED_S:
+                    os.remove(os.path.join(cache, name))
+            except OSError:
+                pass
+
+
 def _keep(cache: str, path: str, command: list[str]) -> None:
-    """Write the command whole or not at all (runs may start side by side)."""
+    """Write the command whole or not at all (runs may start side by side); commands unused for a week go."""
     try:
         os.makedirs(cache, exist_ok=True)
+        _prune(cache)
         fd, tmp = tempfile.mkstemp(dir=cache, prefix=".launch-", suffix=".part")
         with os.fdopen(fd, "wb") as f:
             f.write(b"\0".join(a.encode() for a in command) + b"\0")
