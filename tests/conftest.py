@@ -73,8 +73,30 @@ def spark_slots():
     deployment.spark_context.stop()
 
 
+_previous_test = [""]
+
+
+def _report_running_spark_jobs(test: str) -> None:
+    """Spark jobs still running in the session's local Spark when a test starts hold slots: a barrier
+    stage of this test may then wait for them without end (seen once in CI: a loop job that ran no task
+    in 300 s). Said in the test's captured output, with the test that ran before it on this worker."""
+    context = sys.modules.get("pyspark.core.context")
+    sc = context.SparkContext._active_spark_context if context is not None else None
+    if sc is None:
+        return
+    try:
+        active = list(sc.statusTracker().getActiveJobsIds())
+    except Exception:  # noqa: BLE001 - the session's JVM is gone (a test killed it): nothing holds slots
+        return
+    if active:
+        print(f"Spark jobs {active} were running when {test} started (the test before it on this worker: "
+              f"{_previous_test[0] or 'none'})", file=sys.stderr)
+
+
 @pytest.fixture(autouse=True)
-def _fresh_execution_context():
+def _fresh_execution_context(request):
+    _report_running_spark_jobs(request.node.nodeid)
+    _previous_test[0] = request.node.nodeid
     execution_context.reset()
     execution_context.show_progress = False
     yield
