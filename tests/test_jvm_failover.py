@@ -67,6 +67,7 @@ class Job:
              "--conf", f"rest.result-linger={linger}", *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         self.lines: list[str] = []
+        self.proxies: list[psutil.Process] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
 
     def stderr(self) -> str:
@@ -107,11 +108,21 @@ class Job:
         for child in psutil.Process(self.proc.pid).children():
             try:
                 if "--zygote" in child.cmdline():
+                    # The JVM's own Python child is then the proxy that handed its streams over: not a task
+                    # (the run does not kill it); it exits by itself once the zygote has ended.
+                    self.proxies = [p for p in workers if p.ppid() == java.pid]
+                    workers = [p for p in workers if p not in self.proxies]
                     workers += [child, *child.children(recursive=True)]
             except psutil.Error:  # an earlier JVM's zygote, ended (a zombie until the run reaps it) or gone
                 pass
         java.kill()
         return workers
+
+    def proxies_exit(self) -> None:
+        """The proxies of the killed JVM's daemon exit once the zygote that took over from them has ended
+        (``dead`` checks the tasks at once: the run kills those, but a proxy wakes when it is scheduled)."""
+        self.until(lambda: dead(self.proxies), timeout=30, what="the dead JVM's daemon proxy exits")
+        self.proxies = []
 
     def lines_with(self, words: str) -> int:
         return sum(words in line for line in list(self.lines))
@@ -188,6 +199,7 @@ def test_jvm_killed_three_times_mid_checkpoint_mid_savepoint_and_anywhere_output
         job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 1, what="the JVM's death noticed")
         os.remove(stall)
         assert dead(workers), "the orphaned tasks of the dead JVM were ended"
+        job.proxies_exit()
         job.until(lambda: job.checkpoints_after(held["id"]), what="running again")
         [status] = [c for c in job.get("/checkpoints")["history"] if c["id"] == held["id"]]
         assert status["status"] == "FAILED" and JVM_EXITED in status["failure"], status
@@ -199,6 +211,7 @@ def test_jvm_killed_three_times_mid_checkpoint_mid_savepoint_and_anywhere_output
         job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 2, what="the JVM's death noticed")
         os.remove(stall)
         assert dead(workers)
+        job.proxies_exit()
         failed = job.get(f"/savepoints/{sp1}")
         assert failed["status"] == "FAILED" and JVM_EXITED in failed["error"], failed
         assert not os.path.exists(failed["path"])  # nothing half-written left behind
@@ -218,6 +231,7 @@ def test_jvm_killed_three_times_mid_checkpoint_mid_savepoint_and_anywhere_output
         workers = job.kill_jvm()
         job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 3, what="the JVM's death noticed")
         assert dead(workers)
+        job.proxies_exit()
 
         final: dict = {}
         # Read once: the final result, once read, ends the process's wait for a reader (rest.result-linger).
@@ -408,6 +422,7 @@ def test_jvm_killed_during_stop_with_savepoint_fails_it_clearly_and_a_retry_stop
         job.until(lambda: job.lines_with(f"{JVM_EXITED}; starting a new one") == 1, what="the JVM's death noticed")
         os.remove(stall)
         assert dead(workers)
+        job.proxies_exit()
         failed = job.get("/savepoints/stop-1")
         assert failed["status"] == "FAILED" and JVM_EXITED in failed["error"], failed
         job.until(lambda: job.checkpoints_after(job.latest_checkpoint()), what="running again")
