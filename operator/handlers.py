@@ -277,7 +277,7 @@ async def _act(action: R.Action, res: R.Resource, obs: Observation, memo: kopf.M
         restore = (action.restore.kind, action.restore.path) if action.restore else None
         config = operator_config(memo)
         target = resources.DeploymentTarget(number=action.number, parallelism=action.parallelism, restore=restore,
-                                            kubernetes_master=config.kubernetes_master)
+                                            overrides=action.overrides, kubernetes_master=config.kubernetes_master)
         for obj in resources.owned_objects(res.name, res.namespace, res.uid, spec, target, token):
             done = await kube.ensure(obj)
             if obj["kind"] == "Secret":

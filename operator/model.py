@@ -416,6 +416,8 @@ class Deployment(_Model):
     deploy_time: str | None = None
     running_since: str | None = None  # when its job was first seen RUNNING; None: it never started
     spec: K8sObject | None = Field(None, description="The spec this deployment runs")
+    overrides: dict[str, int] = Field(default_factory=dict, description="Operator (uid) -> parallelism this deployment "
+                                      "runs above the spec's: the autoscaler's, kept by a redeploy")
     previous_spec: K8sObject | None = Field(None, description="The spec of the last deployment whose job ran: "
                                                               "what a rollback deploys")
 

@@ -71,6 +71,7 @@ class Deploy:
     spec: dict[str, Any]  # the spec it runs (status.lastReconciledSpec)
     parallelism: int
     restore: Restore | None
+    overrides: tuple[tuple[str, int], ...] = ()  # operator -> parallelism above the spec's (the autoscaler's)
 
 
 @dataclass(frozen=True)
@@ -726,13 +727,18 @@ def _new_deployment(res: Resource, st: StreamJobStatus, obs: Observation, spec: 
         previous = old.previous_spec
     else:
         previous = old.spec if old.running_since else old.previous_spec
+    # A redeploy runs the same spec again: the job keeps the parallelism the autoscaler gave its operators
+    # (the runtime's pipeline.jobvertex-parallelism-overrides), as it restores the state they wrote. Any
+    # other deployment runs a spec of the user's: its parallelism, and the autoscaler starts over.
+    kept = dict(st.autoscaler.overrides) if st.autoscaler is not None and up.reason == "redeploy" and \
+        spec.autoscaler is not None and spec.autoscaler.enabled else {}
     st.deployment = Deployment(number=number, pod_name=names.driver_pod(res.name, number),
                                parallelism=spec.parallelism, restore_kind=restore.kind if restore else None,
                                restore_path=restore.path if restore else None, deploy_time=iso(obs.now),
-                               spec=up.target_spec, previous_spec=previous)
+                               spec=up.target_spec, previous_spec=previous, overrides=kept)
     st.last_checkpoint = None  # belongs to the job that stopped; the new one reports its own
-    if st.autoscaler is not None:  # the new job runs its spec's parallelism: the autoscaler starts over
-        st.autoscaler.overrides, st.autoscaler.pending, st.autoscaler.scale_down_since = {}, None, {}
+    if st.autoscaler is not None:
+        st.autoscaler.overrides, st.autoscaler.pending, st.autoscaler.scale_down_since = dict(kept), None, {}
     st.job_status = JobInfo(state=JobStatusState.DEPLOYING.value, job_id=st.job_status.job_id if restore and
                             restore.kind == "checkpoint" else None)
     st.restart_history = []
@@ -763,7 +769,7 @@ def _deploying(st: StreamJobStatus, obs: Observation, plan: Plan) -> None:
     restore = Restore(st.deployment.restore_kind, st.deployment.restore_path) \
         if st.deployment.restore_kind and st.deployment.restore_path else None
     plan.act(Deploy(st.deployment.number, st.deployment.pod_name or "", st.deployment.spec or {},
-                    st.deployment.parallelism or 1, restore))
+                    st.deployment.parallelism or 1, restore, tuple(sorted(st.deployment.overrides.items()))))
     plan.soon()
 
 

@@ -111,6 +111,7 @@ class DeploymentTarget:
     number: int  # 1, 2, ...: the driver pod's name suffix
     parallelism: int  # may differ from spec.parallelism while a rescale is carried out
     restore: Restore | tuple[str, str] | None = None
+    overrides: tuple[tuple[str, int], ...] = ()  # operator (uid) -> parallelism above ``parallelism``
     # operator settings
     entrypoint: str = ENTRYPOINT
     kubernetes_master: str = KUBERNETES_MASTER
@@ -457,6 +458,9 @@ def _pod_placement(spec: StreamJobSpec) -> dict[str, Any]:
     return out
 
 
+PARALLELISM_OVERRIDES = "pipeline.jobvertex-parallelism-overrides"  # the runtime's Options.PARALLELISM_OVERRIDES
+
+
 def driver_args(spec: StreamJobSpec, target: DeploymentTarget) -> list[str]:
     """The entrypoint's ``driver`` followed by a ``streamjob run`` command line."""
     job = spec.job
@@ -472,6 +476,10 @@ def driver_args(spec: StreamJobSpec, target: DeploymentTarget) -> list[str]:
         # to up front (its task threads start as they are used), not only what the first graph needs.
         args += ["--master", f"local[{spec.autoscaler.max_parallelism or spec.max_parallelism}]"]
     args += ["--conf-file", f"{CONFIG_DIR}/{JOB_CONF}"]
+    if target.overrides:
+        # On top of the user's own (spec.config): the runtime reads the pairs in order, the later one wins.
+        pairs = [str(spec.config.get(PARALLELISM_OVERRIDES) or "").strip(" ,"), *(f"{k}:{n}" for k, n in target.overrides)]
+        args += ["--conf", f"{PARALLELISM_OVERRIDES}=" + ",".join(p for p in pairs if p)]
     if target.restore is not None:
         args += [f"--from-{target.restore.kind}", target.restore.path]
         if target.restore.kind == "checkpoint":

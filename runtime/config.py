@@ -16,6 +16,9 @@ from typing import Any, Iterable, Mapping
 class Options:
     PARALLELISM = "parallelism.default"
     MAX_PARALLELISM = "pipeline.max-parallelism"
+    # operator key -> parallelism set from outside the program (Flink's option: what its autoscaler sets);
+    # the Kubernetes operator passes its autoscaler's choices so that a new deployment keeps them
+    PARALLELISM_OVERRIDES = "pipeline.jobvertex-parallelism-overrides"
     BUFFER_TIMEOUT = "execution.buffer-timeout"
     BATCH_SIZE = "execution.batch-size"
     BUFFERS_PER_CHANNEL = "taskmanager.network.memory.buffers-per-channel"
@@ -182,6 +185,10 @@ DESCRIPTIONS: dict[str, str] = {
     Options.PARALLELISM: "The job's default parallelism: what `--parallelism` sets; `env.set_parallelism` in the job "
                          "wins, as in Flink",
     Options.MAX_PARALLELISM: "Number of key groups; a restore with a different max parallelism is refused",
+    Options.PARALLELISM_OVERRIDES: "Job vertices' parallelism above the program's own: `count:4,op3:2` (an operator's "
+                                   "uid, else `op<n>`, its place in the plan; a key sets its operator's whole chain, "
+                                   "as a rescale request does); an operator the job lacks is refused. What the "
+                                   "Kubernetes operator passes a redeploy to keep its autoscaler's choices",
     Options.BUFFER_TIMEOUT: "ms a record may wait in a partly filled network batch",
     Options.BATCH_SIZE: "Records per network batch",
     Options.BUFFERS_PER_CHANNEL: "Credits: batches in flight per channel",
@@ -438,6 +445,27 @@ class Configuration:
     def is_batch(self) -> bool:
         """The job runs in BATCH mode (as resolved when its graph was built: AUTOMATIC becomes one or the other)."""
         return str(self.get(Options.RUNTIME_MODE)).strip().upper() == "BATCH"
+
+    def get_parallelism_overrides(self) -> dict[str, int]:
+        """``pipeline.jobvertex-parallelism-overrides``: ``key:n,key:n`` (Flink's map syntax) or a mapping."""
+        key = Options.PARALLELISM_OVERRIDES
+        value = self.get(key)
+        if value is None or value == "":
+            return {}
+        items = value.items() if isinstance(value, Mapping) else (
+            item.rpartition(":")[::2] for item in str(value).split(",") if item.strip())
+        out: dict[str, int] = {}
+        for name, n in items:
+            name = str(name).strip()
+            try:
+                parallelism = int(str(n).strip())
+            except ValueError:
+                parallelism = 0
+            if not name or parallelism < 1:
+                raise ConfigError(f"configuration {key}: {name or '(no operator)'}:{n} is no operator:parallelism "
+                                  f"pair with a parallelism >= 1; expected e.g. 'counts:4,op3:2'")
+            out[name] = parallelism
+        return out
 
     def get_bool(self, key: str, default: bool = False) -> bool:
         value = self.get(key, default)

@@ -16,8 +16,10 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 
 from streamjob.operator import reconciler as R
+from streamjob.operator import resources
 from streamjob.operator.autoscaler import Collected, Sample, Vertex
 from streamjob.operator.metrics import OperatorMetrics
+from streamjob.operator.model import StreamJobSpec
 from streamjob.operator.observation import AUTOSCALE, RescaleObservation
 
 from test_reconciler import BASE, World
@@ -79,6 +81,9 @@ class LoadWorld(World):
                 self.job()["autoscale"] = {"id": f"r{next(self.ids)}", "status": "RESTARTING", "operators": operators}
             return
         super().apply(action)
+        if isinstance(action, R.Deploy) and len(self.deploys) > 1:  # a new job: the spec's parallelism and
+            # the overrides it was deployed with
+            self.parallelism = {"src": action.parallelism, "count": action.parallelism, **dict(action.overrides)}
 
     def run(self, seconds: float) -> None:
         for _ in range(int(seconds / 5)):
@@ -191,3 +196,34 @@ def test_the_operator_exports_the_autoscaler_s_evaluation_per_vertex():
     assert samples[("count", "trueProcessingRate")] == 800.0 and ("src", "lag") in samples
     metrics.forget("uid-1", "ns", "wc")
     assert not [s for f in metrics.registry.collect() for s in f.samples if s.name == "streamjob_operator_autoscaler"]
+
+
+def test_a_redeploy_keeps_the_parallelism_the_autoscaler_chose_and_an_upgrade_starts_over():
+    """A lost driver's redeploy runs the same spec: its job gets the autoscaler's parallelism back (the driver's
+    --conf pipeline.jobvertex-parallelism-overrides; tests/test_examples.py resumes a real job so), instead of
+    the spec's, which had it fall behind and be rescaled all over again. A user's upgrade runs the user's."""
+    w = LoadWorld(rate=900.0)
+    w.running()
+    w.run_until(lambda: "Rescaled" in w.reasons(), ticks=24, seconds=5.0)
+    chosen = dict(w.status.autoscaler.overrides)
+    assert chosen.get("count", 2) > 2, chosen
+    w.checkpoint(5)
+    w.tick()
+    del w.pods[w.status.deployment.pod_name]  # the driver is lost
+    w.run_until(lambda: len(w.deploys) == 2, seconds=5)
+    redeploy = w.deploys[1]
+    assert redeploy.restore is not None and redeploy.restore.kind == "checkpoint"
+    assert dict(redeploy.overrides) == chosen and w.status.deployment.overrides == chosen
+    args = resources.driver_args(StreamJobSpec.model_validate(redeploy.spec), resources.DeploymentTarget(
+        number=2, parallelism=redeploy.parallelism, restore=(redeploy.restore.kind, redeploy.restore.path), overrides=redeploy.overrides))
+    assert "pipeline.jobvertex-parallelism-overrides=" + ",".join(f"{k}:{n}" for k, n in sorted(chosen.items())) \
+        in args, args
+    w.running()
+    assert w.parallelism["count"] == chosen["count"] and w.status.autoscaler.overrides == chosen
+    w.run(60)
+    assert len(w.rescales) == 1, w.rescales  # it keeps up at once: nothing to rescale again
+
+    w.edit(image="streamjob:2")  # an upgrade: the spec's parallelism, and the autoscaler starts over
+    w.run_until(lambda: w.complete_savepoints() or len(w.deploys) == 3, seconds=5)
+    assert w.deploys[2].overrides == () and w.status.deployment.overrides == {}
+    assert w.status.autoscaler.overrides == {}

@@ -95,11 +95,17 @@ def test_checkpointed_counts_resume_after_a_kill_exactly_once(tmp_path):
     os.killpg(first.pid, signal.SIGKILL)  # the CLI, its JVM and the tasks: nothing runs a cleanup
     first.communicate()
     resume_from = _newest_checkpoint(tmp_path / "checkpoints")
+    before = {p.name for p in (tmp_path / "out" / "counts").iterdir()}
+    # Resumed as the operator redeploys a job its autoscaler had rescaled: the counts (and the files, chained
+    # to them) at 3.
     second = streamjob("run", str(EXAMPLES / "checkpointed_counts.py"), "--parallelism", "2", "--no-progress",
-                       "--from-checkpoint", str(resume_from), cwd=tmp_path, env=env)
+                       "--from-checkpoint", str(resume_from), "--conf",
+                       "pipeline.jobvertex-parallelism-overrides=count:3", cwd=tmp_path, env=env)
     _, err = second.communicate(timeout=300)
     assert second.returncode == 0, err[-3000:]
     assert f"Restoring from checkpoint {resume_from.name.split('-')[1]}" in err, err[-3000:]
+    written = [p.name.split("-") for p in (tmp_path / "out" / "counts").iterdir() if p.name not in before]
+    assert {int(part[-2]) for part in written if not part[0].startswith(".")} == {0, 1, 2}, written
 
     committed = []
     for path in glob.glob(str(tmp_path / "out" / "counts" / "*")):  # glob skips in-progress (hidden) files

@@ -121,3 +121,41 @@ def test_plan_lists_tasks_with_their_chained_operators_and_every_edge():
     import json
 
     assert json.loads(json.dumps(plan)) == plan  # served as JSON as it is
+
+
+def test_parallelism_overrides_from_the_configuration_set_job_vertices_above_the_program():
+    """pipeline.jobvertex-parallelism-overrides (what the operator passes a redeploy so that the job keeps
+    what its autoscaler chose): by uid, else op<n>; a key sets its chain (a job vertex, as a rescale
+    request names it); kept by a later rescale; bad values named."""
+    from streamjob.runtime import Configuration
+    from streamjob.runtime.config import ConfigError
+
+    def build(overrides, plan: bool = False):
+        env = StreamExecutionEnvironment.get_execution_environment(
+            Configuration({"pipeline.jobvertex-parallelism-overrides": overrides}))
+        env.set_parallelism(2)
+        keyed = parallel_collection(env, [1, 2]).key_by(lambda x: x)
+        keyed.reduce(lambda a, b: a + b).uid("counts").sink_to(DiscardingSink())
+        return env.get_execution_plan() if plan else env._build("test")
+
+    def parallelism(g):
+        return {op.state_key: op.parallelism for op in g.operators.values()}
+
+    g = build("counts:5")
+    assert parallelism(g) == {"op1": 2, "counts": 5, "op3": 5}  # the sink is chained to the counts
+    assert [t.name(g) for t in g.tasks] == ["Source: Collection", "Reduce -> Sink: Discard"]
+    assert parallelism(g.rescaled(4)) == {"op1": 4, "counts": 5, "op3": 5}  # kept by a rescale of the job
+    assert parallelism(build("op3:3, op1:1")) == {"op1": 1, "counts": 3, "op3": 3}  # any member names its chain
+    assert parallelism(build({"counts": 3})) == {"op1": 2, "counts": 3, "op3": 3}  # a mapping (a job's own)
+    assert parallelism(build("")) == {"op1": 2, "counts": 2, "op3": 2}
+    assert "Reduce -> Sink: Discard [parallelism 5]" in build("counts:5", plan=True)  # the plan shows what runs
+
+    with pytest.raises(JobDefinitionError, match=r"configuration pipeline.jobvertex-parallelism-overrides: no "
+                                                 r"operator 'sums' in job 'test'; its operators are 'op1', 'counts', "
+                                                 r"'op3'"):
+        build("sums:3")
+    with pytest.raises(JobDefinitionError, match=r"'counts' and 'op3' are chained in one task"):
+        build("counts:3,op3:4")
+    for bad in ("counts:0", "counts", "counts:x", ":3"):
+        with pytest.raises(ConfigError, match="pipeline.jobvertex-parallelism-overrides: .* expected e.g."):
+            build(bad)

@@ -29,8 +29,8 @@ def make_spec(**fields) -> StreamJobSpec:
     return StreamJobSpec.model_validate({**base, **fields})
 
 
-def target(n: int = 1, parallelism: int = 2, restore=None) -> r.DeploymentTarget:
-    return r.DeploymentTarget(number=n, parallelism=parallelism, restore=restore)
+def target(n: int = 1, parallelism: int = 2, restore=None, overrides=()) -> r.DeploymentTarget:
+    return r.DeploymentTarget(number=n, parallelism=parallelism, restore=restore, overrides=overrides)
 
 
 def objects(spec: StreamJobSpec, tgt: r.DeploymentTarget | None = None) -> list[dict]:
@@ -203,6 +203,15 @@ ARGS_CASES = {
                   autoscaler={"enabled": True}), target(),
         ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[16]",
          "--conf-file", CONF_FILE, "--no-progress", "--"]),
+    # A redeploy keeps what the autoscaler chose, on top of the user's own overrides (the later pair wins).
+    "redeployed, autoscaled": (
+        make_spec(checkpointing={}, upgradeMode="savepoint", savepointDir="s3://sp", autoscaler={"enabled": True},
+                  config={"pipeline.jobvertex-parallelism-overrides": "sink:1,count:3"}),
+        target(restore=r.Restore("checkpoint", "s3://ckpt/wc"), overrides=(("count", 4), ("src", 2))),
+        ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--master", "local[128]",
+         "--conf-file", CONF_FILE, "--conf", "pipeline.jobvertex-parallelism-overrides=sink:1,count:3,count:4,src:2",
+         "--from-checkpoint", "s3://ckpt/wc", "--conf", "execution.state-recovery.claim-mode=CLAIM", "--no-progress",
+         "--"]),
     "from checkpoint": (
         make_spec(), target(restore=r.Restore("checkpoint", "s3://ckpt/wc")),
         ["driver", "run", "/app/wordcount.py", "--parallelism", "2", "--conf-file", CONF_FILE,

@@ -429,7 +429,7 @@ class StreamExecutionEnvironment:
             raise ValueError("the job has no operators: add a source with env.from_source(...) and a sink")
         transformations = _with_inputs(self._transformations)
         name = job_name or os.path.splitext(os.path.basename(_main_file() or "streamjob"))[0]
-        graph = build_job_graph(transformations, self._config, name)
+        graph = _with_configured_overrides(build_job_graph(transformations, self._config, name), self._config)
         self._executed = True
         self._transformations = []
         self._uids = {}  # uids are unique per job; the next job may reuse them
@@ -438,7 +438,8 @@ class StreamExecutionEnvironment:
     def get_execution_plan(self) -> str:
         from ..graph.job_graph import build_job_graph
 
-        return build_job_graph(self._transformations, self._config, "plan").describe()
+        return _with_configured_overrides(build_job_graph(self._transformations, self._config, "plan"),
+                                          self._config).describe()
 
     # -- internals ----------------------------------------------------------
     def _add(self, t: Transformation) -> Transformation:
@@ -455,6 +456,20 @@ class StreamExecutionEnvironment:
             self._uids.pop(t.uid, None)
         t.uid = uid
         self._uids[uid] = t
+
+
+def _with_configured_overrides(graph: Any, config: Configuration) -> Any:
+    """The graph with ``pipeline.jobvertex-parallelism-overrides`` applied as a rescale applies its request:
+    each key sets its chain (the key of a job vertex the REST API reports, as the autoscaler names it)."""
+    from ..graph.job_graph import JobDefinitionError
+
+    overrides = config.get_parallelism_overrides()
+    if not overrides:
+        return graph
+    try:
+        return graph.rescaled(None, graph.chain_overrides(overrides))
+    except JobDefinitionError as e:
+        raise JobDefinitionError(f"configuration {Options.PARALLELISM_OVERRIDES}: {e}") from None
 
 
 def _with_inputs(transformations: list[Transformation]) -> list[Transformation]:

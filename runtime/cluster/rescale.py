@@ -102,24 +102,8 @@ def plan(graph: JobGraph, parallelism: int | None, operators: dict[str, int], *,
     """The job graph at the asked parallelism. ``slots``: what the cluster offers (None: it grows, as
     Spark on Kubernetes asks for executor pods); ``unaligned``: the job takes unaligned checkpoints, whose
     in-flight data cannot move into a chain that forms (or out of one that splits) at the new parallelism."""
-    by_key = graph.operator_by_key()
-    unknown = sorted(set(operators) - set(by_key))
-    if unknown:
-        raise RescaleRefused(f"no operator {', '.join(map(repr, unknown))} in job {graph.job_name!r}; its operators "
-                             f"are {', '.join(repr(k) for k in by_key)} (uids, else op<n>)", 400)
-    overrides: dict[str, int] = {}
-    named_by: dict[str, str] = {}  # operator key -> the key the request named its chain by
-    for key, n in operators.items():
-        task = graph.task_of(by_key[key].id)
-        for op_id in task.operators:
-            member = graph.operators[op_id].state_key
-            if member in overrides and overrides[member] != n:
-                raise RescaleRefused(
-                    f"{named_by[member]!r} and {key!r} are chained in one task ({task.name(graph)}), which runs at "
-                    f"one parallelism: give them the same, or split the chain in the program (start_new_chain)", 400)
-            overrides[member], named_by[member] = n, key
     try:
-        new = graph.rescaled(parallelism, overrides)
+        new = graph.rescaled(parallelism, graph.chain_overrides(operators))
     except JobDefinitionError as e:
         raise RescaleRefused(str(e), 400) from None
     if slots is not None and new.parallelism > slots:

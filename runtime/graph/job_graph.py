@@ -149,6 +149,29 @@ class JobGraph:
             config.set(Options.PARALLELISM, parallelism)
         return build_job_graph(transformations, config, job_name, {**self.overrides, **(overrides or {})})
 
+    def chain_overrides(self, operators: dict[str, int]) -> dict[str, int]:
+        """Per-operator parallelism from one given by operator key (uid, else ``op<position>``): a key sets
+        its whole chain, which runs as one task at one parallelism (how a rescale request and
+        ``pipeline.jobvertex-parallelism-overrides`` name job vertices). Raises ``JobDefinitionError`` for a
+        key no operator has and for two keys in one chain asked at different parallelism."""
+        by_key = self.operator_by_key()
+        unknown = sorted(set(operators) - set(by_key))
+        if unknown:
+            raise JobDefinitionError(f"no operator {', '.join(map(repr, unknown))} in job {self.job_name!r}; its "
+                                     f"operators are {', '.join(repr(k) for k in by_key)} (uids, else op<n>)")
+        overrides: dict[str, int] = {}
+        named_by: dict[str, str] = {}  # operator key -> the key that named its chain
+        for key, n in operators.items():
+            task = self.task_of(by_key[key].id)
+            for op_id in task.operators:
+                member = self.operators[op_id].state_key
+                if member in overrides and overrides[member] != n:
+                    raise JobDefinitionError(
+                        f"{named_by[member]!r} and {key!r} are chained in one task ({task.name(self)}), which runs at "
+                        f"one parallelism: give them the same, or split the chain in the program (start_new_chain)")
+                overrides[member], named_by[member] = n, key
+        return overrides
+
     def operator_by_key(self) -> dict[str, OperatorNode]:
         """Operators by the keys a rescale names them with: uid, else ``op<position>`` (their state key)."""
         return {op.state_key: op for op in self.operators.values()}
