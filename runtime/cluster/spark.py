@@ -28,7 +28,7 @@ from typing import Any
 
 from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
-from . import spark_launch, spark_log
+from . import spark_launch, spark_log, user_cache
 from .process_tree import DAEMON_MODULE, kill_tree
 from .pod import is_local
 
@@ -178,8 +178,7 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         import importlib.util
         import time
 
-        java_home = os.environ.get("JAVA_HOME")
-        java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+        java = spark_launch.java_binary(dict(os.environ))
         if not java or not os.path.exists(java):
             return ""
         java = os.path.realpath(java)
@@ -195,8 +194,7 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
         ident = "|".join([java, str(os.stat(java).st_mtime_ns), _java_release(java), *_base_archives(java),
                           jars, *sorted(os.listdir(jars))])  # jar names carry Spark's version
         key = hashlib.sha256(ident.encode()).hexdigest()[:16]
-        cache = cache_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                                          "streamjob")
+        cache = cache_dir or user_cache.folder()
         final = os.path.join(cache, f"spark-{key}.jsa")
         quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
         if not os.path.exists(final):
@@ -214,16 +212,12 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
             elif parts:
                 return ""  # another run's JVM is writing one
             else:
-                _prune_archives(cache, now)
+                user_cache.prune(cache, _unused_archive)
                 # Writing costs this one run ~3 s more start-up (and its JVM ~2 s at exit).
                 part = os.path.join(cache, f"spark-{key}.{os.getpid()}.jsa.part")
                 open(part, "wb").close()  # claims the writing: concurrent runs start without an archive
                 return f"-XX:ArchiveClassesAtExit={part} {quiet}"
-        try:
-            if time.time() - os.path.getmtime(final) > 86400:
-                os.utime(final)  # in use: kept by _prune_archives
-        except OSError:
-            pass
+        user_cache.in_use(final)
         return f"-XX:SharedArchiveFile={final} {quiet}"
     except (OSError, ImportError):
         return ""  # no cache directory we may write: start without the archive
@@ -232,18 +226,11 @@ def class_data_sharing_options(cache_dir: str | None = None) -> str:
 _UNUSED_ARCHIVE_S = 30 * 86400
 
 
-def _prune_archives(cache: str, now: float) -> None:
+def _unused_archive(name: str, age: float, size: int) -> bool:
     """Archives no run used for 30 days (another JDK, Spark or virtualenv's, ~70 MB each), and claims
     of other keys whose JVM never wrote, go when a new archive is claimed."""
-    for name in os.listdir(cache):
-        path = os.path.join(cache, name)
-        try:
-            age = now - os.path.getmtime(path)
-            if name.startswith("spark-") and (name.endswith(".jsa") and age > _UNUSED_ARCHIVE_S or
-                                              name.endswith(".jsa.part") and age > 86400 and not os.path.getsize(path)):
-                os.remove(path)
-        except OSError:
-            pass
+    return name.startswith("spark-") and (name.endswith(".jsa") and age > _UNUSED_ARCHIVE_S or
+                                          name.endswith(".jsa.part") and age > 86400 and not size)
 
 
 def _base_archives(java: str) -> list[str]:

@@ -26,7 +26,8 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
+
+from . import user_cache
 
 LAUNCHER = "org.apache.spark.launcher.Main"
 SUBMIT = "org.apache.spark.deploy.SparkSubmit"
@@ -121,14 +122,13 @@ def gateway_command(home: str, launch: dict[str, str], cache_dir: str | None = N
         key = cache_key(home, java, arguments, env)
     except OSError:
         return None
-    cache = cache_dir or os.path.join(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "streamjob")
+    cache = cache_dir or user_cache.folder(environ)
     path = os.path.join(cache, f"launch-{key}.cmd")
     try:
         with open(path, "rb") as f:
             command = [a.decode() for a in f.read().split(b"\0") if a]
         if command and os.path.isfile(command[0]):
-            if time.time() - os.path.getmtime(path) > 86400:
-                os.utime(path)  # in use: kept by _prune
+            user_cache.in_use(path)
             return command, env
     except OSError:
         pass
@@ -143,22 +143,15 @@ def gateway_command(home: str, launch: dict[str, str], cache_dir: str | None = N
 _UNUSED_S = 7 * 86400  # a kept command no run used for this long goes (another Spark, setting, folder)
 
 
-def _prune(cache: str) -> None:
-    now = time.time()
-    for name in os.listdir(cache):
-        if name.startswith("launch-") and name.endswith(".cmd"):
-            try:
-                if now - os.path.getmtime(os.path.join(cache, name)) > _UNUSED_S:
-                    os.remove(os.path.join(cache, name))
-            except OSError:
-                pass
+def _unused_command(name: str, age: float, size: int) -> bool:
+    return name.startswith("launch-") and name.endswith(".cmd") and age > _UNUSED_S
 
 
 def _keep(cache: str, path: str, command: list[str]) -> None:
     """Write the command whole or not at all (runs may start side by side); commands unused for a week go."""
     try:
         os.makedirs(cache, exist_ok=True)
-        _prune(cache)
+        user_cache.prune(cache, _unused_command)
         fd, tmp = tempfile.mkstemp(dir=cache, prefix=".launch-", suffix=".part")
         with os.fdopen(fd, "wb") as f:
             f.write(b"\0".join(a.encode() for a in command) + b"\0")
