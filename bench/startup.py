@@ -1,6 +1,6 @@
 """Start-up: from starting ``streamjob run`` to the first record at the sink (issue 15; goal <= 6 s).
 
-    python -P bench/startup.py [--repeat 5] [--breakdown] [--baseline REV] [--job bench/jobs/first_record.py]
+    python -P bench/startup.py [--repeat 5] [--breakdown] [--baseline REV] [--session] [--job bench/jobs/first_record.py]
 
 Each run is its own ``streamjob run --no-progress JOB`` process tree (the embedded local Spark), timed
 from spawning it to the first record line on its stdout; the run is then left to finish, so the next
@@ -11,6 +11,13 @@ waits until the archive can be adopted.
 ``--baseline REV`` runs a git revision's code (checked out in a temporary worktree, with its own
 archive cache, as it would have in its own checkout) alternately with the current code in the same
 run: figures taken while the machine is busy are compared as a ratio, never as absolute truths.
+
+``--session`` also runs the current code on a session cluster (``streamjob cluster start``, started by
+the bench in a cache folder of its own, the machine's class-data archive linked in), alternately with
+runs that start their own JVM: what the prestarted JVM of ``streamjob cluster start`` buys.
+
+Runs write and read their bytecode caches as a user's do, even where ``PYTHONDONTWRITEBYTECODE`` is set
+(compiling streamjob's modules anew costs a run ~0.3 s of its driver's CPU).
 
 ``--breakdown`` prints where the time goes, from ``STREAMJOB_STARTUP_TRACE`` moments the driver and the
 Python workers note (``streamjob.runtime.startup_trace``): medians of their offsets from the start,
@@ -33,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LAUNCH = "import sys; from streamjob.runtime.cli import main; sys.argv[0] = 'streamjob'; sys.exit(main())"
-DRIVER_EVENTS = ["cli", "job file", "execute", "jvm launch", "jvm up", "jvm prestart taken",
+DRIVER_EVENTS = ["cli", "job file", "execute", "session cluster taken", "jvm launch", "jvm up", "jvm prestart taken",
                  "jvm prestart discarded", "spark context start", "spark context", "job manager started",
                  "stage submit"]
 WORKER_EVENTS = ["zygote preloaded", "process start", "worker module", "task entry", "task imports", "task deployed", "task slot ready",
@@ -125,18 +132,26 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--baseline", metavar="REV", help="also run this git revision's code, alternately")
+    ap.add_argument("--session", action="store_true", help="also run on a session cluster, alternately")
     ap.add_argument("--job", default=str(HERE / "jobs" / "first_record.py"))
     args = ap.parse_args()
     job = str(Path(args.job).resolve())
     tmp = Path(tempfile.mkdtemp(prefix="startup-bench-"))
     work = tmp / "cwd"
     work.mkdir()
-    base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMJOB_STARTUP_TRACE")}
+    base_env = {k: v for k, v in os.environ.items()
+                if k not in ("PYTHONPATH", "STREAMJOB_STARTUP_TRACE", "PYTHONDONTWRITEBYTECODE", "STREAMJOB_SESSION")}
     default_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "streamjob")
     versions = [Version("current", {**base_env, "PYTHONPATH": _shim(tmp / "current", ROOT)}, str(work),
                         default_cache)]
     worktree = None
+    session_env = None
     try:
+        if args.session:
+            session_env = _start_session(tmp, {**base_env, "PYTHONPATH": _shim(tmp / "session", ROOT)})
+            versions[0].name = "current (own JVM)"
+            versions[0].env["STREAMJOB_SESSION"] = "off"
+            versions.append(Version("current (session cluster)", session_env, str(work), None))
         if args.baseline:
             worktree = tmp / "baseline"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(worktree), args.baseline],
@@ -164,7 +179,7 @@ def main() -> None:
         for v in versions:
             print(f"{v.name}: median first record {statistics.median(v.first):.2f} s "
                   f"(min {min(v.first):.2f}, max {max(v.first):.2f}, n={len(v.first)})")
-        if len(versions) == 2:
+        if len(versions) == 2 and args.baseline:
             print(f"current / baseline: {statistics.median(versions[0].first) / statistics.median(versions[1].first):.2f}")
         if args.breakdown:
             for v in versions:
@@ -172,9 +187,28 @@ def main() -> None:
         load = os.getloadavg()
         print(f"\nload average at end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     finally:
+        if session_env is not None:
+            subprocess.run([sys.executable, "-c", LAUNCH, "cluster", "stop"], env=session_env, check=False,
+                           capture_output=True)
         if worktree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
         shutil.rmtree(tmp, ignore_errors=True)  # the baseline's archive alone is ~70 MB
+
+
+def _start_session(tmp: Path, env: dict[str, str]) -> dict[str, str]:
+    """A session cluster in a cache folder of the bench's own (its runs' environment is returned)."""
+    cache = tmp / "session-cache"
+    (cache / "streamjob").mkdir(parents=True)
+    real = Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "streamjob"
+    for archive in real.glob("spark-*.jsa"):
+        (cache / "streamjob" / archive.name).symlink_to(archive)
+    env = {**env, "XDG_CACHE_HOME": str(cache)}
+    started = subprocess.run([sys.executable, "-c", LAUNCH, "cluster", "start"], env=env, capture_output=True,
+                             text=True)
+    if started.returncode != 0:
+        raise SystemExit(f"the session cluster did not start:\n{started.stderr[-3000:]}")
+    print(started.stdout.strip(), flush=True)
+    return env
 
 
 def _median(v: Version, key: str) -> float | None:

@@ -325,9 +325,11 @@ def _prestart_jvm(conf: Configuration) -> None:
         return  # the deployment reports it
     spark_conf.pop("spark.master", None)
     if spark_conf.get("spark.python.use.daemon", "true") != "false":
-        from .cluster import process_tree, zygote
+        from .cluster import process_tree, session, zygote
 
-        zygote.start(process_tree.DAEMON_MODULE)  # before the JVM launches: its daemon inherits where it is
+        # Before the JVM launches: its daemon inherits where it is (a session cluster's: through the stage's
+        # settings). At the lowest priority beside a JVM's launch; on a session cluster's, at its own.
+        zygote.start(process_tree.DAEMON_MODULE, lower=not session.available(master))
     spark.prestart_gateway(master, spark_conf)
 
 
@@ -394,6 +396,50 @@ def kafka_dev(port: int, host: str, data_dir: str | None, topics: tuple[str, ...
 
 def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
+
+
+@main.group("cluster")
+def cluster() -> None:
+    """A local session cluster: one Spark JVM kept running, which `streamjob run` on the embedded local
+    Spark uses instead of starting its own (its first record comes ~0.8 s sooner)."""
+
+
+@cluster.command("start")
+def cluster_start() -> None:
+    """Start the session cluster (a JVM, warmed with one Spark context and stage) and return."""
+    from .cluster import session
+
+    err().print("starting the session cluster (a Spark JVM, warmed up) ...")
+    try:
+        s = session.start()
+    except RuntimeError as e:
+        _fail(str(e))
+    click.echo(f"session cluster running: JVM pid {s.jvm}, log {s.log}. `streamjob run` on local Spark uses it "
+               f"(STREAMJOB_SESSION=off: not); `streamjob cluster stop` ends it")
+
+
+@cluster.command("stop")
+def cluster_stop() -> None:
+    """Stop the session cluster (a run on it goes on with a JVM of its own)."""
+    from .cluster import session
+
+    s = session.stop()
+    click.echo("session cluster stopped" if s is not None else "no session cluster was running")
+
+
+@cluster.command("status")
+def cluster_status() -> None:
+    """Whether a session cluster runs, and where its log is."""
+    import time
+
+    from .cluster import session
+
+    s = session.read()
+    if s is None:
+        click.echo("no session cluster is running")
+        raise SystemExit(1)
+    click.echo(f"session cluster running for {time.time() - s.started:.0f} s: JVM pid {s.jvm}, keeper pid {s.keeper}, "
+               f"Python {s.python}, log {s.log}")
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int) -> None:

@@ -13,6 +13,10 @@ for _k, _v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
                "AWS_DEFAULT_REGION": "us-east-1"}.items():
     os.environ.setdefault(_k, _v)
 
+# A session cluster the developer has running (streamjob cluster start) is never what a test's runs use;
+# tests/test_session_cluster.py starts its own, in a cache folder of its own.
+os.environ["STREAMJOB_SESSION"] = "off"
+
 # Jobs the tests run register in a registry of the test run's own (streamjob list), never the user's.
 if not os.environ.get("STREAMJOB_STATE_DIR"):
     import atexit

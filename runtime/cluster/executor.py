@@ -727,9 +727,9 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         if stop.started:
             display.note(_stopped_note(stop, coordinator))
         named = {graph.operators[int(k)].name: {"records_in": v[0], "records_out": v[1]} for k, v in totals.items()}
-        running = jm.running_seconds()
+        ran = jm.running_seconds()
         return JobExecutionResult(job_id, graph.job_name, int(seconds * 1000), named,
-                                  None if running is None else int(running * 1000),
+                                  None if ran is None else int(ran * 1000),
                                   checkpoints=_checkpoint_summaries(coordinator), restarts=jm.restarts)
     except BaseException as e:
         # Interrupted before the loop took the signals over (the SparkContext starting): canceled, not failed.
@@ -779,6 +779,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             jm.settle(text)
             _leave_termination_message(config, jm.final_result(), display.note)
         jm.rescale_failed(f"the job ended {jm.status.state} before the rescale was done")
+        if running[1] is not None:
+            running[1].end_session()  # a session cluster's JVM is the next run's now, not after the linger
         interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before
         _linger(config, jm, display)
         jm.shutdown()

@@ -26,6 +26,7 @@ import os
 import sys
 
 from . import pyworker  # sets Arrow's allocator up before pyarrow loads (ARROW_ALLOCATOR_ENV)
+from .session import TASK_CWD_ENV
 
 # What a task imports (spark._task_entry, and what it loads before its sources run), in the order it does.
 PRELOADED = (
@@ -66,9 +67,13 @@ def main() -> None:
     from ..startup_trace import mark
 
     if sys.argv[1:2] == ["--zygote"]:  # started by `streamjob run` beside the JVM's launch (zygote.start)
-        zygote.serve(sys.argv[2], preload)  # returns as the daemon Spark started, its streams and setting taken
+        # Returns as the daemon Spark started, its streams and setting taken.
+        zygote.serve(sys.argv[2], preload, lower=zygote.FULL_SPEED not in sys.argv[3:])
     elif os.environ.get(zygote.ENV, "off") != "off":
         zygote.hand_over(os.environ[zygote.ENV])  # exits once the zygote, the daemon now, has ended
+    task_cwd = os.environ.get(TASK_CWD_ENV)
+    if task_cwd:  # a session cluster's JVM works elsewhere: the tasks work where their run does
+        os.chdir(task_cwd)
     mark("daemon module")
     for entry in pyworker.spark_zips_to_drop(sys.path):
         sys.path.remove(entry)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
-from . import spark_launch, spark_log, user_cache
+from . import session, spark_launch, spark_log, user_cache
 from .process_tree import DAEMON_MODULE, kill_tree
 from .pod import is_local
 
@@ -452,6 +452,11 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
     global _prestarted
     if os.environ.get(PRESTART_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not is_local(master):
         return
+    if session.available(master):
+        # The run takes the session cluster's JVM (or, were it busy, launches one when it deploys); PySpark's
+        # imports (~0.3 s) are made now, beside the job file's, as the prestart would have made them.
+        threading.Thread(target=_import_pyspark, name="streamjob-pyspark-import", daemon=True).start()
+        return
     try:
         check_java()
     except ClusterError:
@@ -470,6 +475,14 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
             _chosen_cds = cds
             return
         _prestarted = PrestartedGateway(master, conf, cds)
+
+
+def _import_pyspark() -> None:
+    try:
+        import py4j.clientserver  # noqa: F401
+        import pyspark.core.context  # noqa: F401
+    except Exception:  # noqa: BLE001 - the deployment imports it again and reports what fails
+        pass
 
 
 def abandon_prestart() -> None:
@@ -686,8 +699,7 @@ def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
     import struct
     import time
 
-    from py4j.clientserver import ClientServer, JavaParameters, PythonParameters  # with PySpark, while the JVM starts
-    from py4j.java_gateway import GatewayParameters, JavaGateway, java_import
+    import py4j.clientserver  # noqa: F401 - loaded with PySpark while the JVM starts
     import pyspark  # noqa: F401
 
     try:
@@ -701,12 +713,21 @@ def _connect_gateway(proc: Any, info: str, folder: str) -> Any:
             secret = f.read(length).decode("utf-8")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    gateway = _gateway_client(port, secret)
+    gateway.proc = proc
+    return gateway
+
+
+def _gateway_client(port: int, secret: str) -> Any:
+    """A py4j gateway to a Spark JVM's gateway server at ``port``, as PySpark's ``launch_gateway`` makes it."""
+    from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
+    from py4j.java_gateway import GatewayParameters, JavaGateway, java_import
+
     if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() == "true":
         gateway = ClientServer(java_parameters=JavaParameters(port=port, auth_token=secret, auto_convert=True),
                                python_parameters=PythonParameters(port=0, eager_load=False))
     else:
         gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port, auth_token=secret, auto_convert=True))
-    gateway.proc = proc
     for name in PYSPARK_JAVA_IMPORTS:
         java_import(gateway.jvm, name)
     return gateway
@@ -818,6 +839,7 @@ class SparkDeployment:
         self.parallelism = parallelism
         self.needs = needs or uniform(parallelism)
         self._spark = None
+        self._claim: session.Claim | None = None  # the session cluster this deployment runs on
         self._app_name = app_name
         conf = dict(spark_conf)
         from pyspark import SparkContext
@@ -867,6 +889,10 @@ class SparkDeployment:
         from pyspark import SparkConf, SparkContext
 
         _prepare_environment(self.master, conf)
+        if SparkContext._gateway is None and self.local:
+            claim = session.claim(self.master, conf, _gateway_client)
+            if claim is not None:
+                return self._create_on_session(claim, conf, app_name)
         global _chosen_cds
         with _prestart_lock:
             prestarted, chosen, _chosen_cds = _prestarted, _chosen_cds, None
@@ -908,6 +934,62 @@ class SparkDeployment:
             sc._streamjob_default_local = True
         return sc
 
+    def _create_on_session(self, claim: session.Claim, conf: dict[str, str], app_name: str) -> Any:
+        """A SparkContext in the session cluster's JVM (``session``), the run's tasks given its working
+        directory and environment; stopped as the job ends (``end_session``) or at the latest as this
+        process exits."""
+        from pyspark import SparkConf, SparkContext
+
+        import atexit
+
+        mark("session cluster taken")
+        self._claim = claim
+        atexit.register(self.end_session)
+        spark_conf = SparkConf().setAppName(app_name)
+        for k, v in {**spark_settings(conf, self.master, ""), **claim.task_settings()}.items():
+            spark_conf.set(k, v)
+        _light_numpy_converters()
+        mark("spark context start")
+        try:
+            try:
+                sc = SparkContext(conf=spark_conf, gateway=claim.gateway)
+            except Exception as e:  # noqa: BLE001
+                if "Only one SparkContext" not in str(e) or not session.stop_left_behind(claim.gateway):
+                    raise
+                # A killed run's context, which the keeper had not stopped yet: stopped, and this one made.
+                _forget_context()
+                sc = SparkContext(conf=spark_conf, gateway=claim.gateway)
+        except Exception as e:  # noqa: BLE001 - its JVM went away as it started
+            self.end_session()
+            _forget_context()
+            raise ClusterError(f"could not start Spark with master {self.master} on the session cluster: "
+                               f"{root_cause(e)}") from e
+        mark("spark context")
+        level = spark_log.level()
+        sc.setLogLevel(level or spark_log.DEFAULT_LOCAL_LEVEL)
+        if self._default_local:
+            sc._streamjob_default_local = True
+        return sc
+
+    def end_session(self) -> None:
+        """The job ended: its SparkContext on the session cluster stopped and the session left to the next run
+        (a later job of this program claims it again). Nothing when the job ran on a JVM of its own."""
+        claim, self._claim = self._claim, None
+        if claim is None:
+            return
+        from pyspark import SparkContext
+
+        current = self._spark is not None and SparkContext._active_spark_context is self._spark
+        claim.release(self._spark if current else None)
+        if current or SparkContext._gateway is claim.gateway:
+            with SparkContext._lock:  # the next context claims the session anew, or launches a JVM
+                SparkContext._gateway = None
+                SparkContext._jvm = None
+            try:
+                claim.gateway.close()  # its connections only: shutdown() would end the session's gateway server
+            except Exception:  # noqa: BLE001
+                pass
+
     @property
     def spark_context(self) -> Any:
         return self._spark
@@ -934,7 +1016,7 @@ class SparkDeployment:
                 code = proc.wait(timeout=2.0) if lost else proc.poll()
             except subprocess.TimeoutExpired:
                 code = None
-            return None if code is None else describe_exit(code)
+            return None if code is None else getattr(proc, "how", None) or describe_exit(code)
         port = _gateway_port(getattr(self._spark, "_gateway", None)) if lost else None
         if port is None:
             return None
@@ -962,6 +1044,9 @@ class SparkDeployment:
         import warnings
 
         mark("jvm restart")
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()  # the session's JVM died: the run goes on with a JVM of its own
         _forget_context()
         processes: list[Any] = []
         try:

@@ -38,15 +38,18 @@ ENV = "STREAMJOB_DAEMON_ZYGOTE"  # the zygote's socket, inherited by the JVM and
 WAIT_S = 600.0  # a zygote nobody took ends after this long
 READY_S = 120.0  # how long a proxy waits for the zygote to finish loading (a machine far too busy: as without)
 TAKEN = "taken"  # made beside the socket once a daemon's process connected
+FULL_SPEED = "--full-speed"  # the zygote's argument: load at its own priority (``start``'s ``lower``)
 _PREFIX = "streamjob-zygote-"
 _STREAMS = (0, 1, 2)
 
 _started: subprocess.Popen | None = None
 
 
-def start(module: str) -> None:
+def start(module: str, lower: bool = True) -> None:
     """Driver side: launch the zygote (``python -m module --zygote PATH``) and set ``ENV`` so that the
-    daemon Spark starts finds it. At most once per process: a later daemon (a new JVM) starts as usual."""
+    daemon Spark starts finds it. At most once per process: a later daemon (a new JVM) starts as usual.
+    ``lower``: it loads at the lowest priority, yielding to the JVM's launch (not when no JVM launches:
+    the run takes a session cluster's, and the stage comes soon)."""
     global _started
     if _started is not None or os.environ.get(ENV) == "off":
         return
@@ -57,7 +60,8 @@ def start(module: str) -> None:
     # hash seed PySpark gives its workers (SparkContext's environment): fixed when an interpreter starts.
     # Spark starts its daemon unbuffered (PYTHONUNBUFFERED=YES).
     env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"), "PYTHONUNBUFFERED": "YES"}
-    _started = subprocess.Popen([sys.executable, "-m", module, "--zygote", path], stdin=subprocess.DEVNULL,
+    _started = subprocess.Popen([sys.executable, "-m", module, "--zygote", path, *([] if lower else [FULL_SPEED])],
+                                stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, env=env)
     os.environ[ENV] = path
     atexit.register(_end_untaken, _started, path)
@@ -137,11 +141,11 @@ class _Preload:
     the thread has ended before anything forks, and a nice value is a thread's own (Linux): the
     daemon and the workers it forks keep the zygote's."""
 
-    def __init__(self, load: Callable[[], Any]):
+    def __init__(self, load: Callable[[], Any], lower: bool = True):
         self.tid: int | None = None
         self.base: int | None = None  # the thread's priority before it was lowered (None: not lowered)
         self._lock = threading.Lock()
-        self._waited = False  # a proxy waits: the thread is not lowered (any more)
+        self._waited = not lower  # a proxy waits (or no JVM launches beside it): the thread is not lowered
         self.thread = threading.Thread(target=self._run, args=(load,), name="streamjob-preload")
         self.thread.start()
 
@@ -185,7 +189,7 @@ def _lower(tid: int) -> int | None:
         return None
 
 
-def serve(path: str, load: Callable[[], Any]) -> None:
+def serve(path: str, load: Callable[[], Any], lower: bool = True) -> None:
     """Zygote side: listen at ``path`` at once, ``load`` the task's modules meanwhile (``_Preload``), wait
     for one proxy, and once loaded become the daemon it was started as (its streams, arguments,
     environment and working directory). Returns when it did; exits when its parent (the run) is gone or
@@ -196,7 +200,7 @@ def serve(path: str, load: Callable[[], Any]) -> None:
     listener.bind(path)
     listener.listen(1)
     listener.settimeout(0.5)
-    loading = _Preload(load)
+    loading = _Preload(load, lower)
     waited = 0.0
     try:
         while True:

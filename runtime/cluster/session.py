@@ -1,0 +1,336 @@
+"""The local session cluster: one embedded Spark JVM kept running between ``streamjob run``s.
+
+A run on the embedded local Spark starts its own JVM (~1.1 s to its gateway on 2 cores, most of the
+way to the first record), then a SparkContext in that cold JVM (~0.55 s). ``streamjob cluster start``
+starts a JVM once, as Flink's ``start-cluster.sh`` does, and warms it with a SparkContext and a barrier
+stage; a later ``streamjob run`` on a local master connects to it, makes its own SparkContext there
+(~0.15 s warm) and stops it when it ends. The run keeps everything else of its own: the job manager
+and its REST API, the task daemon (the zygote it starts, which its tasks fork from), and what its
+tasks see: its working directory and environment travel as ``spark.executorEnv.*`` settings.
+
+One run at a time: a run holds the session's lock while it runs. A run that finds it held (another
+run), or the session of another Python, another JVM setting (``spark.driver.memory``,
+``spark.driver.extraJavaOptions``, jars) or ``STREAMJOB_SESSION=off``, starts its own JVM as without.
+A run killed before it stopped its SparkContext leaves it behind; the keeper (the session's process,
+which holds the JVM's stdin) stops it once the lock is free. If the session's JVM dies under a run,
+the run restarts its job on a JVM of its own, as after the death of its own JVM.
+
+What a task prints with ``print()`` goes to the session's log (``streamjob cluster status`` names it),
+as a Flink task manager's ``.out`` file: the JVM's output is the session's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import process_tree, user_cache
+
+ENV = "STREAMJOB_SESSION"  # "off": runs never use a session cluster
+TASK_CWD_ENV = "STREAMJOB_TASK_CWD"  # the run's working directory, for its tasks (zygote, pydaemon)
+_FILE, _LOCK, _LOG = "session.json", "session.lock", "session.log"
+# Settings spark-submit applies as it launches the JVM: a run whose values differ needs a JVM of its own.
+JVM_SETTINGS = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions",
+                "spark.driver.extraClassPath", "spark.driver.extraLibraryPath", "spark.jars", "spark.jars.packages",
+                "spark.jars.repositories", "spark.jars.ivy", "spark.jars.excludes", "spark.files", "spark.submit.pyFiles",
+                "spark.archives")
+# The run's variables its tasks must not take over from it: Spark's, Java's and the JVM's own, and the
+# shell's bookkeeping. (Spark merges a PYTHONPATH given so with its own for its workers.)
+_NOT_PASSED = ("SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_", "YARN_", "PWD", "OLDPWD", "SHLVL", "_",
+               "PYTHONHASHSEED", "PYTHONSTARTUP", "TERM", "COLUMNS", "LINES")
+
+
+@dataclass
+class Session:
+    port: int
+    secret: str
+    keeper: int  # the keeper's pid
+    jvm: int  # the JVM's pid
+    python: str  # the interpreter it was started with: a run of another one (another virtualenv) starts its own
+    jvm_key: str  # jvm_key() of the JVM's launch settings
+    started: float
+    log: str
+    python_env: dict  # the JVM's interpreter variables (PYTHONDONTWRITEBYTECODE, ...): the task daemon's too
+
+
+def folder() -> str:
+    return os.path.join(user_cache.folder(), "session")
+
+
+def jvm_key(settings: dict[str, str]) -> str:
+    """What of a run's own Spark settings (the user's, not ours) its JVM is launched with (``JVM_SETTINGS``)."""
+    relevant = {k: settings[k] for k in JVM_SETTINGS if settings.get(k)}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read(where: str | None = None) -> Session | None:
+    """The session running now, or None (none started, or its keeper or JVM is gone)."""
+    try:
+        with open(os.path.join(where or folder(), _FILE)) as f:
+            session = Session(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None
+    if process_tree.ended(session.keeper) or process_tree.ended(session.jvm):
+        return None
+    return session
+
+
+def wanted() -> bool:
+    return os.environ.get(ENV, "on").strip().lower() not in ("0", "off", "false", "no")
+
+
+def available(master: str) -> bool:
+    """Cheap (no connection): a session of this interpreter runs, and the run may use one."""
+    from .pod import is_local
+
+    session = read() if wanted() and is_local(master) else None
+    return session is not None and session.python == sys.executable
+
+
+class Claim:
+    """A run's hold on the session (its lock, held until it ends) and the gateway to its JVM."""
+
+    def __init__(self, session: Session, lock_fd: int, gateway: Any):
+        self.session, self._fd, self.gateway = session, lock_fd, gateway
+
+    def task_settings(self) -> dict[str, str]:
+        """``spark.executorEnv.*`` for the run's tasks: its environment and working directory (the JVM's
+        are the session's; Spark gives its Python daemon these on top of them)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED) and k not in _NOT_PASSED}
+        # An interpreter variable the session has and the run has not is cleared (empty: unset, for Python),
+        # so that the run's zygote, started with the run's, is taken as its daemon (zygote._interpreter_env).
+        env.update({k: "" for k in self.session.python_env if k not in os.environ})
+        env[TASK_CWD_ENV] = os.getcwd()
+        return {f"spark.executorEnv.{k}": v for k, v in env.items() if "=" not in k}
+
+    def release(self, context: Any = None) -> None:
+        """At the run's end: its SparkContext stopped (the daemon and its workers with it), the lock freed."""
+        if context is not None:
+            try:
+                context.stop()
+            except Exception:  # noqa: BLE001 - a JVM already gone; the keeper stops a context left behind
+                pass
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 1.0) -> Claim | None:
+    """The session for a run with these Spark settings (the user's), held, with ``connect(port, secret)``'s
+    gateway; None when there is none it may use (then it starts its own JVM, as without)."""
+    from .pod import is_local
+
+    if not wanted() or not is_local(master):
+        return None
+    where = folder()
+    session = read(where)
+    if session is None or session.python != sys.executable or session.jvm_key != jvm_key(settings):
+        return None
+    try:
+        fd = os.open(os.path.join(where, _LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    deadline = time.monotonic() + wait_s  # the keeper holds it a moment now and then
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None  # another run has it
+            time.sleep(0.05)
+    again = read(where)
+    if again is None or again.keeper != session.keeper:
+        os.close(fd)
+        return None
+    try:
+        gateway = connect(session.port, session.secret)
+    except Exception:  # noqa: BLE001 - its JVM went away in between: the run starts its own
+        os.close(fd)
+        return None
+    gateway.proc = SessionJVM(session.jvm)
+    return Claim(session, fd, gateway)
+
+
+class SessionJVM:
+    """The session's JVM as the run watches a JVM (a Popen's ``poll``/``wait``), though not its child."""
+
+    how = "the session cluster's JVM ended"
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        return 0 if process_tree.ended(self.pid) else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("session JVM", timeout or 0)
+            time.sleep(0.02)
+        return 0
+
+
+# -- the keeper -------------------------------------------------------------------------------------
+def start(timeout: float = 120.0) -> Session:
+    """``streamjob cluster start``: the keeper in a session of its own (it outlives the terminal's
+    process group), once its JVM is warm. Raises RuntimeError, with the log's end, if it does not come up."""
+    running = read()
+    if running is not None:
+        return running
+    where = folder()
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    log = os.path.join(where, _LOG)
+    with open(log, "wb") as out:
+        keeper = subprocess.Popen([sys.executable, "-m", __name__, where], stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True, cwd=os.path.expanduser("~"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        session = read(where)
+        if session is not None and session.keeper == keeper.pid:
+            return session
+        if keeper.poll() is not None:
+            break
+        time.sleep(0.1)
+    else:
+        keeper.kill()
+    with open(log, errors="replace") as f:
+        tail = f.read()[-3000:]
+    raise RuntimeError(f"the session cluster did not start (its log, {log}):\n{tail}")
+
+
+def stop(timeout: float = 30.0) -> Session | None:
+    """``streamjob cluster stop``: the keeper ends its JVM (a run on it fails over to a JVM of its own)."""
+    session = read()
+    if session is None:
+        return None
+    try:
+        os.kill(session.keeper, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while not (process_tree.ended(session.keeper) and process_tree.ended(session.jvm)):
+        if time.monotonic() >= deadline:
+            for pid in (session.jvm, session.keeper):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            break
+        time.sleep(0.05)
+    _remove(os.path.join(folder(), _FILE))
+    return session
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _warm(gateway: Any, settings: dict[str, str]) -> None:
+    """One SparkContext and one barrier stage: the code a run's context and stage go through, compiled."""
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf().setAppName("streamjob-session-warm-up")
+    for k, v in settings.items():
+        conf.set(k, v)
+    conf.set("spark.python.use.daemon", "false")  # a worker of its own: no daemon's imports for nothing
+    sc = SparkContext(conf=conf, gateway=gateway)
+    try:
+        sc.parallelize([0], 1).barrier().mapPartitions(lambda rows: rows).collect()
+    finally:
+        sc.stop()
+
+
+def stop_left_behind(gateway: Any) -> str | None:
+    """Stop the JVM's active SparkContext, which belongs to no run (its caller holds the lock): a run's
+    that was killed before it stopped it. Returns its application id, None when there was none."""
+    # SparkContext.getActive is Scala's private[spark]: public in the bytecode of the companion object.
+    companion = gateway.jvm.java.lang.Class.forName("org.apache.spark.SparkContext$").getField("MODULE$")
+    active = companion.get(None).getActive()
+    if not active.isDefined():
+        return None
+    app = active.get().applicationId()
+    active.get().stop()
+    return str(app)
+
+
+def _stop_left_behind(gateway: Any, lock: str, look: bool) -> bool:
+    """A context whose run ended without stopping it (killed) is stopped once the run's lock is free
+    (``look``: not looked since a run last held it). Returns whether the lock was free. The lock is held
+    for a moment only: a run that comes meanwhile waits for it (``claim``'s ``wait_s``)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # a run holds it
+    try:
+        if look:
+            left = stop_left_behind(gateway)
+            if left:
+                print(f"stopped the SparkContext {left} of a run that ended without it", flush=True)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _serve(where: str) -> None:
+    from . import spark
+
+    spark._prepare_environment("local[1]", {})
+    settings = spark.spark_settings({}, "local[1]", spark.class_data_sharing_options())
+    gateway = spark._launch_gateway(spark._launch_settings(settings))
+    jvm = gateway.proc
+    _warm(gateway, settings)
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stopping.set())
+    session = Session(port=gateway.java_parameters.port, secret=gateway.java_parameters.auth_token,
+                      keeper=os.getpid(), jvm=jvm.pid, python=sys.executable,
+                      jvm_key=jvm_key({}), started=time.time(), log=os.path.join(where, _LOG),
+                      python_env={k: v for k, v in os.environ.items() if k.startswith("PYTHON") and k != "PYTHONPATH"})
+    path = os.path.join(where, _FILE)
+    tmp = f"{path}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the gateway's secret
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(session), f)
+    os.replace(tmp, path)
+    print(f"session cluster up: JVM {jvm.pid}, gateway port {session.port}", flush=True)
+    lock = os.path.join(where, _LOCK)
+    looked = False  # since the lock was last seen held
+    try:
+        while not stopping.wait(0.5) and jvm.poll() is None:
+            try:
+                looked = _stop_left_behind(gateway, lock, look=not looked)
+            except Exception as e:  # noqa: BLE001 - the JVM is going away: the loop ends on its exit
+                print(f"could not look for a context left behind: {type(e).__name__}: {e}", flush=True)
+    finally:
+        current = read(where)
+        if current is None or current.keeper == os.getpid():
+            _remove(path)
+        if jvm.poll() is None:
+            jvm.stdin.close()  # Spark's gateway server exits at the end of its input
+            try:
+                jvm.wait(15.0)
+            except subprocess.TimeoutExpired:
+                process_tree.kill_tree(jvm)
+        print("session cluster stopped" if jvm.returncode == 0 else
+              f"session cluster's JVM ended ({spark.describe_exit(jvm.returncode)})", flush=True)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
