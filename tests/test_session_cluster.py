@@ -29,10 +29,17 @@ rows, rate = int(os.environ["ROWS"]), int(os.environ["RATE"])
 env = StreamExecutionEnvironment.get_execution_environment()
 if os.environ.get("CHECKPOINTS"):
     env.enable_checkpointing(300)
-# What a task sees: the run's variable, the run's working directory (the sink's relative path too).
+
+
+def seen(r):
+    """What a task sees: the run's variable and working directory (the sink's relative path is the run's too)."""
+    if r["i"] == 0:
+        print("a task printed this", flush=True)  # to the run's stdout, as without a session
+    return {**r, "mark": os.environ.get("SESSION_TEST_MARK"), "cwd": os.getcwd()}
+
+
 env.from_source(DataGenSource(lambda i: {"i": i}, count=rows, rows_per_second=rate), name="numbers") \\
-    .map(lambda r: {**r, "mark": os.environ.get("SESSION_TEST_MARK"), "cwd": os.getcwd()}) \\
-    .sink_to(FileSink.jsonl("out"))
+    .map(seen).sink_to(FileSink.jsonl("out"))
 env.execute("session-test")
 '''
 
@@ -71,7 +78,8 @@ class Run:
             [sys.executable, "-m", "streamjob.runtime.cli", "run", "--no-progress", "job.py"], cwd=self.dir,
             env=_env(cache, ROWS=str(rows), RATE=str(rate), SESSION_TEST_MARK=name,
                      STREAMJOB_STARTUP_TRACE=str(self.trace), **env),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.stdout = ""
 
     def moments(self) -> list[str]:
         try:
@@ -84,7 +92,7 @@ class Run:
         return "session cluster taken" in self.moments()
 
     def wait(self, timeout: float = 240) -> str:
-        _, err = self.proc.communicate(timeout=timeout)
+        self.stdout, err = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, err[-4000:]
         return err
 
@@ -126,6 +134,7 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
         run = Run(tmp_path, cache, name, rows=300, rate=600)
         run.wait()
         assert run.on_session() and "jvm launch" not in run.moments(), run.moments()
+        assert "a task printed this" in run.stdout, run.stdout[-2000:]
         run.check_exact()
 
     # Side by side: the second finds the session held and runs on a JVM of its own; both exact.

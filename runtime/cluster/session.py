@@ -15,8 +15,9 @@ A run killed before it stopped its SparkContext leaves it behind; the keeper (th
 which holds the JVM's stdin) stops it once the lock is free. If the session's JVM dies under a run,
 the run restarts its job on a JVM of its own, as after the death of its own JVM.
 
-What a task prints with ``print()`` goes to the session's log (``streamjob cluster status`` names it),
-as a Flink task manager's ``.out`` file: the JVM's output is the session's.
+A function's ``print()`` still comes to the run's stdout (over the job's channel: ``task.user_output``);
+what the tasks write to stderr, and Spark's log, go to the session's log (``streamjob cluster status``
+names it), as a Flink task manager's go to its log file: the JVM's output is the session's.
 """
 
 from __future__ import annotations
