@@ -163,6 +163,21 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
     after.wait()
     assert after.on_session(), after.moments()
     after.check_exact()
+    # The same with the keeper paused (it would have stopped the context within half a second): the next
+    # run finds the context left behind as it makes its own, stops it, and goes on.
+    os.kill(session["keeper"], signal.SIGSTOP)
+    try:
+        killed = Run(tmp_path, cache, "e2", rows=100_000, rate=500)
+        killed.until(lambda: killed.on_session() and "stage submit" in killed.moments(), "the run's stage runs")
+        time.sleep(1.0)
+        os.killpg(killed.proc.pid, signal.SIGKILL)
+        killed.proc.communicate()
+        after = Run(tmp_path, cache, "f2", rows=300, rate=600)
+        after.wait()
+        assert after.on_session() and "session context left behind stopped" in after.moments(), after.moments()
+        after.check_exact()
+    finally:
+        os.kill(session["keeper"], signal.SIGCONT)
     assert session_of(cache)["jvm"] == session["jvm"] and psutil.pid_exists(session["jvm"])
 
     stopped = cli(cache, "cluster", "stop")

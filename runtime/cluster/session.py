@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from . import process_tree, user_cache
@@ -60,7 +60,8 @@ class Session:
     jvm_key: str  # jvm_key() of the JVM's launch settings
     started: float
     log: str
-    python_env: dict  # the JVM's interpreter variables (PYTHONDONTWRITEBYTECODE, ...): the task daemon's too
+    python_env: dict = field(default_factory=dict)  # the JVM's interpreter variables (PYTHONDONTWRITEBYTECODE,
+    # ...): its task daemon's too
 
 
 def folder() -> str:
@@ -77,8 +78,9 @@ def read(where: str | None = None) -> Session | None:
     """The session running now, or None (none started, or its keeper or JVM is gone)."""
     try:
         with open(os.path.join(where or folder(), _FILE)) as f:
-            session = Session(**json.load(f))
-    except (OSError, ValueError, TypeError):
+            data = json.load(f)
+        session = Session(**{f.name: data[f.name] for f in fields(Session) if f.name in data})
+    except (OSError, ValueError, TypeError):  # TypeError: a field missing (a file of another version)
         return None
     if process_tree.ended(session.keeper) or process_tree.ended(session.jvm):
         return None

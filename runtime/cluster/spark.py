@@ -957,11 +957,12 @@ class SparkDeployment:
                 if "Only one SparkContext" not in str(e) or not session.stop_left_behind(claim.gateway):
                     raise
                 # A killed run's context, which the keeper had not stopped yet: stopped, and this one made.
-                _forget_context()
+                mark("session context left behind stopped")
                 sc = SparkContext(conf=spark_conf, gateway=claim.gateway)
         except Exception as e:  # noqa: BLE001 - its JVM went away as it started
+            # PySpark's handles reset without _forget_context, whose gateway.shutdown() would end the
+            # session's gateway server for every later run.
             self.end_session()
-            _forget_context()
             raise ClusterError(f"could not start Spark with master {self.master} on the session cluster: "
                                f"{root_cause(e)}") from e
         mark("spark context")
