@@ -39,6 +39,9 @@ from datetime import datetime, timezone
 
 from rest_address import rest_address  # bench/: the script's own folder
 
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "e2e", "jobs"), os.path.join(ROOT, "examples")]
 import autoscaled  # noqa: E402 - the scenario's job, producer and expected output

@@ -38,6 +38,7 @@ Results are printed as a table and written to bench/results/backpressure.json.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import statistics
 import sys
@@ -50,6 +51,9 @@ from streamjob.runtime.cluster.executor import JobExecutionError
 from streamjob.runtime.connectors import DataGenSource
 from streamjob.runtime.connectors.base import Sink, SinkWriter
 from streamjob.runtime.batch import num_rows
+
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
 
 HERE = Path(__file__).parent
 FLOOR = 5.0  # unaligned checkpoints complete at least 5x faster under sustained backpressure

@@ -58,6 +58,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
+
 sys.path.insert(0, str(Path(__file__).parent))
 from w1 import w1_row  # noqa: E402
 

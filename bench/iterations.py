@@ -37,6 +37,9 @@ from streamjob.runtime import StreamExecutionEnvironment
 from streamjob.runtime.api.environment import execution_context
 from streamjob.runtime.connectors import DataGenSource, DiscardingSink
 
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
+
 HERE = Path(__file__).parent
 COST_FLOOR = 0.10  # at k = 10
 

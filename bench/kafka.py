@@ -86,6 +86,9 @@ import time
 import uuid
 from pathlib import Path
 
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = HERE / ".data"

@@ -10,6 +10,9 @@ checkpoints (RocksDB: incremental). Once every key has a count (keys / rate seco
 the job is rescaled in place to TO (PUT /v1/jobs/{id}/parallelism, as `streamjob rescale`); --settle
 seconds later stopped (POST /v1/stop: the final checkpoint commits). A fresh job per move: each starts
 from a job that ran at FROM all along (a RocksDB subtask is slower for a while after any restore, its
+
+# A session cluster the user has running (streamjob cluster start) is not what this bench measures.
+os.environ.setdefault("STREAMJOB_SESSION", "off")
 caches cold: noted in docs/performance.md).
 
 The pause of a rescale is read from the committed output, as a user sees it: the gap between the last

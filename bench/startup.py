@@ -140,7 +140,8 @@ def main() -> None:
     work = tmp / "cwd"
     work.mkdir()
     base_env = {k: v for k, v in os.environ.items()
-                if k not in ("PYTHONPATH", "STREAMJOB_STARTUP_TRACE", "PYTHONDONTWRITEBYTECODE", "STREAMJOB_SESSION")}
+                if k not in ("PYTHONPATH", "STREAMJOB_STARTUP_TRACE", "PYTHONDONTWRITEBYTECODE")}
+    base_env["STREAMJOB_SESSION"] = "off"  # a session the user has running is measured by --session only
     default_cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "streamjob")
     versions = [Version("current", {**base_env, "PYTHONPATH": _shim(tmp / "current", ROOT)}, str(work),
                         default_cache)]
@@ -148,9 +149,9 @@ def main() -> None:
     session_env = None
     try:
         if args.session:
-            session_env = _start_session(tmp, {**base_env, "PYTHONPATH": _shim(tmp / "session", ROOT)})
+            session_env = _start_session(tmp, {**base_env, "PYTHONPATH": _shim(tmp / "session", ROOT),
+                                               "STREAMJOB_SESSION": "on"})
             versions[0].name = "current (own JVM)"
-            versions[0].env["STREAMJOB_SESSION"] = "off"
             versions.append(Version("current (session cluster)", session_env, str(work), None))
         if args.baseline:
             worktree = tmp / "baseline"
