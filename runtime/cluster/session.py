@@ -127,7 +127,7 @@ class Claim:
             os.close(fd)
 
 
-def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 1.0) -> Claim | None:
+def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0.3) -> Claim | None:
     """The session for a run with these Spark settings (the user's), held, with ``connect(port, secret)``'s
     gateway; None when there is none it may use (then it starts its own JVM, as without)."""
     from .pod import is_local
