@@ -29,16 +29,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import process_tree, user_cache
 
 ENV = "STREAMJOB_SESSION"  # "off": runs never use a session cluster
 TASK_CWD_ENV = "STREAMJOB_TASK_CWD"  # the run's working directory, for its tasks (zygote, pydaemon)
-_FILE, _LOCK, _LOG = "session.json", "session.lock", "session.log"
+SESSION_FILE, LOCK_FILE, LOG_FILE = "session.json", "session.lock", "session.log"
+KEEPER = "streamjob.runtime.cluster.session_keeper"  # the keeper's module (it imports spark, which imports this)
 # Settings spark-submit applies as it launches the JVM: a run whose values differ needs a JVM of its own.
 JVM_SETTINGS = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions",
                 "spark.driver.extraClassPath", "spark.driver.extraLibraryPath", "spark.jars", "spark.jars.packages",
@@ -77,7 +77,7 @@ def jvm_key(settings: dict[str, str]) -> str:
 def read(where: str | None = None) -> Session | None:
     """The session running now, or None (none started, or its keeper or JVM is gone)."""
     try:
-        with open(os.path.join(where or folder(), _FILE)) as f:
+        with open(os.path.join(where or folder(), SESSION_FILE)) as f:
             data = json.load(f)
         session = Session(**{f.name: data[f.name] for f in fields(Session) if f.name in data})
     except (OSError, ValueError, TypeError):  # TypeError: a field missing (a file of another version)
@@ -139,7 +139,7 @@ def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0
     if session is None or session.python != sys.executable or session.jvm_key != jvm_key(settings):
         return None
     try:
-        fd = os.open(os.path.join(where, _LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(where, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:
         return None
     deadline = time.monotonic() + wait_s  # the keeper holds it a moment now and then
@@ -194,9 +194,9 @@ def start(timeout: float = 120.0) -> Session:
         return running
     where = folder()
     os.makedirs(where, mode=0o700, exist_ok=True)
-    log = os.path.join(where, _LOG)
+    log = os.path.join(where, LOG_FILE)
     with open(log, "wb") as out:
-        keeper = subprocess.Popen([sys.executable, "-m", __name__, where], stdin=subprocess.DEVNULL, stdout=out,
+        keeper = subprocess.Popen([sys.executable, "-m", KEEPER, where], stdin=subprocess.DEVNULL, stdout=out,
                                   stderr=subprocess.STDOUT, start_new_session=True, cwd=os.path.expanduser("~"))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -232,30 +232,15 @@ def stop(timeout: float = 30.0) -> Session | None:
                     pass
             break
         time.sleep(0.05)
-    _remove(os.path.join(folder(), _FILE))
+    remove(os.path.join(folder(), SESSION_FILE))
     return session
 
 
-def _remove(path: str) -> None:
+def remove(path: str) -> None:
     try:
         os.remove(path)
     except OSError:
         pass
-
-
-def _warm(gateway: Any, settings: dict[str, str]) -> None:
-    """One SparkContext and one barrier stage: the code a run's context and stage go through, compiled."""
-    from pyspark import SparkConf, SparkContext
-
-    conf = SparkConf().setAppName("streamjob-session-warm-up")
-    for k, v in settings.items():
-        conf.set(k, v)
-    conf.set("spark.python.use.daemon", "false")  # a worker of its own: no daemon's imports for nothing
-    sc = SparkContext(conf=conf, gateway=gateway)
-    try:
-        sc.parallelize([0], 1).barrier().mapPartitions(lambda rows: rows).collect()
-    finally:
-        sc.stop()
 
 
 def stop_left_behind(gateway: Any) -> str | None:
@@ -269,71 +254,3 @@ def stop_left_behind(gateway: Any) -> str | None:
     app = active.get().applicationId()
     active.get().stop()
     return str(app)
-
-
-def _stop_left_behind(gateway: Any, lock: str, look: bool) -> bool:
-    """A context whose run ended without stopping it (killed) is stopped once the run's lock is free
-    (``look``: not looked since a run last held it). Returns whether the lock was free. The lock is held
-    for a moment only: a run that comes meanwhile waits for it (``claim``'s ``wait_s``)."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return False  # a run holds it
-    try:
-        if look:
-            left = stop_left_behind(gateway)
-            if left:
-                print(f"stopped the SparkContext {left} of a run that ended without it", flush=True)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _serve(where: str) -> None:
-    from . import spark
-
-    spark._prepare_environment("local[1]", {})
-    settings = spark.spark_settings({}, "local[1]", spark.class_data_sharing_options())
-    gateway = spark._launch_gateway(spark._launch_settings(settings))
-    jvm = gateway.proc
-    _warm(gateway, settings)
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stopping.set())
-    session = Session(port=gateway.java_parameters.port, secret=gateway.java_parameters.auth_token,
-                      keeper=os.getpid(), jvm=jvm.pid, python=sys.executable,
-                      jvm_key=jvm_key({}), started=time.time(), log=os.path.join(where, _LOG),
-                      python_env={k: v for k, v in os.environ.items() if k.startswith("PYTHON") and k != "PYTHONPATH"})
-    path = os.path.join(where, _FILE)
-    tmp = f"{path}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the gateway's secret
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(session), f)
-    os.replace(tmp, path)
-    print(f"session cluster up: JVM {jvm.pid}, gateway port {session.port}", flush=True)
-    lock = os.path.join(where, _LOCK)
-    looked = False  # since the lock was last seen held
-    try:
-        while not stopping.wait(0.5) and jvm.poll() is None:
-            try:
-                looked = _stop_left_behind(gateway, lock, look=not looked)
-            except Exception as e:  # noqa: BLE001 - the JVM is going away: the loop ends on its exit
-                print(f"could not look for a context left behind: {type(e).__name__}: {e}", flush=True)
-    finally:
-        current = read(where)
-        if current is None or current.keeper == os.getpid():
-            _remove(path)
-        if jvm.poll() is None:
-            jvm.stdin.close()  # Spark's gateway server exits at the end of its input
-            try:
-                jvm.wait(15.0)
-            except subprocess.TimeoutExpired:
-                process_tree.kill_tree(jvm)
-        print("session cluster stopped" if jvm.returncode == 0 else
-              f"session cluster's JVM ended ({spark.describe_exit(jvm.returncode)})", flush=True)
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1])
