@@ -46,8 +46,8 @@ JVM_SETTINGS = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.d
                 "spark.archives")
 # The run's variables its tasks must not take over from it: Spark's, Java's and the JVM's own, and the
 # shell's bookkeeping. (Spark merges a PYTHONPATH given so with its own for its workers.)
-_NOT_PASSED = ("SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_", "YARN_", "PWD", "OLDPWD", "SHLVL", "_",
-               "PYTHONHASHSEED", "PYTHONSTARTUP", "TERM", "COLUMNS", "LINES")
+_NOT_PASSED_PREFIXES = ("SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_", "YARN_")
+_NOT_PASSED = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PYTHONHASHSEED", "PYTHONSTARTUP", "TERM", "COLUMNS", "LINES"})
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Claim:
     def task_settings(self) -> dict[str, str]:
         """``spark.executorEnv.*`` for the run's tasks: its environment and working directory (the JVM's
         are the session's; Spark gives its Python daemon these on top of them)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED) and k not in _NOT_PASSED}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_PASSED_PREFIXES) and k not in _NOT_PASSED}
         # An interpreter variable the session has and the run has not is cleared (empty: unset, for Python),
         # so that the run's zygote, started with the run's, is taken as its daemon (zygote._interpreter_env).
         env.update({k: "" for k in self.session.python_env if k not in os.environ})
