@@ -77,6 +77,11 @@ def _serve(where: str) -> None:
     looked = False  # since the lock was last seen held
     try:
         while not stopping.wait(0.5) and jvm.poll() is None:
+            current = read(where)
+            if current is None or current.keeper != os.getpid():
+                print("the session's file no longer names this keeper (removed, or another keeper's): "
+                      "stopping", flush=True)
+                break
             try:
                 looked = _stop_left_behind(gateway, lock, look=not looked)
             except Exception as e:  # noqa: BLE001 - the JVM is going away: the loop ends on its exit
