@@ -69,13 +69,13 @@ def cli(cache, *args) -> subprocess.CompletedProcess:
 
 
 class Run:
-    def __init__(self, tmp_path, cache, name: str, rows: int, rate: int, **env):
+    def __init__(self, tmp_path, cache, name: str, rows: int, rate: int, *args: str, **env):
         self.dir = tmp_path / name
         self.dir.mkdir()
         (self.dir / "job.py").write_text(JOB)
         self.rows, self.mark, self.trace = rows, name, self.dir / "trace"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamjob.runtime.cli", "run", "--no-progress", "job.py"], cwd=self.dir,
+            [sys.executable, "-m", "streamjob.runtime.cli", "run", "--no-progress", *args, "job.py"], cwd=self.dir,
             env=_env(cache, ROWS=str(rows), RATE=str(rate), SESSION_TEST_MARK=name,
                      STREAMJOB_STARTUP_TRACE=str(self.trace), **env),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -132,8 +132,9 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
     # One after the other: each takes the session (the one before stopped its context and let it go).
     for name in ("a", "b"):
         run = Run(tmp_path, cache, name, rows=300, rate=600)
-        run.wait()
+        err = run.wait()
         assert run.on_session() and "jvm launch" not in run.moments(), run.moments()
+        assert f"On the session cluster (its JVM: pid {session['jvm']})" in err, err[-2000:]
         assert "a task printed this" in run.stdout, run.stdout[-2000:]
         run.check_exact()
 
@@ -141,9 +142,10 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
     first = Run(tmp_path, cache, "c", rows=3000, rate=1000)
     first.until(first.on_session, "the first run takes the session")
     second = Run(tmp_path, cache, "d", rows=300, rate=600)
-    second.wait()
+    err = second.wait()
     first.wait()
     assert not second.on_session() and "jvm launch" in second.moments(), second.moments()
+    assert "the session cluster runs another run's job: this run starts a Spark JVM of its own" in err, err[-2000:]
     for run in (first, second):
         run.check_exact()
 
@@ -179,6 +181,14 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
     finally:
         os.kill(session["keeper"], signal.SIGCONT)
     assert session_of(cache)["jvm"] == session["jvm"] and psutil.pid_exists(session["jvm"])
+
+    # A run with a JVM setting of its own needs a JVM launched with it, and says so.
+    own = Run(tmp_path, cache, "h", 100, 600, "--conf", "spark.driver.memory=600m")
+    err = own.wait()
+    assert not own.on_session() and "jvm launch" in own.moments(), own.moments()
+    assert ("a session cluster runs, but this run sets JVM settings of its own (spark.driver.memory): this run "
+            "starts a Spark JVM of its own") in err, err[-2000:]
+    own.check_exact()
 
     stopped = cli(cache, "cluster", "stop")
     assert stopped.returncode == 0 and "session cluster stopped" in stopped.stdout, stopped

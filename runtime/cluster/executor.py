@@ -498,6 +498,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
                                  interrupts.first) from None  # type: ignore[arg-type]
         spark_started = True
         running[1] = deployment
+        if deployment.session_note:
+            display.note(deployment.session_note)
         interrupts.install()  # again: a SparkContext made in the main thread (restart_jvm) installs PySpark's own
         while True:
             if jm.cancel_requested:  # canceled while restarting: no new attempt is deployed

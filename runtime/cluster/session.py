@@ -127,21 +127,27 @@ class Claim:
             os.close(fd)
 
 
-def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0.3) -> Claim | None:
+def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0.3) -> Claim | str | None:
     """The session for a run with these Spark settings (the user's), held, with ``connect(port, secret)``'s
-    gateway; None when there is none it may use (then it starts its own JVM, as without)."""
+    gateway. Else the run starts its own JVM, as without: None when there is no session for it, or why it
+    cannot take the one that runs (for a note to the user)."""
     from .pod import is_local
 
     if not wanted() or not is_local(master):
         return None
     where = folder()
     session = read(where)
-    if session is None or session.python != sys.executable or session.jvm_key != jvm_key(settings):
+    if session is None:
         return None
+    if session.python != sys.executable:
+        return f"a session cluster runs, but of another Python ({session.python})"
+    if session.jvm_key != jvm_key(settings):
+        return (f"a session cluster runs, but this run sets JVM settings of its own "
+                f"({', '.join(k for k in JVM_SETTINGS if settings.get(k))})")
     try:
         fd = os.open(os.path.join(where, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return None
+    except OSError as e:
+        return f"the session cluster's lock cannot be opened ({e.strerror or e})"
     deadline = time.monotonic() + wait_s  # the keeper holds it a moment now and then
     while True:
         try:
@@ -150,7 +156,7 @@ def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0
         except OSError:
             if time.monotonic() >= deadline:
                 os.close(fd)
-                return None  # another run has it
+                return "the session cluster runs another run's job"
             time.sleep(0.05)
     again = read(where)
     if again is None or again.keeper != session.keeper:
@@ -158,9 +164,9 @@ def claim(master: str, settings: dict[str, str], connect: Any, wait_s: float = 0
         return None
     try:
         gateway = connect(session.port, session.secret)
-    except Exception:  # noqa: BLE001 - its JVM went away in between: the run starts its own
+    except Exception as e:  # noqa: BLE001 - its JVM went away in between: the run starts its own
         os.close(fd)
-        return None
+        return f"the session cluster's JVM did not answer ({type(e).__name__}: {e})"
     gateway.proc = SessionJVM(session.jvm)
     return Claim(session, fd, gateway)
 

@@ -840,6 +840,7 @@ class SparkDeployment:
         self.needs = needs or uniform(parallelism)
         self._spark = None
         self._claim: session.Claim | None = None  # the session cluster this deployment runs on
+        self.session_note: str | None = None  # for the user: on the session cluster, or why not
         self._app_name = app_name
         conf = dict(spark_conf)
         from pyspark import SparkContext
@@ -891,8 +892,10 @@ class SparkDeployment:
         _prepare_environment(self.master, conf)
         if SparkContext._gateway is None and self.local:
             claim = session.claim(self.master, conf, _gateway_client)
-            if claim is not None:
+            if isinstance(claim, session.Claim):
                 return self._create_on_session(claim, conf, app_name)
+            if claim is not None:
+                self.session_note = f"{claim}: this run starts a Spark JVM of its own"
         global _chosen_cds
         with _prestart_lock:
             prestarted, chosen, _chosen_cds = _prestarted, _chosen_cds, None
@@ -944,6 +947,7 @@ class SparkDeployment:
 
         mark("session cluster taken")
         self._claim = claim
+        self.session_note = f"On the session cluster (its JVM: pid {claim.session.jvm})"
         atexit.register(self.end_session)
         spark_conf = SparkConf().setAppName(app_name)
         for k, v in {**spark_settings(conf, self.master, ""), **claim.task_settings()}.items():
