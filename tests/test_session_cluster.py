@@ -38,9 +38,10 @@ def seen(r):
     return {**r, "mark": os.environ.get("SESSION_TEST_MARK"), "cwd": os.getcwd()}
 
 
-env.from_source(DataGenSource(lambda i: {"i": i}, count=rows, rows_per_second=rate), name="numbers") \\
-    .map(seen).sink_to(FileSink.jsonl("out"))
-env.execute("session-test")
+for n in range(int(os.environ.get("JOBS", "1"))):  # a program's later jobs run on the same session
+    env.from_source(DataGenSource(lambda i: {"i": i}, count=rows, rows_per_second=rate), name="numbers") \\
+        .map(seen).sink_to(FileSink.jsonl("out" if n == 0 else f"out{n}"))
+    env.execute(f"session-test-{n}")
 '''
 
 
@@ -103,15 +104,15 @@ class Run:
             assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
             time.sleep(0.05)
 
-    def committed(self) -> list[dict]:
+    def committed(self, out: str = "out") -> list[dict]:
         rows = []
-        for path in glob.glob(str(self.dir / "out" / "*")):  # glob skips in-progress (hidden) files
+        for path in glob.glob(str(self.dir / out / "*")):  # glob skips in-progress (hidden) files
             with open(path) as f:
                 rows += [json.loads(line) for line in f]
         return rows
 
-    def check_exact(self) -> None:
-        rows = self.committed()
+    def check_exact(self, out: str = "out") -> None:
+        rows = self.committed(out)
         assert sorted(r["i"] for r in rows) == list(range(self.rows)), "every row once, none twice"
         assert {r["mark"] for r in rows} == {self.mark}, "the tasks see the run's environment"
         assert {r["cwd"] for r in rows} == {str(self.dir)}, "the tasks work in the run's directory"
@@ -130,13 +131,14 @@ def test_runs_take_the_warm_session_jvm_one_at_a_time_and_a_killed_run_s_context
     assert status.returncode == 0 and f"JVM pid {session['jvm']}" in status.stdout, status.stdout
 
     # One after the other: each takes the session (the one before stopped its context and let it go).
-    for name in ("a", "b"):
-        run = Run(tmp_path, cache, name, rows=300, rate=600)
+    for name, jobs in (("a", 1), ("b", 2)):  # b's program runs two jobs, one after the other
+        run = Run(tmp_path, cache, name, 300, 600, JOBS=str(jobs))
         err = run.wait()
         assert run.on_session() and "jvm launch" not in run.moments(), run.moments()
         assert f"On the session cluster (its JVM: pid {session['jvm']})" in err, err[-2000:]
         assert "a task printed this" in run.stdout, run.stdout[-2000:]
-        run.check_exact()
+        for n in range(jobs):
+            run.check_exact("out" if n == 0 else f"out{n}")
 
     # Side by side: the second finds the session held and runs on a JVM of its own; both exact.
     first = Run(tmp_path, cache, "c", rows=3000, rate=1000)

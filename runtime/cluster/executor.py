@@ -781,8 +781,6 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
             jm.settle(text)
             _leave_termination_message(config, jm.final_result(), display.note)
         jm.rescale_failed(f"the job ended {jm.status.state} before the rescale was done")
-        if running[1] is not None:
-            running[1].end_session()  # a session cluster's JVM is the next run's now, not after the linger
         interrupts.restore()  # the linger below ends on SIGTERM or Ctrl-C as before
         _linger(config, jm, display)
         jm.shutdown()

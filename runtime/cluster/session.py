@@ -4,11 +4,11 @@ A run on the embedded local Spark starts its own JVM (~1.1 s to its gateway on 2
 way to the first record), then a SparkContext in that cold JVM (~0.55 s). ``streamjob cluster start``
 starts a JVM once, as Flink's ``start-cluster.sh`` does, and warms it with a SparkContext and a barrier
 stage; a later ``streamjob run`` on a local master connects to it, makes its own SparkContext there
-(~0.15 s warm) and stops it when it ends. The run keeps everything else of its own: the job manager
+(~0.15 s warm) and stops it as it exits. The run keeps everything else of its own: the job manager
 and its REST API, the task daemon (the zygote it starts, which its tasks fork from), and what its
 tasks see: its working directory and environment travel as ``spark.executorEnv.*`` settings.
 
-One run at a time: a run holds the session's lock while it runs. A run that finds it held (another
+One run at a time: a run holds the session's lock until it exits. A run that finds it held (another
 run), or the session of another Python, another JVM setting (``spark.driver.memory``,
 ``spark.driver.extraJavaOptions``, jars) or ``STREAMJOB_SESSION=off``, starts its own JVM as without.
 A run killed before it stopped its SparkContext leaves it behind; the keeper (the session's process,

@@ -939,8 +939,7 @@ class SparkDeployment:
 
     def _create_on_session(self, claim: session.Claim, conf: dict[str, str], app_name: str) -> Any:
         """A SparkContext in the session cluster's JVM (``session``), the run's tasks given its working
-        directory and environment; stopped as the job ends (``end_session``) or at the latest as this
-        process exits."""
+        directory and environment; stopped as this process exits (``end_session``)."""
         from pyspark import SparkConf, SparkContext
 
         import atexit
@@ -977,16 +976,18 @@ class SparkDeployment:
         return sc
 
     def end_session(self) -> None:
-        """The job ended: its SparkContext on the session cluster stopped and the session left to the next run
-        (a later job of this program claims it again). Nothing when the job ran on a JVM of its own."""
+        """As this process exits (``atexit``): the SparkContext on the session cluster stopped, whichever of
+        the program's jobs made it (later jobs of a program reuse it, or start it again with more slots, as
+        on a JVM of its own: all while this process holds the session), and the session left to the next
+        run. Nothing when the job ran on a JVM of its own."""
         claim, self._claim = self._claim, None
         if claim is None:
             return
         from pyspark import SparkContext
 
-        current = self._spark is not None and SparkContext._active_spark_context is self._spark
-        claim.release(self._spark if current else None)
-        if current or SparkContext._gateway is claim.gateway:
+        current = SparkContext._gateway is claim.gateway
+        claim.release(SparkContext._active_spark_context if current else None)
+        if current:
             with SparkContext._lock:  # the next context claims the session anew, or launches a JVM
                 SparkContext._gateway = None
                 SparkContext._jvm = None
