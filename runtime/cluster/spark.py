@@ -453,10 +453,7 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
     if os.environ.get(PRESTART_ENV, "1").strip().lower() in ("0", "false", "no", "off") or not is_local(master):
         return
     if session.available(master):
-        # The run takes the session cluster's JVM (or, were it busy, launches one when it deploys); PySpark's
-        # imports (~0.3 s) are made now, beside the job file's, as the prestart would have made them.
-        threading.Thread(target=_import_pyspark, name="streamjob-pyspark-import", daemon=True).start()
-        return
+        return  # the run takes the session cluster's JVM (or, were it busy, launches one when it deploys)
     try:
         check_java()
     except ClusterError:
@@ -475,14 +472,6 @@ def prestart_gateway(master: str, conf: dict[str, str]) -> None:
             _chosen_cds = cds
             return
         _prestarted = PrestartedGateway(master, conf, cds)
-
-
-def _import_pyspark() -> None:
-    try:
-        import py4j.clientserver  # noqa: F401
-        import pyspark.core.context  # noqa: F401
-    except Exception:  # noqa: BLE001 - the deployment imports it again and reports what fails
-        pass
 
 
 def abandon_prestart() -> None:
