@@ -106,6 +106,11 @@ def hand_over(path: str) -> None:
     """Proxy side (the daemon Spark started): give the zygote at ``path`` this process's streams and
     setting, then wait until it ends and exit. Returns only when no zygote took them: the caller
     carries on as the daemon itself."""
+    # Spark ends its daemon with SIGTERM (destroy), and may do so while the hand-over is under way: one that
+    # came before the zygote's pid is known is passed on once it is (the zygote, the daemon then, would
+    # otherwise live on with its JVM, and the test of it once saw exactly that).
+    pending: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: pending.append(1))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(5.0)
@@ -117,9 +122,14 @@ def hand_over(path: str) -> None:
         pid = int(reply.decode().strip())
     except (OSError, ValueError):
         sock.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if pending:
+            os.kill(os.getpid(), signal.SIGTERM)  # it was asked to end before it became the daemon itself
         return
-    # Spark ends its daemon with SIGTERM (destroy): the zygote is the daemon now.
+    # The zygote is the daemon now: Spark's SIGTERM goes to it.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM))
+    if pending:
+        os.kill(pid, signal.SIGTERM)
     sock.settimeout(None)
     while True:
         try:
