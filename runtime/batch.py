@@ -87,6 +87,45 @@ def _row_maker(names: tuple) -> Any:
     return namespace["make"]
 
 
+# The Arrow type pyarrow infers for a list of Python values all of one of these classes (None among them).
+_INFERRED = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(), bytes: pa.binary()}
+
+
+def to_array(values: list, arrow_type: pa.DataType | None = None) -> pa.Array:
+    """``pa.array(values, arrow_type)``. Without a type: when every value is a Python int, float, str,
+    bool or bytes (of one class, or None), named here as pyarrow would infer it; pyarrow's own
+    inference loads pandas the first time it runs (arrow_pandas), in jobs that never use it."""
+    if arrow_type is None:
+        classes = set(map(type, values))
+        classes.discard(type(None))
+        if len(classes) == 1:
+            known = _INFERRED.get(classes.pop())
+            if known is not None:
+                try:
+                    return pa.array(values, type=known)
+                except (pa.ArrowInvalid, OverflowError):
+                    pass  # an int beyond int64: as pyarrow decides (its error, or another type)
+    return pa.array(values, type=arrow_type)
+
+
+_NUMPY_OF = {pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16), pa.int32(): np.dtype(np.int32),
+             pa.int64(): np.dtype(np.int64), pa.uint8(): np.dtype(np.uint8), pa.uint16(): np.dtype(np.uint16),
+             pa.uint32(): np.dtype(np.uint32), pa.uint64(): np.dtype(np.uint64),
+             pa.float32(): np.dtype(np.float32), pa.float64(): np.dtype(np.float64)}
+
+
+def numbers(col: pa.Array) -> np.ndarray:
+    """``col.to_numpy(zero_copy_only=False)``; a column of fixed-width numbers without nulls is viewed in
+    place (read-only, as pyarrow's zero-copy view), without pyarrow's conversion, which loads pandas the
+    first time it runs (arrow_pandas)."""
+    dtype = _NUMPY_OF.get(col.type)
+    if dtype is None or col.null_count:
+        return col.to_numpy(zero_copy_only=False)
+    view = np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
+    view.flags.writeable = False  # Arrow's buffers are immutable (and shared)
+    return view
+
+
 def _is_flat(schema: pa.Schema) -> bool:
     return all(any(check(f.type) for check in _FLAT) for f in schema)
 
@@ -104,8 +143,9 @@ def try_columnar(rows: list) -> pa.RecordBatch | None:
     for r in rows:
         if type(r) is not dict or r.keys() != keys:
             return None
-    try:
-        batch = pa.RecordBatch.from_pylist(rows)
+    names = list(keys)
+    try:  # a column at a time, as ``pa.RecordBatch.from_pylist`` does, with the type named where it can be
+        batch = pa.RecordBatch.from_arrays([to_array([r[k] for r in rows]) for k in names], names=names)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
     if not _is_flat(batch.schema):
@@ -169,7 +209,7 @@ def extract_keys(batch: Batch, key: Any, allow_none: bool = False) -> Any:
         if col.null_count and not allow_none:
             _null_key(key, to_rows(batch)[col.is_null().to_numpy(zero_copy_only=False).argmax()])
         if pa.types.is_integer(col.type) and col.null_count == 0:
-            return col.to_numpy(zero_copy_only=False)
+            return numbers(col)
         return col.to_pylist()
     rows = to_rows(batch)
     if key.fn is not None:

@@ -228,7 +228,7 @@ def test_the_zygote_loads_at_the_lowest_priority_until_a_proxy_waits_for_it():
     seen: list = []
     started, go = threading.Event(), threading.Event()
 
-    def load() -> None:
+    def load(extra: list) -> None:
         seen.append(nice())
         started.set()
         go.wait(10)
@@ -257,8 +257,9 @@ def test_a_loading_a_proxy_waits_for_before_it_began_is_never_lowered():
     seen: list = []
     loading = zygote._Preload.__new__(zygote._Preload)
     loading.tid, loading.base, loading._lock, loading._waited = None, None, threading.Lock(), True  # as finish leaves it
-    loading.thread = threading.Thread(target=loading._run,
-                                      args=(lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())),))
+    loading._also = []
+    loading._load = lambda extra: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    loading.thread = threading.Thread(target=loading._run)
     loading.thread.start()
     loading.thread.join(10)
     assert seen == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())] and loading.base is None
@@ -268,7 +269,7 @@ def test_a_proxy_that_comes_while_the_zygote_still_loads_waits_for_it(socket_pat
     """The zygote listens before it loads: a daemon Spark starts while the modules are still loading is
     handed over once they are, instead of loading them all again itself as an ordinary daemon."""
     code = ("import sys, time; from streamjob.runtime.cluster import pydaemon, zygote; "
-            "zygote.serve(sys.argv[1], lambda: (time.sleep(2), pydaemon.preload())); "
+            "zygote.serve(sys.argv[1], lambda extra: (time.sleep(2), pydaemon.preload(extra))); "
             "from pyspark import daemon; daemon.manager()")
     z = subprocess.Popen([sys.executable, "-c", code, socket_path], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "YES"})
@@ -277,6 +278,37 @@ def test_a_proxy_that_comes_while_the_zygote_still_loads_waits_for_it(socket_pat
     proxy, port = run_proxy(socket_path)
     assert listener_pid(port) == z.pid  # the zygote's, after the wait
     assert time.monotonic() - started > 0.5  # it did wait for the loading
+    proxy.stdin.close()
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)
+
+
+def test_the_run_has_the_zygote_load_the_job_s_own_modules_before_any_proxy_comes(socket_path):
+    """``also_preload``: the zygote loads what the job's operators need (pandas for a keyed sum) while the JVM
+    still launches; a proxy then finds them loaded, and the workers it forks share them."""
+    def has_pandas(pid: int) -> bool:
+        with open(f"/proc/{pid}/maps") as f:
+            return "pandas/_libs" in f.read()
+
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path), timeout=10)
+    zygote.also_preload(["pandas"], path=socket_path)
+    wait_for(lambda: has_pandas(z.pid), timeout=60)
+    proxy, port = run_proxy(socket_path)
+    assert listener_pid(port) == z.pid
+    proxy.stdin.close()
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)
+
+
+def test_a_zygote_nobody_tells_loads_no_pandas(socket_path):
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path), timeout=10)
+    proxy, port = run_proxy(socket_path)  # answered once the zygote has loaded the task's modules
+    assert listener_pid(port) == z.pid
+    with open(f"/proc/{z.pid}/maps") as f:
+        maps = f.read()
+    assert "pyarrow" in maps and "pandas/_libs" not in maps
     proxy.stdin.close()
     assert proxy.wait(timeout=30) == 0
     z.wait(timeout=30)

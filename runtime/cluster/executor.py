@@ -29,10 +29,10 @@ from ..config import ConfigError, Configuration, Options
 from ..state.backends import backend_type
 from ..graph.job_graph import JobDefinitionError, JobGraph
 from ..graph.slots import slot_needs
-from ..task.factory import operator_is_keyed
+from ..task.factory import operator_is_keyed, task_modules
 from ..progress import ProgressDisplay
 from ..startup_trace import mark
-from . import failover, pod, process_tree, spark_errors
+from . import failover, pod, process_tree, spark_errors, zygote
 from . import rescale, resume
 from .interrupts import NAMES, Interrupts, exit_code
 from .queryable_state import keyed_operators
@@ -349,6 +349,8 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
     filesystems.configure(config)
     payload = serialize_graph(graph)
     pickle.loads(payload)  # a graph that cannot load here will not load in the tasks either
+    modules = task_modules(graph.operators.values())
+    zygote.also_preload(modules)  # loaded by the zygote while the JVM launches
     try:
         config.validate()
         backend = backend_type(config)
@@ -490,6 +492,7 @@ def _execute_job(graph: JobGraph, config: Configuration, show_progress: bool | N
         try:
             deployment = start_deployment(spark_conf, graph.parallelism, graph.job_name, slot_needs(graph),
                                           lambda: interrupts.count > 0)
+            deployment.task_modules = modules
         except StartAborted:
             if not interrupts.count:
                 raise

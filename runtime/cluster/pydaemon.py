@@ -26,28 +26,44 @@ import os
 import sys
 
 from . import pyworker  # sets Arrow's allocator up before pyarrow loads (ARROW_ALLOCATOR_ENV)
+from .process_tree import PRELOAD_ENV
 from .session import TASK_CWD_ENV
 
 # What a task imports (spark._task_entry, and what it loads before its sources run), in the order it does.
 PRELOADED = (
     "pyspark.worker",
     "cloudpickle",
+    "streamjob.runtime.task.factory",
     "streamjob.runtime.task.slot",
     "streamjob.runtime.cluster.control",
     "streamjob.runtime.cluster.pod",
-    "pandas",
 )
 
 
-def preload() -> list[str]:
-    """Import the task's modules; those that cannot be imported are left to the worker (which then
-    fails with the error a task would have met anyway). Returns the ones that failed."""
+def job_modules(env: dict | None = None) -> list[str]:
+    """The job's own modules to preload, from ``PRELOAD_ENV``."""
+    value = (os.environ if env is None else env).get(PRELOAD_ENV, "")
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def preload(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Import the task's modules and ``extra``; those that cannot be imported are left to the worker
+    (which then fails with the error a task would have met anyway). Returns the ones that failed."""
     import importlib
 
-    if all(name in sys.modules for name in PRELOADED):
+    names = [*PRELOADED, *extra]
+    if all(name in sys.modules for name in names):
         return []  # the zygote's, taken as the daemon: loaded and frozen already
+    try:
+        import pyarrow  # noqa: F401
+
+        from .. import arrow_pandas
+
+        arrow_pandas.defer()  # pyarrow's conversions load pandas only once something imports it
+    except ImportError:
+        pass  # the task reports it
     failed = []
-    for name in PRELOADED:
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the forked worker imports it again and reports the error as a task
@@ -77,7 +93,7 @@ def main() -> None:
     mark("daemon module")
     for entry in pyworker.spark_zips_to_drop(sys.path):
         sys.path.remove(entry)
-    preload()
+    preload(job_modules())  # the zygote's: what it was told already is loaded; the rest now
     mark("daemon preloaded")
     from pyspark import daemon
 

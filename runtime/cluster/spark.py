@@ -29,7 +29,7 @@ from typing import Any
 from ..graph.slots import SlotNeeds, uniform
 from ..startup_trace import mark
 from . import session, spark_launch, spark_log, user_cache
-from .process_tree import DAEMON_MODULE, kill_tree
+from .process_tree import DAEMON_MODULE, PRELOAD_ENV, kill_tree
 from .pod import is_local
 
 
@@ -827,6 +827,7 @@ class SparkDeployment:
         graph's slot sharing groups), for the error when the master has fewer."""
         self.parallelism = parallelism
         self.needs = needs or uniform(parallelism)
+        self.task_modules: tuple[str, ...] = ()  # what the job's operators import besides (factory.task_modules)
         self._spark = None
         self._claim: session.Claim | None = None  # the session cluster this deployment runs on
         self.session_note: str | None = None  # for the user: on the session cluster, or why not
@@ -1145,6 +1146,11 @@ class SparkDeployment:
         p = self.parallelism
         sc.setJobGroup(job_id, description, interruptOnCancel=True)
         local = self.local
+        if self.task_modules:
+            # For the task daemon, which loads them before it forks (pydaemon). Spark starts a daemon per
+            # environment: only ever added to, so that a later job of the program keeps the running one.
+            named = {m for m in sc.environment.get(PRELOAD_ENV, "").split(",") if m}
+            sc.environment[PRELOAD_ENV] = ",".join(sorted(named | set(self.task_modules)))
 
         def run_partition(_: Any) -> Any:
             return _task_entry(graph_payload, jm_address, local, attempt)
@@ -1199,6 +1205,7 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool, 
     import cloudpickle
     from pyspark import BarrierTaskContext
 
+    from ..task.factory import task_modules
     from ..task.slot import SlotRuntime
     from .control import AttemptRefused, ControlClient
     from .pod import task_addresses
@@ -1217,11 +1224,10 @@ def _task_entry(graph_payload: bytes, jm_address: tuple[str, int], local: bool, 
         deployment = control.wait_for("deploy")
         mark("task deployed")
         graph = cloudpickle.loads(graph_payload)
-        if any(e.partitioner != "forward" for e in graph.edges.values()):  # T.FORWARD
-            # Records crossing an exchange become Arrow batches, and pyarrow loads pandas on its first
-            # conversion (~0.25 s): loaded now, before the sources run, not with records in flight. A
-            # job of forward chains only (source -> sink) starts without it.
-            import pandas  # noqa: F401
+        # What its operators import (pandas: ~0.25 s) now, before the sources run, not with records in flight
+        # (the daemon has loaded them already: pydaemon).
+        for name in task_modules(graph.operators.values()):
+            __import__(name)
         addresses = task_addresses(os.environ, local)
         slot = SlotRuntime(graph, subtask, host=addresses.bind, advertise_host=addresses.advertise, attempt=attempt,
                            control=control, deployment=deployment)

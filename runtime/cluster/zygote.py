@@ -102,6 +102,27 @@ def _end_untaken(process: subprocess.Popen, path: str) -> None:
         _remove(leftover)
 
 
+_ALSO = b"also "
+
+
+def also_preload(modules: list[str] | tuple[str, ...], path: str | None = None) -> None:
+    """Driver side: have this run's zygote (or the one at ``path``) load the job's own modules too
+    (``process_tree.PRELOAD_ENV``), while the JVM still launches, so that the daemon need not load them on
+    the path to the first record. Nothing happens without a zygote waiting (taken, ended, never started):
+    the daemon loads them then."""
+    if path is None and _started is not None:
+        path = os.environ.get(ENV)
+    if not modules or not path or path == "off":
+        return
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            sock.connect(path)
+            sock.sendall(_ALSO + " ".join(modules).encode() + b"\n")
+    except OSError:
+        pass
+
+
 def hand_over(path: str) -> None:
     """Proxy side (the daemon Spark started): give the zygote at ``path`` this process's streams and
     setting, then wait until it ends and exit. Returns only when no zygote took them: the caller
@@ -151,20 +172,33 @@ class _Preload:
     the thread has ended before anything forks, and a nice value is a thread's own (Linux): the
     daemon and the workers it forks keep the zygote's."""
 
-    def __init__(self, load: Callable[[], Any], lower: bool = True):
+    def __init__(self, load: Callable[[list[str]], Any], lower: bool = True):
         self.tid: int | None = None
         self.base: int | None = None  # the thread's priority before it was lowered (None: not lowered)
         self._lock = threading.Lock()
         self._waited = not lower  # a proxy waits (or no JVM launches beside it): the thread is not lowered
-        self.thread = threading.Thread(target=self._run, args=(load,), name="streamjob-preload")
+        self._load = load
+        self._also: list[str] = []  # the job's own modules, as the run tells them (``also_preload``)
+        self.thread = threading.Thread(target=self._run, name="streamjob-preload")
         self.thread.start()
 
-    def _run(self, load: Callable[[], Any]) -> None:
+    def also(self, modules: list[str]) -> None:
+        """The job's own modules too: loaded by the thread if it still runs, else by ``finish``."""
+        with self._lock:
+            self._also += [m for m in modules if m not in self._also]
+
+    def _pending(self) -> list[str]:
+        with self._lock:
+            return [m for m in self._also if m not in sys.modules]
+
+    def _run(self) -> None:
         with self._lock:  # never lowered after ``finish`` looked (a proxy that came at once)
             self.tid = threading.get_native_id()
             if not self._waited:
                 self.base = _lower(self.tid)
-        load()
+        self._load([])
+        while self._pending():  # told while loading
+            self._load(self._pending())
         from ..startup_trace import mark
 
         mark("zygote preloaded")
@@ -179,6 +213,8 @@ class _Preload:
                 except OSError:
                     pass  # it ended meanwhile
         self.thread.join()
+        if self._pending():  # told after the thread had ended
+            self._load(self._pending())
 
 
 def _lower(tid: int) -> int | None:
@@ -199,16 +235,17 @@ def _lower(tid: int) -> int | None:
         return None
 
 
-def serve(path: str, load: Callable[[], Any], lower: bool = True) -> None:
-    """Zygote side: listen at ``path`` at once, ``load`` the task's modules meanwhile (``_Preload``), wait
-    for one proxy, and once loaded become the daemon it was started as (its streams, arguments,
-    environment and working directory). Returns when it did; exits when its parent (the run) is gone or
-    nobody came within ``WAIT_S``. A proxy that comes before the modules are loaded waits for them
-    (rather than load them all again itself, as an ordinary daemon)."""
+def serve(path: str, load: Callable[[list[str]], Any], lower: bool = True) -> None:
+    """Zygote side: listen at ``path`` at once, ``load`` the task's modules meanwhile (``_Preload``), and
+    the job's own as soon as the run names them (``also_preload``); wait for one proxy, and once loaded
+    become the daemon it was started as (its streams, arguments, environment and working directory).
+    Returns when it did; exits when its parent (the run) is gone or nobody came within ``WAIT_S``. A
+    proxy that comes before the modules are loaded waits for them (rather than load them all again
+    itself, as an ordinary daemon). ``load(extra)`` loads the task's modules and ``extra``."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
-    listener.listen(1)
+    listener.listen(2)
     listener.settimeout(0.5)
     loading = _Preload(load, lower)
     waited = 0.0
@@ -216,19 +253,28 @@ def serve(path: str, load: Callable[[], Any], lower: bool = True) -> None:
         while True:
             try:
                 conn, _ = listener.accept()
-                open(os.path.join(os.path.dirname(path), TAKEN), "w").close()  # for the run's end: the daemon now
-                break
             except socket.timeout:
                 waited += 0.5
                 if os.getppid() != parent or waited >= WAIT_S:
                     _remove(path)
                     os._exit(0)
+                continue
+            conn.settimeout(5.0)
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, len(_STREAMS))
+            except OSError:
+                conn.close()
+                continue
+            if data.startswith(_ALSO):  # the run, naming the job's own modules
+                loading.also(data[len(_ALSO):].decode().split())
+                conn.close()
+                continue
+            open(os.path.join(os.path.dirname(path), TAKEN), "w").close()  # for the run's end: the daemon now
+            break
     finally:
         listener.close()
         _remove(path)
     loading.finish()
-    conn.settimeout(5.0)
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, len(_STREAMS))
     while not data.endswith(b"\n"):
         more = conn.recv(1 << 20)
         if not more:

@@ -26,7 +26,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ..batch import num_rows, to_rows
+from ..batch import num_rows, to_array, to_rows
 from ..checkpoint.storage import is_local, sync_directory
 from .base import END, Sink, SinkWriter, Source, SourceReader, batch_size_of, share
 from .json_text import json_bytes, json_objects, row_encoder
@@ -729,7 +729,7 @@ def rows_to_batch(rows: list, schema: pa.Schema | None) -> pa.RecordBatch:
     arrays = []
     for i, (name, column) in enumerate(zip(names, columns)):
         try:
-            arrays.append(pa.array(column) if schema is None else pa.array(column, type=schema.field(i).type))
+            arrays.append(to_array(column, None if schema is None else schema.field(i).type))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise ValueError(f"field {name!r}: {e}") from e
     if schema is None:

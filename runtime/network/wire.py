@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 import pyarrow as pa
 
-from ..batch import Stamped
+from ..batch import Stamped, numbers
 
 HEADER = struct.Struct("!IBH")
 CREDIT = struct.Struct("!I")
@@ -57,7 +57,7 @@ def decode(kind: int, payload: bytes) -> Any:
     if kind == ARROW_STAMPED:
         rb = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
         last = rb.num_columns - 1
-        return Stamped(rb.select(list(range(last))), rb.column(last).to_numpy())
+        return Stamped(rb.select(list(range(last))), numbers(rb.column(last)))
     if kind in (PICKLE, EVENT):
         return pickle.loads(payload)
     raise ValueError(f"unknown frame kind {kind}")

@@ -8,6 +8,8 @@ which most workers never need.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..api import transformations as T
 from ..api.functions import RuntimeContext
 from ..graph.job_graph import OperatorNode
@@ -71,6 +73,16 @@ def operator_is_keyed(node: OperatorNode) -> bool:
         return True
     cls = OPERATORS.get(node.kind)
     return bool(cls is not None and cls.keyed)
+
+
+# The operators whose kernels are pandas' (factorize, groupby): a job with one has its task daemons load
+# pandas before they fork (pydaemon.PRELOAD_ENV); others never load it (arrow_pandas).
+_PANDAS_KINDS = (T.KEYED_AGGREGATE, T.WINDOW_AGGREGATE)
+
+
+def task_modules(nodes: Iterable[OperatorNode]) -> tuple[str, ...]:
+    """The heavy modules the operators of ``nodes`` import besides every task's own."""
+    return ("pandas",) if any(node.kind in _PANDAS_KINDS for node in nodes) else ()
 
 
 def create_operator(node: OperatorNode, ctx: RuntimeContext) -> StreamOperator:

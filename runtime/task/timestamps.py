@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..batch import NO_TIMESTAMP, Batch, num_rows, to_rows
+from ..batch import NO_TIMESTAMP, Batch, num_rows, numbers, to_rows
 from ..config import Configuration, Options
 from ..network.events import MAX_WATERMARK, MIN_WATERMARK, RuntimeEvent, Watermark, WatermarkStatus
 from .base import StreamOperator
@@ -184,7 +184,7 @@ def _timestamp_column(batch: Batch, column: str) -> np.ndarray:
             col = col.cast(pa.timestamp("ms")).cast(pa.int64())
         elif not pa.types.is_integer(col.type):
             raise TypeError(f"timestamp column {column!r} is {col.type}: it needs integer milliseconds or a timestamp")
-        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return numbers(col).astype(np.int64, copy=False)
     try:
         return np.fromiter((_millis(r[column]) for r in batch), dtype=np.int64, count=len(batch))
     except (KeyError, IndexError, TypeError) as e:
