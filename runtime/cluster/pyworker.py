@@ -19,9 +19,12 @@ import sys
 
 # Arrow's allocator (mimalloc) keeps the pages of freed buffers for a while, to reuse them. A task's
 # batches come and go every few milliseconds, so each worker held ~30 MB more than it used (W1 at
-# p=2: 155 against 185 MB RSS a worker), at no throughput measurable (bench/w1.py). mimalloc reads
-# it once, so it is set before pyarrow is imported; a user's own setting wins.
-ARROW_ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "0"}
+# p=2: 155 against 185 MB RSS a worker), at no throughput measurable (bench/w1.py). And it commits
+# its first arena (1 GiB reserved) eagerly, as it is first used: ~17 MB more of each worker's own
+# memory than Arrow ever held at once (W1 per-record at p=2: 65 against 48 MB USS a worker, with
+# 3 MB allocated and 12 MB at most by the pool's own count). mimalloc reads them once, so they are
+# set before pyarrow is imported; a user's own setting wins.
+ARROW_ALLOCATOR_ENV = {"MIMALLOC_PURGE_DELAY": "0", "MIMALLOC_ARENA_EAGER_COMMIT": "0"}
 os.environ.update({k: os.environ.get(k, v) for k, v in ARROW_ALLOCATOR_ENV.items()})
 
 
