@@ -166,7 +166,8 @@ def _role(p: psutil.Process, root: psutil.Process, zygotes: set) -> str:
         return "Python daemon (the zygote the workers fork from)"
     if "pydaemon" in cmd and p.ppid() in zygotes:
         return "task worker"
-    if "pydaemon" in cmd:
+    parent = p.parent()
+    if "pydaemon" in cmd or (parent is not None and "java" in parent.name()):  # after the hand-over: a bare waiter
         return "daemon proxy (Spark's child; hands over to the zygote)"
     return p.name()
 

@@ -80,6 +80,11 @@ def test_the_zygote_becomes_the_daemon_spark_started_and_ends_with_its_input(soc
     assert listener_pid(port) == z.pid
     assert not os.path.exists(socket_path)  # taken once: a later daemon starts as without
     assert proxy.poll() is None and z.poll() is None  # the proxy stays for Spark, which watches it
+    # ... as a bare interpreter that only waits (~9 MB, not the ~23 MB of one with the daemon's modules)
+    wait_for(lambda: b"-S\0-E\0-c" in open(f"/proc/{proxy.pid}/cmdline", "rb").read(), timeout=10)
+    with open(f"/proc/{proxy.pid}/status") as f:
+        rss_kb = int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
+    assert rss_kb < 16 * 1024, rss_kb
     proxy.stdin.close()  # Spark closing the daemon's input ends it (and so the proxy)
     assert proxy.wait(timeout=30) == 0
     z.wait(timeout=30)
@@ -90,7 +95,18 @@ def test_spark_ending_the_proxy_ends_the_zygote(socket_path):
     wait_for(lambda: os.path.exists(socket_path))
     proxy, port = run_proxy(socket_path)
     assert listener_pid(port) == z.pid
-    proxy.terminate()  # Process.destroy
+    proxy.terminate()  # Process.destroy: whether it comes before, during or after the proxy's exec into its waiter
+    z.wait(timeout=30)
+    proxy.wait(timeout=30)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.005, 0.02, 0.1])
+def test_spark_ending_the_proxy_as_it_turns_into_its_waiter_ends_the_zygote(socket_path, delay):
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path))
+    proxy, port = run_proxy(socket_path)
+    time.sleep(delay)
+    proxy.terminate()
     z.wait(timeout=30)
     proxy.wait(timeout=30)
 
