@@ -119,7 +119,7 @@ def numbers(col: pa.Array) -> np.ndarray:
     place (read-only, as pyarrow's zero-copy view), without pyarrow's conversion, which loads pandas the
     first time it runs (arrow_pandas)."""
     dtype = _NUMPY_OF.get(col.type)
-    if dtype is None or col.null_count:
+    if dtype is None or col.null_count or not isinstance(col, pa.Array):  # a ChunkedArray: pyarrow's way
         return col.to_numpy(zero_copy_only=False)
     view = np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
     view.flags.writeable = False  # Arrow's buffers are immutable (and shared)

@@ -137,7 +137,7 @@ def test_numbers_is_to_numpy_and_read_only(arrow_type):
     if arrow_type == pa.string():
         values = [str(v) for v in values]
     whole = pa.array(values, arrow_type)
-    for col in (whole, whole.slice(2, 4), pa.array(values[:3] + [None], arrow_type)):
+    for col in (whole, whole.slice(2, 4), pa.array(values[:3] + [None], arrow_type), pa.chunked_array([whole, whole])):
         got, expected = numbers(col), col.to_numpy(zero_copy_only=False)
         assert got.dtype == expected.dtype, (got, expected)
         assert np.array_equal(got, expected, equal_nan=got.dtype.kind == "f"), (got, expected)
