@@ -328,3 +328,19 @@ def test_a_zygote_nobody_tells_loads_no_pandas(socket_path):
     proxy.stdin.close()
     assert proxy.wait(timeout=30) == 0
     z.wait(timeout=30)
+
+
+def test_a_module_the_zygote_is_told_that_does_not_import_is_left_to_the_worker(socket_path):
+    """A name that fails to import is tried once (the worker reports it as its task's error): the zygote
+    still becomes the daemon, and loads what it is told after it."""
+    z = start_zygote(socket_path)
+    wait_for(lambda: os.path.exists(socket_path), timeout=10)
+    zygote.also_preload(["streamjob_no_such_module"], path=socket_path)
+    zygote.also_preload(["pandas"], path=socket_path)
+    proxy, port = run_proxy(socket_path)
+    assert listener_pid(port) == z.pid
+    with open(f"/proc/{z.pid}/maps") as f:
+        assert "pandas/_libs" in f.read()
+    proxy.stdin.close()
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)

@@ -219,9 +219,12 @@ class _Preload:
         with self._lock:
             self._also += [m for m in modules if m not in self._also]
 
-    def _pending(self) -> list[str]:
+    def _take(self) -> list[str]:
+        """The modules told and not loaded yet, each handed out once: one that fails to import is left to
+        the worker, which reports it as the task's error (tried again, it would fail again, forever)."""
         with self._lock:
-            return [m for m in self._also if m not in sys.modules]
+            taken, self._also = [m for m in self._also if m not in sys.modules], []
+            return taken
 
     def _run(self) -> None:
         with self._lock:  # never lowered after ``finish`` looked (a proxy that came at once)
@@ -229,8 +232,8 @@ class _Preload:
             if not self._waited:
                 self.base = _lower(self.tid)
         self._load([])
-        while self._pending():  # told while loading
-            self._load(self._pending())
+        while todo := self._take():  # told while loading
+            self._load(todo)
         from ..startup_trace import mark
 
         mark("zygote preloaded")
@@ -245,8 +248,9 @@ class _Preload:
                 except OSError:
                     pass  # it ended meanwhile
         self.thread.join()
-        if self._pending():  # told after the thread had ended
-            self._load(self._pending())
+        todo = self._take()
+        if todo:  # told after the thread had ended
+            self._load(todo)
 
 
 def _lower(tid: int) -> int | None:
