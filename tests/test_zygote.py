@@ -317,6 +317,25 @@ def test_the_run_has_the_zygote_load_the_job_s_own_modules_before_any_proxy_come
     z.wait(timeout=30)
 
 
+def test_modules_told_after_the_zygote_s_preload_ended_are_loaded_before_a_proxy_comes(socket_path):
+    """The run may tell after the preload is done (a loaded machine runs the JVM launch first): a thread is
+    started for what it tells, so the workers still fork with it loaded (it was left to the first proxy,
+    which then waited for it; CI saw that race with the test above)."""
+    trace = Path(socket_path).with_name("trace")
+    trace.touch()
+    z = start_zygote(socket_path, STREAMJOB_STARTUP_TRACE=str(trace))
+    wait_for(lambda: "zygote preloaded" in trace.read_text(), timeout=60)  # its loading thread took its last
+    maps = Path(f"/proc/{z.pid}/maps").read_text()
+    assert "pyarrow" in maps and "pandas/_libs" not in maps
+    zygote.also_preload(["pandas"], path=socket_path)
+    wait_for(lambda: "pandas/_libs" in Path(f"/proc/{z.pid}/maps").read_text(), timeout=60)
+    proxy, port = run_proxy(socket_path)
+    assert listener_pid(port) == z.pid
+    proxy.stdin.close()
+    assert proxy.wait(timeout=30) == 0
+    z.wait(timeout=30)
+
+
 def test_a_zygote_nobody_tells_loads_no_pandas(socket_path):
     z = start_zygote(socket_path)
     wait_for(lambda: os.path.exists(socket_path), timeout=10)

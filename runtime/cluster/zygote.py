@@ -211,26 +211,41 @@ class _Preload:
         self._waited = not lower  # a proxy waits (or no JVM launches beside it): the thread is not lowered
         self._load = load
         self._also: list[str] = []  # the job's own modules, as the run tells them (``also_preload``)
+        self._running = True  # a loading thread runs, and will take what ``also`` adds
         self.thread = threading.Thread(target=self._run, name="streamjob-preload")
         self.thread.start()
 
     def also(self, modules: list[str]) -> None:
-        """The job's own modules too: loaded by the thread if it still runs, else by ``finish``."""
+        """The job's own modules too: loaded by the running thread, or by one started for them if the
+        first has ended (the run may tell after the preload is done: they must still be loaded before
+        a proxy comes, not on its time), or by ``finish`` once a proxy waits."""
         with self._lock:
             self._also += [m for m in modules if m not in self._also]
+            if self._running or self._waited:
+                return
+            self._running = True
+            self.thread = threading.Thread(target=self._run_also, name="streamjob-preload")
+            self.thread.start()
 
     def _take(self) -> list[str]:
         """The modules told and not loaded yet, each handed out once: one that fails to import is left to
-        the worker, which reports it as the task's error (tried again, it would fail again, forever)."""
+        the worker, which reports it as the task's error (tried again, it would fail again, forever).
+        None left: the thread asking ends, and ``also`` starts another for what comes later."""
         with self._lock:
             taken, self._also = [m for m in self._also if m not in sys.modules], []
+            if not taken:
+                self._running = False
             return taken
 
-    def _run(self) -> None:
+    def _start(self) -> None:
         with self._lock:  # never lowered after ``finish`` looked (a proxy that came at once)
             self.tid = threading.get_native_id()
+            self.base = None
             if not self._waited:
                 self.base = _lower(self.tid)
+
+    def _run(self) -> None:
+        self._start()
         self._load([])
         while todo := self._take():  # told while loading
             self._load(todo)
@@ -238,16 +253,23 @@ class _Preload:
 
         mark("zygote preloaded")
 
+    def _run_also(self) -> None:
+        self._start()
+        while todo := self._take():
+            self._load(todo)
+
     def finish(self) -> None:
-        """A proxy waits: the rest at the zygote's own priority, then return once all is loaded."""
+        """A proxy waits: the rest at the zygote's own priority, then return once all is loaded (no
+        loading thread is left to run across a fork: ``also`` starts none from here on)."""
         with self._lock:
             self._waited = True
-            if self.base is not None and self.tid is not None and self.thread.is_alive():
+            thread = self.thread
+            if self.base is not None and self.tid is not None and thread.is_alive():
                 try:
                     os.setpriority(os.PRIO_PROCESS, self.tid, self.base)
                 except OSError:
                     pass  # it ended meanwhile
-        self.thread.join()
+        thread.join()
         todo = self._take()
         if todo:  # told after the thread had ended
             self._load(todo)
