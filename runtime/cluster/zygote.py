@@ -213,6 +213,7 @@ class _Preload:
         self._also: list[str] = []  # the job's own modules, as the run tells them (``also_preload``)
         self._running = True  # a loading thread runs, and will take what ``also`` adds
         self.thread = threading.Thread(target=self._run, name="streamjob-preload")
+        self._threads = [self.thread]  # all it started: joined before anything forks
         self.thread.start()
 
     def also(self, modules: list[str]) -> None:
@@ -225,6 +226,7 @@ class _Preload:
                 return
             self._running = True
             self.thread = threading.Thread(target=self._run_also, name="streamjob-preload")
+            self._threads.append(self.thread)
             self.thread.start()
 
     def _take(self) -> list[str]:
@@ -269,7 +271,8 @@ class _Preload:
                     os.setpriority(os.PRIO_PROCESS, self.tid, self.base)
                 except OSError:
                     pass  # it ended meanwhile
-        thread.join()
+        for t in self._threads:  # the first may still be noting its end while a second loads
+            t.join()
         todo = self._take()
         if todo:  # told after the thread had ended
             self._load(todo)
