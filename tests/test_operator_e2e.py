@@ -169,6 +169,9 @@ def test_lost_driver_is_redeployed_from_its_checkpoint_and_delete_takes_a_savepo
     # Input for ~5 minutes: the deletion ends the job long before, and a loaded machine (the operator's
     # status late by tens of seconds) never sees the input end before the driver is lost.
     rows, rate = 240_000, 800
+    # The operator's INFO lines too, in a failure's report: CI once saw no redeploy within 60 s of the loss
+    # and no status written meanwhile, with nothing to tell a stalled operator from a missed loss.
+    caplog.set_level(logging.INFO)
     with FakeKubelet(kube_api, commands=ENTRYPOINT) as kubelet, operator(kube_api):
         kube_api.objects.create("sj", streamjob("lossy", tmp_path, rows, rate, savepointOnDeletion=True),
                                 namespace=NS)
