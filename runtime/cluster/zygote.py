@@ -246,19 +246,21 @@ class _Preload:
             if not self._waited:
                 self.base = _lower(self.tid)
 
+    def _drain(self) -> None:
+        while todo := self._take():
+            self._load(todo)
+
     def _run(self) -> None:
         self._start()
         self._load([])
-        while todo := self._take():  # told while loading
-            self._load(todo)
+        self._drain()  # what was told while loading
         from ..startup_trace import mark
 
         mark("zygote preloaded")
 
     def _run_also(self) -> None:
         self._start()
-        while todo := self._take():
-            self._load(todo)
+        self._drain()
 
     def finish(self) -> None:
         """A proxy waits: the rest at the zygote's own priority, then return once all is loaded (no
@@ -273,9 +275,7 @@ class _Preload:
                     pass  # it ended meanwhile
         for t in self._threads:  # the first may still be noting its end while a second loads
             t.join()
-        todo = self._take()
-        if todo:  # told after the thread had ended
-            self._load(todo)
+        self._drain()  # told after the last thread took its last
 
 
 def _lower(tid: int) -> int | None:
